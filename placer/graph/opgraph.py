@@ -1,0 +1,115 @@
+"""`OpGraph`: an ONNX model as plain data — a networkx DiGraph plus per-op features.
+
+Built by `placer.graph.load_graph`; read by every other pass (grouping, executor, placers,
+annotation). Nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import onnx
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor's static shape and dtype (numpy dtype name, e.g. 'float32')."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class OpNode:
+    """One ONNX node with the features placement needs."""
+
+    name: str                        # ONNX name, or a stable generated one when the file has none
+    op_type: str
+    domain: str                      # '' for the default ONNX domain
+    opset: int                       # opset version of the node's domain in this model
+    inputs: tuple[str, ...]          # tensor names; '' marks an omitted optional input
+    outputs: tuple[str, ...]
+    proto: onnx.NodeProto            # the node itself (attributes, subgraphs)
+    output_info: tuple[TensorInfo, ...] = ()
+    param_bytes: int = 0             # bytes of the initializers this node reads
+    flops: float = 0.0               # estimated floating-point operations of one forward step
+    device_kinds: frozenset[str] = frozenset({"cpu", "cuda"})  # device kinds that can run it
+
+    @property
+    def output_shapes(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(t.shape for t in self.output_info)
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(t.nbytes for t in self.output_info)
+
+
+@dataclass
+class OpGraph:
+    """The whole model: nodes in a deterministic topological order, tensors, and the DiGraph.
+
+    `dag` has one vertex per node name (attribute ``op``: the `OpNode`); an edge u->v carries
+    ``tensors`` (names of the tensors u produces that v reads) and ``bytes`` (their total size).
+    Graph inputs and initializers are not vertices: see `inputs` and `initializers`.
+    """
+
+    model: onnx.ModelProto                 # names filled in, dynamic dims bound, shapes inferred
+    nodes: dict[str, OpNode]               # in topological order
+    tensors: dict[str, TensorInfo]         # every tensor: inputs, initializers, node outputs
+    inputs: list[TensorInfo]               # graph inputs a caller must feed (bound shapes)
+    outputs: list[TensorInfo]
+    initializers: dict[str, TensorInfo]    # weights and constants stored in the file
+    opsets: dict[str, int]                 # domain -> opset version
+    sha256: str                            # identity of the file's graph that placements refer to
+    dag: nx.DiGraph = field(default_factory=nx.DiGraph)
+    source: str = ""                       # where it was loaded from, for messages
+
+    @property
+    def order(self) -> list[str]:
+        """Node names in the deterministic topological order."""
+        return list(self.nodes)
+
+    @cached_property
+    def producer(self) -> dict[str, str]:
+        """Tensor name -> name of the node that produces it."""
+        return {t: n.name for n in self.nodes.values() for t in n.outputs if t}
+
+    @cached_property
+    def consumers(self) -> dict[str, list[str]]:
+        """Tensor name -> names of the nodes that read it, in topological order."""
+        result: dict[str, list[str]] = {}
+        for node in self.nodes.values():
+            for t in dict.fromkeys(node.inputs):
+                if t:
+                    result.setdefault(t, []).append(node.name)
+        return result
+
+    def initializer_array(self, name: str) -> np.ndarray:
+        """The value of an initializer (external data already loaded)."""
+        return self._initializer_arrays[name]
+
+    @cached_property
+    def _initializer_arrays(self) -> dict[str, np.ndarray]:
+        from onnx import numpy_helper
+
+        return {t.name: numpy_helper.to_array(t) for t in self.model.graph.initializer}
+
+    @property
+    def total_flops(self) -> float:
+        return sum(n.flops for n in self.nodes.values())
+
+    @property
+    def total_param_bytes(self) -> int:
+        return sum(t.nbytes for t in self.initializers.values())

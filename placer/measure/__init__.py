@@ -1,0 +1,1 @@
+"""Devices, kernels, the placed executor and the measurers."""

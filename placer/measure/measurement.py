@@ -1,0 +1,41 @@
+"""`Measurement` (plain data) and the `Measurer` protocol: the only thing that knows about time."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from placer.placement import Placement
+
+# Why a placement failed: values of `Measurement.failure`.
+OOM, TIMEOUT, KERNEL_ERROR, INVALID = "oom", "timeout", "kernel_error", "invalid"
+
+
+@dataclass
+class Measurement:
+    """What measuring one placement gave: a step time, or a failure with its reason."""
+
+    ok: bool
+    step_time: float | None = None          # seconds, the robust statistic (median) of `times`
+    spread: float | None = None             # seconds, interquartile range of `times`
+    times: list[float] = field(default_factory=list)
+    peak_memory: dict[str, int] = field(default_factory=dict)  # device name -> bytes
+    failure: str | None = None              # OOM, TIMEOUT, KERNEL_ERROR or INVALID
+    reason: str | None = None               # human-readable detail of the failure
+    protocol: dict[str, Any] = field(default_factory=dict)     # how it was measured
+    cached: bool = False                    # served from the measurer's cache
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+class Measurer(Protocol):
+    """Turns a placement into a `Measurement`. Real, simulated and analytic ones plug in alike."""
+
+    devices: list[str]   # device names, in the order placements index them
+
+    def measure(self, placement: Placement) -> Measurement: ...
