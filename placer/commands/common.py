@@ -38,8 +38,26 @@ def devices_from_args(args: argparse.Namespace):
     return default_devices()
 
 
-def require_file(path: str, what: str) -> None:
-    import os
+def add_placement_args(parser: argparse.ArgumentParser) -> None:
+    """--placement / --device / --map, as the commands that run a placement take them."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--placement", metavar="P.json", help="placement file (format placer.placement/1)")
+    group.add_argument("--device", metavar="D", help="put every node on this one device, e.g. cpu or cuda:0")
+    parser.add_argument("--map", action="append", default=[], metavar="FROM=TO",
+                        help="rename a device of the placement, e.g. cuda:1=cuda:0 (repeatable)")
 
-    if not os.path.exists(path):
-        raise PlacerError(f"{what} {path} does not exist")
+
+def placement_from_args(args: argparse.Namespace, graph):
+    """The placement to run: --placement, else --device, else the one stored in the model file
+    (`placer apply` annotations), else everything on the plain CPU. Checked against `graph`."""
+    from placer.annotate.read import read_placement
+    from placer.annotate.resolve import parse_device_map, resolve_placement
+    from placer.placement import Placement
+
+    if getattr(args, "placement", None):
+        placement = Placement.load(args.placement)
+    elif getattr(args, "device", None):
+        placement = Placement.single_device(list(graph.nodes), args.device, graph.sha256)
+    else:
+        placement = read_placement(graph.model) or Placement.single_device(list(graph.nodes), "cpu", graph.sha256)
+    return resolve_placement(graph, placement, parse_device_map(getattr(args, "map", [])))
