@@ -1,0 +1,64 @@
+"""`resolve`: turn a --graph argument into an ONNX file, exporting zoo models into a cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from graphs.export import OPSET, export
+from graphs.registry import MODELS, get, make_options
+
+log = logging.getLogger(__name__)
+
+# Bump when a zoo model's definition changes, so caches made by older code are not reused.
+ZOO_VERSION = 1
+
+
+def cache_dir() -> Path:
+    """Where zoo exports are cached: $PLACER_CACHE/zoo, else ~/.cache/placer/zoo."""
+    root = os.environ.get("PLACER_CACHE") or Path.home() / ".cache" / "placer"
+    return Path(root) / "zoo"
+
+
+def cached_path(name: str) -> Path:
+    """The cache file of `name` at default options. The folder is keyed by everything that
+    changes the bytes (zoo version, torch version, opset, options), so stale exports are never used."""
+    opts = make_options(name)
+    key = json.dumps([ZOO_VERSION, torch.__version__, OPSET, name, dataclasses.asdict(opts)])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_dir() / digest / f"{name}.onnx"
+
+
+def _zoo_name(graph_arg: str) -> str | None:
+    """The zoo name a bare `NAME.onnx` (or `NAME`) refers to, else None."""
+    if os.sep in graph_arg or (os.altsep and os.altsep in graph_arg):
+        return None  # a path with folders means a file the user has, not a zoo model
+    stem = graph_arg[:-len(".onnx")] if graph_arg.endswith(".onnx") else graph_arg
+    return stem if stem in MODELS else None
+
+
+def resolve(graph_arg: str) -> Path:
+    """The ONNX file `graph_arg` names: an existing file as is; a missing `NAME.onnx` with NAME in
+    the zoo exported (default options) into the cache on first use; otherwise PlacerError."""
+    from placer.errors import PlacerError
+
+    path = Path(graph_arg)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise PlacerError(f"{graph_arg} is a folder; --graph takes an ONNX file or a zoo name")
+    name = _zoo_name(graph_arg)
+    if name is None:
+        zoo = ", ".join(f"{n}.onnx" for n in MODELS)
+        raise PlacerError(f"{graph_arg} does not exist; give an ONNX file or a zoo model: {zoo}")
+    target = cached_path(get(name).name)
+    if not target.is_file():
+        log.warning("exporting zoo model %s to %s (first use)", name, target)
+        export(name, target)
+    return target
