@@ -1,0 +1,45 @@
+"""Non-learned placers, the yardsticks a learned placement is measured against.
+
+`PLACERS` maps a name to a `PlacerSpec`: the function, whether it respects memory caps and
+whether it needs a cost model. Every placer has the signature of `placer.placers.base.Placer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.placers.base import Caps, Placer, caps_from_devices, node_memory, static_memory
+from placer.placers.heft import heft
+from placer.placers.m_etf import m_etf
+from placer.placers.m_sct import m_sct
+from placer.placers.metis import metis
+from placer.placers.simple import random_placement, round_robin, single_device
+from placer.placers.topo import m_topo, memory_greedy
+
+
+@dataclass(frozen=True)
+class PlacerSpec:
+    """A registered placer and what it promises."""
+
+    name: str
+    place: Placer
+    respects_memory: bool   # consults the caps and raises PlacerError when the graph cannot fit
+    needs_cost: bool        # requires a CostModel
+    summary: str
+
+
+PLACERS: dict[str, PlacerSpec] = {spec.name: spec for spec in [
+    PlacerSpec("single", single_device, False, False, "every node on one device"),
+    PlacerSpec("random", random_placement, False, False, "each node on a uniformly random device"),
+    PlacerSpec("round_robin", round_robin, False, False, "groups dealt to devices in turn"),
+    PlacerSpec("metis", metis, False, False, "METIS k-way partition: balanced cost, fewest bytes cut"),
+    PlacerSpec("m_topo", m_topo, True, False, "Baechi m-TOPO: topological fill, even memory share"),
+    PlacerSpec("m_etf", m_etf, True, True, "Baechi m-ETF: earliest-task-first list scheduling"),
+    PlacerSpec("m_sct", m_sct, True, True, "Baechi m-SCT: favourite children (greedy form of the LP)"),
+    PlacerSpec("memory_greedy", memory_greedy, True, False, "fill devices in order up to their caps"),
+    PlacerSpec("heft", heft, True, True, "HEFT critical-path list scheduling"),
+]}
+
+__all__ = ["PLACERS", "PlacerSpec", "Placer", "Caps", "caps_from_devices", "node_memory", "static_memory",
+           "single_device", "random_placement", "round_robin", "metis", "m_topo", "m_etf", "m_sct",
+           "memory_greedy", "heft"]

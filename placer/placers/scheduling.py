@@ -1,0 +1,87 @@
+"""The bookkeeping list schedulers share: where each node went, when it finishes, what each
+device holds.
+
+A list scheduler places one node at a time; a node's data is on device d once every producer
+has finished and, if it ran elsewhere, its tensors have crossed to d (transfer times from the
+cost model, links without contention, as Baechi's placers assume).
+"""
+
+from __future__ import annotations
+
+import math
+
+from placer.graph.opgraph import OpGraph
+from placer.measure.costmodel import CostModel
+from placer.placers.base import Caps, node_memory
+
+
+class ScheduleState:
+    """A partial schedule: placed nodes, their finish times, device timelines and memory.
+
+    `dynamic_memory` frees a node's outputs once its last consumer is placed (Baechi's m-ETF
+    accounting); otherwise every node's weights and outputs stay counted (the static budget).
+    """
+
+    def __init__(self, graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None,
+                 dynamic_memory: bool = False) -> None:
+        self.graph, self.devices, self.cost = graph, list(devices), cost
+        self.caps = {d: float((caps or {}).get(d, math.inf)) for d in devices}
+        self.dynamic_memory = dynamic_memory
+        self.topo_index = {n: i for i, n in enumerate(graph.nodes)}
+        self.preds: dict[str, list[tuple[str, int]]] = {
+            n: [(u, int(graph.dag.edges[u, n].get("bytes", 0))) for u in graph.dag.predecessors(n)]
+            for n in graph.nodes}
+        self.succs: dict[str, list[str]] = {
+            n: sorted(graph.dag.successors(n), key=self.topo_index.__getitem__) for n in graph.nodes}
+        self.times = {n: {d: float(cost.op_time(node, d)) for d in devices} for n, node in graph.nodes.items()}
+        self.place: dict[str, str] = {}
+        self.start: dict[str, float] = {}
+        self.finish: dict[str, float] = {}
+        self.free_at = {d: 0.0 for d in devices}            # end of the device's last node
+        self.busy: dict[str, list[tuple[float, float]]] = {d: [] for d in devices}  # sorted intervals
+        self.used = {d: 0 for d in devices}
+        self.peak = {d: 0 for d in devices}
+        self._waiting_consumers = {n: len(self.succs[n]) for n in graph.nodes}
+
+    def arrival(self, node: str, device: str) -> float:
+        """When all of `node`'s inputs can be on `device` (its producers must be placed)."""
+        ready = 0.0
+        for u, nbytes in self.preds[node]:
+            src = self.place[u]
+            t = self.finish[u] if src == device else self.finish[u] + self.cost.transfer_time(nbytes, src, device)
+            ready = max(ready, t)
+        return ready
+
+    def can_run(self, node: str, device: str) -> bool:
+        """The device can execute the node and has memory left for it."""
+        return math.isfinite(self.times[node][device]) and \
+            self.used[device] + node_memory(self.graph.nodes[node]) <= self.caps[device]
+
+    def insertion_start(self, node: str, device: str, ready: float) -> float:
+        """Earliest start >= `ready` in a gap of the device's timeline long enough for the node."""
+        length = self.times[node][device]
+        t = ready
+        for begin, end in self.busy[device]:
+            if t + length <= begin:
+                return t
+            t = max(t, end)
+        return t
+
+    def commit(self, node: str, device: str, start: float) -> None:
+        """Place `node` on `device` starting at `start`, updating timelines and memory."""
+        finish = start + self.times[node][device]
+        self.place[node], self.start[node], self.finish[node] = device, start, finish
+        self.free_at[device] = max(self.free_at[device], finish)
+        self.busy[device].append((start, finish))
+        self.busy[device].sort()
+        self.used[device] += node_memory(self.graph.nodes[node])
+        self.peak[device] = max(self.peak[device], self.used[device])
+        if self.dynamic_memory:
+            for u, _ in self.preds[node]:
+                self._waiting_consumers[u] -= 1
+                if self._waiting_consumers[u] == 0:
+                    self.used[self.place[u]] -= self.graph.nodes[u].output_bytes
+
+    @property
+    def makespan(self) -> float:
+        return max(self.finish.values(), default=0.0)

@@ -1,0 +1,57 @@
+"""The placers a user would try first: one device, random, round-robin over groups."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.measure.costmodel import CostModel
+from placer.placement import Placement
+from placer.placers.base import Caps, make_placement, require_devices
+
+log = logging.getLogger(__name__)
+
+
+def single_device(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+                  caps: Caps | None = None, *, seed: int = 0, device: str | None = None) -> Placement:
+    """Every node on `device` (default: the first device); the device list is kept whole."""
+    require_devices(devices)
+    device = device or devices[0]
+    if device not in devices:
+        raise PlacerError(f"single-device placement on {device!r}, which is not among {devices}")
+    return make_placement(graph, devices, {n: device for n in graph.nodes}, "single", device=device)
+
+
+def random_placement(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+                     caps: Caps | None = None, *, seed: int = 0) -> Placement:
+    """Each node on a device drawn uniformly at random (reproducible from `seed`)."""
+    require_devices(devices)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(devices), size=len(graph.nodes))
+    return make_placement(graph, devices, {n: devices[int(i)] for n, i in zip(graph.nodes, picks)},
+                          "random", seed=seed)
+
+
+def node_groups(graph: OpGraph) -> list[list[str]]:
+    """Co-location groups in topological order: the learner's grouping when available, else one
+    group per node."""
+    try:
+        from placer.graph.grouping import group_graph
+    except ImportError:
+        return [[n] for n in graph.nodes]
+    return [list(g) for g in group_graph(graph).groups]
+
+
+def round_robin(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+                caps: Caps | None = None, *, seed: int = 0) -> Placement:
+    """Group i on device i mod D, groups in topological order."""
+    require_devices(devices)
+    nodes: dict[str, str] = {}
+    groups = node_groups(graph)
+    for i, group in enumerate(groups):
+        for name in group:
+            nodes[name] = devices[i % len(devices)]
+    return make_placement(graph, devices, nodes, "round_robin", groups=len(groups))

@@ -1,0 +1,60 @@
+"""Placers that walk the nodes in topological order and fill devices one after another.
+
+- `m_topo` (Baechi, SoCC 2020): each device takes nodes until it holds its even share of the
+  graph's memory (total / devices + the largest node), or its cap if that is smaller. Unlike
+  Baechi, the share is recomputed over the devices left, so memory a capped device could not
+  take spreads over the rest instead of failing.
+- `memory_greedy`: each device takes nodes until its memory cap is reached, as
+  ``device_map="auto"``-style tools do; with no caps everything lands on the first device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from placer.graph.opgraph import OpGraph
+from placer.measure.costmodel import CostModel
+from placer.placement import Placement
+from placer.placers.base import Caps, does_not_fit, make_placement, node_memory, require_devices
+
+
+def _fill(graph: OpGraph, devices: list[str], budget: Callable[[str, int, int], float], placer: str,
+          caps: Caps) -> dict[str, str]:
+    """Topological fill: the current device takes nodes while they fit its budget, then the next.
+    `budget(device, bytes not yet placed, devices left)` is asked once per device."""
+    nodes: dict[str, str] = {}
+    order = list(graph.nodes)
+    left = sum(node_memory(n) for n in graph.nodes.values())
+    i = 0
+    for k, device in enumerate(devices):
+        used, limit = 0, budget(device, left, len(devices) - k)
+        while i < len(order) and used + node_memory(graph.nodes[order[i]]) <= limit:
+            used += node_memory(graph.nodes[order[i]])
+            nodes[order[i]] = device
+            i += 1
+        left -= used
+    if i < len(order):
+        raise does_not_fit(placer, graph, caps, order[i])
+    return nodes
+
+
+def m_topo(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+           caps: Caps | None = None, *, seed: int = 0) -> Placement:
+    """Baechi's m-TOPO: topological order, an even memory share per device, caps respected."""
+    require_devices(devices)
+    caps = caps or {}
+    largest = max((node_memory(n) for n in graph.nodes.values()), default=0)
+
+    def budget(device: str, left: int, devices_left: int) -> float:
+        return min(left / devices_left + largest, caps.get(device, float("inf")))
+
+    return make_placement(graph, devices, _fill(graph, devices, budget, "m_topo", caps), "m_topo")
+
+
+def memory_greedy(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+                  caps: Caps | None = None, *, seed: int = 0) -> Placement:
+    """Fill devices in the given order up to their caps, nodes in topological order."""
+    require_devices(devices)
+    caps = caps or {}
+    nodes = _fill(graph, devices, lambda d, left, k: float(caps.get(d, float("inf"))), "memory_greedy", caps)
+    return make_placement(graph, devices, nodes, "memory_greedy")
