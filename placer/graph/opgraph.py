@@ -46,6 +46,10 @@ class OpNode:
     param_bytes: int = 0             # bytes of the initializers this node reads
     flops: float = 0.0               # estimated floating-point operations of one forward step
     device_kinds: frozenset[str] = frozenset({"cpu", "cuda"})  # device kinds that can run it
+    # Tensors the node's subgraphs (If/Loop/Scan bodies) read from the enclosing graph: real
+    # inputs (their producers run first, their values must reach the node's device) that
+    # `inputs` does not list.
+    implicit_inputs: tuple[str, ...] = ()
 
     @property
     def output_shapes(self) -> tuple[tuple[int, ...], ...]:

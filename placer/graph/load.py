@@ -1,0 +1,210 @@
+"""ONNX model -> `OpGraph`: read and validate the file, name nameless nodes, order the nodes,
+bind dynamic dimensions, infer every shape, and compute per-node features."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import networkx as nx
+import onnx
+from google.protobuf.message import DecodeError
+
+from placer.errors import PlacerError
+from placer.graph import shapes
+from placer.graph.flops import node_flops
+from placer.graph.identity import graph_sha256
+from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
+from placer.graph.slim import slim_copy, with_weights
+from placer.graph.structure import STANDARD_DOMAINS, node_names, node_reads, topological_order
+from placer.graph.support import device_kinds
+
+log = logging.getLogger(__name__)
+
+__all__ = ["load_graph", "parse_input_shapes", "read_model", "graph_sha256"]
+
+_SHAPE_ARG = re.compile(r"^(?P<name>.+)=(?P<dims>\d+(?:[x,]\d+)*)?$")
+
+
+def parse_input_shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    """``["x=1x3x224x224", "ids=2x16"]`` -> ``{"x": (1, 3, 224, 224), "ids": (2, 16)}``.
+
+    ``NAME=`` (nothing after the '=') binds a scalar. Bad syntax and repeated names are `PlacerError`."""
+    result: dict[str, tuple[int, ...]] = {}
+    for spec in specs or []:
+        m = _SHAPE_ARG.match(spec.strip())
+        if not m:
+            raise PlacerError(f"cannot read --input-shape {spec!r}; write NAME=1x3x224x224 "
+                              "(the input's name, '=', its dimensions joined by 'x')")
+        name, dims = m.group("name"), m.group("dims")
+        shape = tuple(int(d) for d in re.split(r"[x,]", dims)) if dims else ()
+        if any(d <= 0 for d in shape):
+            raise PlacerError(f"--input-shape {spec!r} has a dimension of 0; every dimension must be positive")
+        if name in result:
+            raise PlacerError(f"--input-shape gives input {name!r} twice; give each input once")
+        result[name] = shape
+    return result
+
+
+def read_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read an ONNX file with its external data; a missing or unreadable file is a `PlacerError`."""
+    path = Path(path)
+    if not path.exists():
+        raise PlacerError(f"model file {path} does not exist; give the path of an .onnx file "
+                          "or a zoo name such as inception_v3.onnx")
+    if not path.is_file():
+        raise PlacerError(f"{path} is not a file; give the path of an .onnx file")
+    try:
+        model = onnx.load(str(path), load_external_data=True)
+    except DecodeError:
+        raise PlacerError(f"{path} is not an ONNX model (it does not parse as an ONNX protobuf); "
+                          "give an .onnx file exported by torch.onnx, paddle2onnx, tf2onnx or similar") from None
+    except FileNotFoundError as exc:
+        raise PlacerError(f"{path} keeps its weights in external data that is missing ({exc.filename or exc}); "
+                          "put the data file next to the model") from None
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise PlacerError(f"cannot read {path} as an ONNX model: {reason}") from None
+    if not _looks_like_model(model):
+        raise PlacerError(f"{path} is not an ONNX model (no graph or opset in it); "
+                          "give an .onnx file exported by torch.onnx, paddle2onnx, tf2onnx or similar")
+    return model
+
+
+def _looks_like_model(model: onnx.ModelProto) -> bool:
+    # Protobuf parses many byte strings without complaint; a real model has these.
+    return model.ir_version > 0 and len(model.opset_import) > 0 and model.HasField("graph") \
+        and (len(model.graph.node) > 0 or len(model.graph.output) > 0)
+
+
+def _check_domains(model: onnx.ModelProto) -> None:
+    custom = sorted({(n.domain, n.op_type) for n in model.graph.node if n.domain not in STANDARD_DOMAINS})
+    if custom:
+        listed = ", ".join(f"{d}::{op}" for d, op in custom)
+        raise PlacerError(f"the model uses ops from custom domains, which placer cannot run: {listed}; "
+                          "export it with standard ONNX ops only")
+
+
+def _validate(slim: onnx.ModelProto, source: str) -> None:
+    try:
+        onnx.checker.check_model(slim)
+    except onnx.checker.ValidationError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        reason = lines[0] if lines else "invalid"
+        raise PlacerError(f"{source} is not a valid ONNX model: {reason}") from None
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    opsets = {imp.domain: int(imp.version) for imp in model.opset_import}
+    if "ai.onnx" in opsets and "" not in opsets:
+        opsets[""] = opsets["ai.onnx"]
+    return opsets
+
+
+def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
+               input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OpGraph:
+    """Load an ONNX model (a path or a `ModelProto`, which is not modified) as an `OpGraph`.
+
+    `input_shapes` binds inputs' dynamic dimensions (see `parse_input_shapes`). Every tensor of
+    the result has a static shape and dtype; problems a user can fix are `PlacerError`."""
+    if isinstance(path_or_model, onnx.ModelProto):
+        original, source = path_or_model, "the model"
+        if not _looks_like_model(original):
+            raise PlacerError("the model given is empty (no graph or opset); pass a loaded ONNX model")
+    else:
+        original, source = read_model(path_or_model), str(path_or_model)
+    input_shapes = dict(input_shapes or {})
+
+    sha256 = graph_sha256(original)
+    slim, moved = slim_copy(original)
+    if slim.functions:
+        # Local functions (dynamo exports, onnxscript) are expanded so each op is a vertex.
+        slim = onnx.inliner.inline_local_functions(slim)
+        del slim.functions[:]
+    _check_domains(slim)
+
+    graph = slim.graph
+    weights = {t.name for t in original.graph.initializer}
+    nodes = list(graph.node)
+    names = node_names(nodes)
+    available = [i.name for i in graph.input] + [t.name for t in graph.initializer]
+    order = topological_order(nodes, available)
+    ordered = []
+    for i in order:
+        node = onnx.NodeProto()
+        node.CopyFrom(nodes[i])
+        node.name = names[i]
+        ordered.append(node)
+    del graph.node[:]
+    graph.node.extend(ordered)
+    _validate(slim, source)
+
+    bound = shapes.bind_input_shapes(graph, input_shapes, weights)
+    del graph.value_info[:]  # exporters' hints may carry unbound symbols; inference redoes them
+    slim = shapes.infer_shapes(slim)
+    infos, missing = shapes.static_infos(slim)
+    model = with_weights(slim, original, moved)
+    inputs = [infos[i.name] if i.name in infos else TensorInfo(i.name, bound[i.name], "float32")
+              for i in model.graph.input if i.name not in weights]
+    if missing:
+        infos.update(shapes.complete_shapes(model, missing, inputs))
+    shapes.write_value_info(model, {n: infos[n] for n in _node_outputs(model) if n in infos})
+
+    for t in model.graph.initializer:
+        infos[t.name] = TensorInfo(t.name, tuple(int(d) for d in t.dims), shapes.dtype_name(t.data_type))
+    return _build(model, infos, inputs, weights, sha256, source)
+
+
+def _node_outputs(model: onnx.ModelProto) -> list[str]:
+    return [o for n in model.graph.node for o in n.output if o]
+
+
+def _build(model: onnx.ModelProto, infos: dict[str, TensorInfo], inputs: list[TensorInfo],
+           weights: set[str], sha256: str, source: str) -> OpGraph:
+    opsets = _opsets(model)
+    protos = list(model.graph.node)
+    kinds = device_kinds(protos)
+    nodes: dict[str, OpNode] = {}
+    for proto, kind in zip(protos, kinds):
+        reads = node_reads(proto)
+        listed = set(proto.input)
+        nodes[proto.name] = OpNode(
+            name=proto.name, op_type=proto.op_type, domain=proto.domain,
+            opset=opsets.get(proto.domain, opsets.get("", 0)),
+            inputs=tuple(proto.input), outputs=tuple(proto.output), proto=proto,
+            output_info=tuple(infos[o] for o in proto.output if o),
+            param_bytes=sum(infos[t].nbytes for t in dict.fromkeys(reads) if t in weights),
+            flops=node_flops(proto, infos), device_kinds=kind,
+            implicit_inputs=tuple(t for t in reads if t not in listed),
+        )
+    initializers = {t.name: infos[t.name] for t in model.graph.initializer}
+    outputs = [infos[o.name] for o in model.graph.output]
+    return OpGraph(model=model, nodes=nodes, tensors=dict(infos), inputs=inputs, outputs=outputs,
+                   initializers=initializers, opsets=opsets, sha256=sha256,
+                   dag=build_dag(nodes, infos), source=source)
+
+
+def build_dag(nodes: Mapping[str, OpNode], tensors: Mapping[str, TensorInfo]) -> nx.DiGraph:
+    """One vertex per node (attribute ``op``); an edge u->v per produced-then-read tensor set,
+    with ``tensors`` (names, in v's read order) and ``bytes`` (their total size)."""
+    dag = nx.DiGraph()
+    producer: dict[str, str] = {}
+    for name, node in nodes.items():
+        dag.add_node(name, op=node)
+        for t in node.outputs:
+            if t:
+                producer[t] = name
+    for name, node in nodes.items():
+        for t in dict.fromkeys(node.inputs + node.implicit_inputs):
+            src = producer.get(t)
+            if not t or src is None:
+                continue
+            if dag.has_edge(src, name):
+                dag.edges[src, name]["tensors"].append(t)
+                dag.edges[src, name]["bytes"] += tensors[t].nbytes
+            else:
+                dag.add_edge(src, name, tensors=[t], bytes=tensors[t].nbytes)
+    return dag
