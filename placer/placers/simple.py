@@ -35,14 +35,14 @@ def random_placement(graph: OpGraph, devices: list[str], cost: CostModel | None 
                           "random", seed=seed)
 
 
-def node_groups(graph: OpGraph) -> list[list[str]]:
-    """Co-location groups in topological order: the learner's grouping when available, else one
-    group per node."""
-    try:
-        from placer.graph.grouping import group_graph
-    except ImportError:
-        return [[n] for n in graph.nodes]
-    return [list(g) for g in group_graph(graph).groups]
+def node_groups(graph: OpGraph, n_devices: int = 2) -> list[list[str]]:
+    """The learner's default grouping (co-location, then METIS into ~20 groups per device), in
+    topological order of each group's first node."""
+    from placer.graph.grouping import group_graph
+
+    grouping = group_graph(graph, n_devices=n_devices)
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    return sorted((list(g) for g in grouping.groups), key=lambda g: min(position[n] for n in g))
 
 
 def round_robin(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
@@ -50,7 +50,7 @@ def round_robin(graph: OpGraph, devices: list[str], cost: CostModel | None = Non
     """Group i on device i mod D, groups in topological order."""
     require_devices(devices)
     nodes: dict[str, str] = {}
-    groups = node_groups(graph)
+    groups = node_groups(graph, len(devices))
     for i, group in enumerate(groups):
         for name in group:
             nodes[name] = devices[i % len(devices)]

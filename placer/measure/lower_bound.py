@@ -1,0 +1,93 @@
+"""A lower bound on the step time of a graph on a device set: the physical limit.
+
+No placement can beat either of:
+- the critical path: the longest dependency chain with every node at its fastest device and
+  no transfers;
+- the load bound: all work must be done by the devices together. As an LP (scipy's HiGHS):
+  min T such that each node is split fractionally over devices and no device's share of work
+  exceeds T. Without scipy, the plain bound sum(fastest time) / devices (never larger).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.measure.costmodel import CostModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LowerBound:
+    """Seconds: `value` is the larger of the critical path and the load bound."""
+
+    value: float
+    critical_path: float
+    load: float          # the LP load bound (or the plain one when scipy is missing)
+    load_method: str     # "lp" or "average"
+
+    def to_dict(self) -> dict[str, float | str]:
+        return asdict(self)
+
+
+def _times(graph: OpGraph, devices: list[str], cost: CostModel) -> np.ndarray:
+    times = np.array([[cost.op_time(node, d) for d in devices] for node in graph.nodes.values()], dtype=float)
+    stuck = [n for n, row in zip(graph.nodes, times) if not np.isfinite(row).any()]
+    if stuck:
+        raise PlacerError(f"node {stuck[0]!r} can run on none of {devices}; add a device that supports it")
+    return times
+
+
+def critical_path(graph: OpGraph, fastest: dict[str, float]) -> float:
+    """Longest path through the DAG weighting each node by `fastest[node]`, transfers free."""
+    done: dict[str, float] = {}
+    for name in graph.nodes:  # topological order
+        before = max((done[p] for p in graph.dag.predecessors(name)), default=0.0)
+        done[name] = before + fastest[name]
+    return max(done.values(), default=0.0)
+
+
+def load_bound_lp(times: np.ndarray) -> float:
+    """min T s.t. sum_d x[n,d] = 1, sum_n x[n,d] t[n,d] <= T, x >= 0 (x on finite times only)."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    n_nodes, n_dev = times.shape
+    cells = [(i, d) for i in range(n_nodes) for d in range(n_dev) if math.isfinite(times[i, d])]
+    n_var = len(cells) + 1  # the x cells, then T
+    c = np.zeros(n_var)
+    c[-1] = 1.0
+    eq_rows, eq_cols = zip(*[(i, k) for k, (i, _) in enumerate(cells)])
+    a_eq = coo_matrix((np.ones(len(cells)), (eq_rows, eq_cols)), shape=(n_nodes, n_var))
+    ub_rows = [d for _, d in cells] + list(range(n_dev))
+    ub_cols = list(range(len(cells))) + [n_var - 1] * n_dev
+    ub_vals = [times[i, d] for i, d in cells] + [-1.0] * n_dev
+    a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(n_dev, n_var))
+    result = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.zeros(n_dev), A_eq=a_eq.tocsr(), b_eq=np.ones(n_nodes),
+                     bounds=(0, None), method="highs")
+    if result.status != 0:
+        raise RuntimeError(f"load-bound LP failed: {result.message}")
+    return float(result.fun)
+
+
+def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel) -> LowerBound:
+    """max(critical path at fastest devices, load bound) for `graph` on `devices`."""
+    if not devices:
+        raise PlacerError("no devices given for the lower bound; give at least one")
+    times = _times(graph, devices, cost)
+    fastest_row = np.where(np.isfinite(times), times, np.inf).min(axis=1)
+    fastest = dict(zip(graph.nodes, fastest_row.tolist()))
+    cp = critical_path(graph, fastest)
+    average = float(fastest_row.sum()) / len(devices)
+    try:
+        load, method = max(load_bound_lp(times), average), "lp"
+    except ImportError:
+        load, method = average, "average"
+    log.info("lower bound: critical path %.6f s, load %.6f s (%s)", cp, load, method)
+    return LowerBound(value=max(cp, load), critical_path=cp, load=load, load_method=method)

@@ -1,0 +1,46 @@
+import numpy as np
+import pytest
+from placer_testkit import make_graph
+
+from placer.errors import PlacerError
+from placer.measure.lower_bound import lower_bound
+from placer.measure.simulator import AnalyticCostModel, Simulator
+from placer.placers import PLACERS
+
+DEVICES = ["cpu:0", "cpu:1"]
+
+
+@pytest.fixture
+def dag():
+    rng = np.random.default_rng(1)
+    spec = [(f"n{i}", sorted({f"n{j}" for j in rng.integers(0, i, size=min(i, 2))}) if i else [],
+             float(rng.uniform(1e7, 1e9))) for i in range(40)]
+    return make_graph(spec, numel=10_000, params={f"n{i}": 4000 for i in range(40)})
+
+
+@pytest.mark.parametrize("name", sorted(PLACERS))
+def test_every_placer_places_every_node_on_a_listed_device_no_faster_than_the_bound(name, dag):
+    cost = AnalyticCostModel(DEVICES)
+    p = PLACERS[name].place(dag, DEVICES, cost, None, seed=0)
+    assert set(p.nodes) == set(dag.nodes) and set(p.nodes.values()) <= set(DEVICES)
+    assert p.graph_sha256 == dag.sha256 and p.extra["placer"]["name"] == name
+    step = Simulator(dag, DEVICES, cost).simulate([DEVICES.index(p.nodes[n]) for n in dag.nodes]).step_time
+    assert step >= lower_bound(dag, DEVICES, cost).value * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in PLACERS.items() if s.respects_memory))
+def test_placers_that_respect_caps_refuse_a_graph_that_cannot_fit(name, dag):
+    with pytest.raises(PlacerError, match="mem="):
+        PLACERS[name].place(dag, DEVICES, AnalyticCostModel(DEVICES), {"cpu:0": 50_000, "cpu:1": 50_000})
+
+
+def test_the_list_schedulers_beat_random_placement_in_the_simulator(dag):
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 1e9, "cpu:1": 1e9})
+    sim = Simulator(dag, DEVICES, cost)
+
+    def step(name):
+        p = PLACERS[name].place(dag, DEVICES, cost, None, seed=0)
+        return sim.simulate([DEVICES.index(p.nodes[n]) for n in dag.nodes]).step_time
+
+    for name in ("m_etf", "m_sct", "heft"):
+        assert step(name) < step("random")
