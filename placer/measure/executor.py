@@ -1,0 +1,456 @@
+"""`PlacedExecutor`: runs one step of an `OpGraph` under a `Placement` on real devices.
+
+One worker thread per device runs that device's nodes in a static topological order and waits
+only for the tensors it reads from other devices. Design:
+
+- *Schedule* (`placer.measure.schedule`): computed once per placement; for each device its steps,
+  the remote tensors each step needs first, the outputs other devices read (published after the
+  producing step) and the tensors dropped after their last local use.
+- *Constants*: parameters and folded shape/constant subgraphs (`placer.measure.prepare`) are put
+  on each device that reads them once, when the executor is built; small integer tensors that
+  kernels read on the host (shapes, axes) stay on the CPU so no kernel ever syncs a GPU for them.
+- *Virtual CPU devices* `cpu:K` share the process's memory: a tensor crossing between two of them
+  is handed over, not copied. Each worker sets its own intra-op thread count
+  (`torch.set_num_threads` inside the worker thread: OpenMP's thread count is per thread), so
+  two single-thread workers really run on two cores at once.
+- *CUDA*: each device has its own stream; a crossing tensor carries an event recorded on the
+  producer's stream, and the consumer's stream waits on it before a non-blocking copy.
+- *Failures*: an over-cap placement raises `OutOfMemory` when the executor is built (predicted
+  from tensor lifetimes, before anything is allocated); a kernel failure raises `KernelError`;
+  workers check a deadline between nodes and raise `StepTimeout`. The first failing worker
+  aborts the others.
+
+Training-step objective (later issue): a step is any callable with named inputs and outputs
+(`schedule.Step`), so a backward pass is more steps appended to each device's list — the VJP of
+each node, in reverse topological order, on the node's device, reading ``grad:<tensor>`` names —
+and `build_schedule` derives the crossings (gradients flow back over the same edges), frees and
+memory the same way. Saved activations are kept by not freeing forward tensors a backward step
+reads, which the last-use rule already does. Only `_forward_steps` would gain a sibling.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.measure.devices import Device, parse_device
+from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
+from placer.measure.memory import MemoryEstimate, predict_peak_memory
+from placer.measure.prepare import PreparedGraph, check_feeds, prepare
+from placer.measure.schedule import Schedule, Step, build_schedule
+from placer.placement import Placement
+
+log = logging.getLogger(__name__)
+
+# Integer tensors up to this many elements that only feed host inputs stay on the CPU.
+_HOST_MAX_NUMEL = 4096
+# How often a waiting worker looks at the abort flag and the deadline.
+_POLL_S = 0.05
+
+
+class ExecutionFailure(Exception):
+    """A step that could not complete; `failure` is a `Measurement.failure` reason."""
+
+    failure = KERNEL_ERROR
+
+    def __init__(self, message: str, peak_memory: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.peak_memory = peak_memory or {}   # device -> bytes, where known
+
+
+class OutOfMemory(ExecutionFailure):
+    failure = OOM
+
+
+class StepTimeout(ExecutionFailure):
+    failure = TIMEOUT
+
+
+class KernelError(ExecutionFailure):
+    failure = KERNEL_ERROR
+
+
+def cpu_threads(device: Device, devices: list[Device]) -> int:
+    """Intra-op threads of a CPU device: its `threads` option, else its share of the cores."""
+    if device.threads:
+        return device.threads
+    if device.index is None:
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n_cpu = sum(d.kind == "cpu" for d in devices)
+    return max(1, cores // max(1, n_cpu))
+
+
+@dataclass
+class StepProfile:
+    """Per-step timings of one run (seconds, node name -> duration) and which device ran it."""
+
+    node_times: dict[str, float] = field(default_factory=dict)
+    node_device: dict[str, str] = field(default_factory=dict)
+
+
+class _Slot:
+    """A tensor published by its producer for the devices that read it."""
+
+    __slots__ = ("ready", "value", "event")
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.value: torch.Tensor | None = None
+        self.event = None   # torch.cuda.Event recorded after the producing kernel
+
+
+class _Job:
+    """One step in flight: shared by the workers while they run it."""
+
+    def __init__(self, feeds: dict[str, torch.Tensor], crossing: set[str], deadline: float,
+                 n_workers: int, profile: bool) -> None:
+        self.feeds = feeds
+        self.slots = {t: _Slot() for t in crossing}
+        self.deadline = deadline
+        self.abort = threading.Event()
+        self.results: dict[str, torch.Tensor] = {}
+        self.errors: list[BaseException] = []
+        self.remaining = n_workers
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.profile: StepProfile | None = StepProfile() if profile else None
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            self.errors.append(exc)
+        self.abort.set()
+
+    def worker_done(self) -> None:
+        with self.lock:
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.finished.set()
+
+
+class _Worker:
+    """The thread that runs one device's schedule, step after step, for every job it is given."""
+
+    def __init__(self, executor: PlacedExecutor, device: Device, threads: int | None) -> None:
+        self.device = device
+        self.name = device.name
+        self.threads = threads
+        self.is_cuda = device.kind == "cuda"
+        self.torch_device = torch.device(device.torch_device)
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.ready = threading.Event()
+        self.stream = None
+        sched = executor.schedule.per_device[device.name]
+        kernels = executor.prepared.kernels
+        # the hot loop reads tuples, not objects
+        self.program = [(kernels[s.name], s.inputs, [t for t in s.outputs], sched.recv[i], sched.publish[i],
+                         sched.frees[i], s.name)
+                        for i, s in enumerate(sched.steps)]
+        self.feeds = list(sched.feeds)
+        self.outputs = list(sched.outputs)
+        self.consts = executor._consts[device.name]
+        self.thread = threading.Thread(target=self._loop, name=f"placer-{device.name}", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        if self.device.kind == "cpu" and self.threads:
+            # per-thread: OpenMP keeps the thread count in each thread's own state
+            torch.set_num_threads(self.threads)
+        if self.is_cuda:
+            torch.cuda.set_device(self.torch_device)
+            self.stream = torch.cuda.Stream(device=self.torch_device)
+        self.ready.set()
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            try:
+                with torch.inference_mode():
+                    if self.is_cuda:
+                        with torch.cuda.stream(self.stream):
+                            self._run(job)
+                        self.stream.synchronize()
+                    else:
+                        self._run(job)
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller of run()
+                job.fail(self._classify(exc))
+            finally:
+                job.worker_done()
+
+    def _classify(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, ExecutionFailure):
+            return exc
+        if self.is_cuda and isinstance(exc, torch.cuda.OutOfMemoryError):
+            return OutOfMemory(f"{self.name} ran out of memory: {str(exc).splitlines()[0]}")
+        return exc
+
+    def _run(self, job: _Job) -> None:
+        env = dict(self.consts)
+        for t in self.feeds:
+            env[t] = self._to_device(job.feeds[t])
+        deadline, abort, prof = job.deadline, job.abort, job.profile
+        clock = time.perf_counter
+        for fn, ins, outs, recv, pub, frees, name in self.program:
+            for t in recv:
+                env[t] = self._receive(job, t)
+            if prof is not None:
+                start = clock()
+            try:
+                values = fn([env[t] if t else None for t in ins])
+            except Exception as exc:
+                if self.is_cuda and isinstance(exc, torch.cuda.OutOfMemoryError):
+                    raise OutOfMemory(f"{self.name} ran out of memory in node {name!r}") from exc
+                raise KernelError(f"node {name!r} failed on {self.name}: {type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+            if prof is not None:
+                if self.is_cuda:
+                    self.stream.synchronize()
+                prof.node_times[name] = clock() - start
+                prof.node_device[name] = self.name
+            for t, v in zip(outs, values):
+                if t:
+                    env[t] = v
+            for t in pub:
+                self._publish(job, t, env[t])
+            for t in frees:
+                del env[t]
+            if abort.is_set():
+                return
+            if clock() > deadline:
+                raise StepTimeout(f"step exceeded its time limit on {self.name} (after node {name!r})")
+        for t in self.outputs:
+            job.results[t] = env[t]
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device == self.torch_device:
+            return tensor
+        return tensor.to(self.torch_device, non_blocking=True)
+
+    def _publish(self, job: _Job, tensor: str, value: torch.Tensor) -> None:
+        slot = job.slots[tensor]
+        if self.is_cuda:
+            slot.event = torch.cuda.Event()
+            slot.event.record(self.stream)
+        slot.value = value
+        slot.ready.set()
+
+    def _receive(self, job: _Job, tensor: str) -> torch.Tensor:
+        slot = job.slots[tensor]
+        while not slot.ready.wait(_POLL_S):
+            if job.abort.is_set():
+                raise _Aborted()
+            if time.perf_counter() > job.deadline:
+                raise StepTimeout(f"step exceeded its time limit on {self.name} (waiting for {tensor!r})")
+        value = slot.value
+        if value.device == self.torch_device:
+            return value     # virtual CPU devices share memory: a hand-over, no copy
+        if slot.event is not None:
+            if self.is_cuda:
+                self.stream.wait_event(slot.event)
+            else:
+                slot.event.synchronize()
+        copy = value.to(self.torch_device, non_blocking=self.is_cuda)
+        if self.is_cuda and value.is_cuda:
+            # the source block must not be reused before this stream's copy has read it
+            value.record_stream(self.stream)
+        return copy
+
+
+class _Aborted(Exception):
+    """Another worker failed; this one stops without adding an error of its own."""
+
+
+class PlacedExecutor:
+    """Runs `graph` under `placement` on `devices`, one worker thread per device holding nodes.
+
+    Build it once per placement (parameters are loaded then), call `run(feeds)` for each step,
+    and `close()` it (or use it as a context manager) to stop its threads.
+    """
+
+    def __init__(self, graph: OpGraph, placement: Placement, devices: list[Device] | list[str] | None = None,
+                 *, prepared: PreparedGraph | None = None) -> None:
+        self.graph = graph
+        self.devices = _as_devices(devices if devices is not None else placement.devices)
+        by_name = {d.name: d for d in self.devices}
+        self.assignment = _check_placement(graph, placement, by_name)
+        self.prepared = prepared if prepared is not None else prepare(graph)
+        used = [d for d in self.devices if d.name in set(self.assignment.values())]
+        self.schedule = _forward_schedule(graph, self.prepared, self.assignment, [d.name for d in self.devices])
+        self.memory = predict_peak_memory(self.schedule, self._tensor_bytes)
+        over = [(d, self.memory[d.name]) for d in used if d.mem_cap is not None and self.memory[d.name].peak > d.mem_cap]
+        if over:
+            raise OutOfMemory("; ".join(f"{d.name} needs about {_fmt(m.peak)} (peak at {m.peak_step!r}) "
+                                        f"but its cap is {_fmt(d.mem_cap)}" for d, m in over),
+                              peak_memory={d: m.peak for d, m in self.memory.items()})
+        self._measured_peak: dict[str, int] = {}
+        self._consts = {d.name: self._load_constants(d) for d in self.devices}
+        self._threads = {d.name: cpu_threads(d, self.devices) if d.kind == "cpu" else None for d in self.devices}
+        self._workers: list[_Worker] = []
+        self._active = [d for d in self.devices if self.schedule.per_device[d.name].steps]
+        self._broken: str | None = None
+        self._direct_outputs = {t for t in self.schedule.outputs if t not in self.schedule.home}
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _tensor_bytes(self, name: str) -> int:
+        if self.prepared.is_constant(name):
+            value = self.prepared.constant(name)
+            return value.numel() * value.element_size()
+        info = self.graph.tensors.get(name)
+        return info.nbytes if info is not None else 0
+
+    def _load_constants(self, device: Device) -> dict[str, torch.Tensor]:
+        """Parameters and folded values this device reads, moved there once."""
+        sched = self.schedule.per_device[device.name]
+        if device.kind == "cpu":
+            return {t: self.prepared.constant(t) for t in sched.consts}
+        host_only = _host_only_inputs(self.prepared, sched)
+        target = torch.device(device.torch_device)
+        consts = {}
+        try:
+            for t in sched.consts:
+                value = self.prepared.constant(t)
+                keep_on_host = t in host_only and not value.is_floating_point() and value.numel() <= _HOST_MAX_NUMEL
+                consts[t] = value if keep_on_host else value.to(target)
+        except torch.cuda.OutOfMemoryError as exc:
+            raise OutOfMemory(f"{device.name} ran out of memory loading the parameters") from exc
+        return consts
+
+    def _start(self) -> None:
+        main_threads = torch.get_num_threads()
+        self._workers = [_Worker(self, d, self._threads[d.name]) for d in self._active]
+        for w in self._workers:
+            w.ready.wait()
+        # workers' set_num_threads also set the default of threads torch creates later; restore it
+        torch.set_num_threads(main_threads)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self, feeds: Mapping[str, object], timeout_s: float | None = None,
+            profile: StepProfile | None = None) -> dict[str, torch.Tensor]:
+        """Run one step; graph output name -> tensor (on the device that produced it).
+
+        `timeout_s` bounds the step: workers check the deadline between nodes. With `profile`,
+        each node's duration is recorded into it (CUDA nodes are synchronised to be timed).
+        """
+        if self._broken:
+            raise PlacerError(f"this executor cannot run again: {self._broken}; build a new one")
+        tensors = check_feeds(self.graph, dict(feeds))
+        if not self._workers and self._active:
+            self._start()
+        cuda = [d for d in self._active if d.kind == "cuda"]
+        for d in cuda:
+            torch.cuda.reset_peak_memory_stats(d.torch_device)
+        deadline = time.perf_counter() + (timeout_s if timeout_s is not None else float("inf"))
+        crossing = {t for t, _, _ in self.schedule.crossings}
+        job = _Job(tensors, crossing, deadline, len(self._workers), profile is not None)
+        if job.profile is not None:
+            job.profile = profile
+        for w in self._workers:
+            w.jobs.put(job)
+        if self._workers:
+            wait = None if timeout_s is None else timeout_s + 5.0
+            if not job.finished.wait(wait):
+                job.abort.set()
+                self._broken = "a kernel overran the step's time limit and is still running"
+                raise StepTimeout(f"step exceeded its time limit of {timeout_s:g}s inside a kernel")
+        errors = [e for e in job.errors if not isinstance(e, _Aborted)]
+        if errors:
+            first = errors[0]
+            if isinstance(first, ExecutionFailure):
+                raise first
+            raise KernelError(f"{type(first).__name__}: {first}") from first
+        for d in cuda:
+            self._measured_peak[d.name] = torch.cuda.max_memory_allocated(d.torch_device)
+            if d.mem_cap is not None and self._measured_peak[d.name] > d.mem_cap:
+                raise OutOfMemory(f"{d.name} peaked at {_fmt(self._measured_peak[d.name])}, "
+                                  f"over its cap of {_fmt(d.mem_cap)}")
+        results = job.results
+        for t in self._direct_outputs:
+            results[t] = tensors[t] if t in tensors else self.prepared.constant(t)
+        return {t: results[t] for t in self.schedule.outputs}
+
+    @property
+    def peak_memory(self) -> dict[str, int]:
+        """Peak bytes per device: measured on CUDA (after a run), accounted from lifetimes elsewhere."""
+        return {d.name: self._measured_peak.get(d.name, self.memory[d.name].peak) for d in self.devices}
+
+    @property
+    def predicted_memory(self) -> dict[str, MemoryEstimate]:
+        return dict(self.memory)
+
+    def close(self) -> None:
+        """Stop the worker threads (idempotent)."""
+        for w in self._workers:
+            w.jobs.put(None)
+        for w in self._workers:
+            w.thread.join(timeout=1.0)
+        self._workers = []
+
+    def __enter__(self) -> PlacedExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _as_devices(devices: list[Device] | list[str]) -> list[Device]:
+    return [d if isinstance(d, Device) else parse_device(d) for d in devices]
+
+
+def _check_placement(graph: OpGraph, placement: Placement, by_name: dict[str, Device]) -> dict[str, str]:
+    missing = [n for n in graph.nodes if n not in placement.nodes]
+    if missing:
+        raise PlacerError(f"the placement does not place {len(missing)} node(s) of the graph, e.g. "
+                          f"{missing[:3]}; `placer inspect --json` lists the node names")
+    unknown = sorted({d for n, d in placement.nodes.items() if n in graph.nodes and d not in by_name})
+    if unknown:
+        raise PlacerError(f"the placement uses device(s) {unknown} that are not among "
+                          f"{list(by_name)}; add them to --devices or map them with --map")
+    return {n: placement.nodes[n] for n in graph.nodes}
+
+
+def _forward_steps(graph: OpGraph, prepared: PreparedGraph) -> list[Step]:
+    """The nodes that run every step (folded ones excluded), in topological order."""
+    return [Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()
+            if n.name in prepared.kernels]
+
+
+def _forward_schedule(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str, str],
+                      devices: list[str]) -> Schedule:
+    consts = set(prepared.params) | set(prepared.folded)
+    return build_schedule(_forward_steps(graph, prepared), assignment, devices, consts,
+                          {i.name for i in graph.inputs}, [o.name for o in graph.outputs])
+
+
+def _host_only_inputs(prepared: PreparedGraph, sched) -> set[str]:
+    """Constants that this device's steps read only at host-input positions."""
+    host, data = set(), set()
+    for step in sched.steps:
+        positions = prepared.host_inputs(step.name)
+        for i, t in enumerate(step.inputs):
+            if t:
+                (host if i in positions else data).add(t)
+    return host - data
+
+
+def _fmt(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
