@@ -1,0 +1,300 @@
+"""A fast simulator of the placed executor, an analytic cost model, and the measurer built on them.
+
+The executor's semantics, as simulated here: every device runs its nodes one at a time in the
+graph's topological order; a tensor needed on another device is copied over the directed link
+between the two as soon as its producer finishes, each link carrying one copy at a time in the
+same topological order; a node starts when its device is free and every input has arrived.
+Because every resource (device or link) serves its jobs in a fixed order, the event times follow
+from one pass over the nodes in topological order, with no event heap: each job starts at the
+later of "its resource is free" and "its inputs are done", and both are known by then.
+
+Memory comes from tensor lifetimes: a node's output is allocated when it starts and freed when
+its last consumer on that device finishes (and its outgoing copies are done); a copy lives on its
+destination from the start of the transfer to the end of its last consumer there; weights and
+graph inputs stay resident on every device that reads them. A device whose peak exceeds its cap
+fails the placement as out-of-memory.
+
+Costs come only from a `placer.measure.costmodel.CostModel`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph, OpNode
+from placer.measure.costmodel import CostModel
+from placer.measure.devices import Device
+from placer.measure.measurement import INVALID, OOM, Measurement
+from placer.placement import Placement
+
+# Defaults of the analytic model, per device kind: rough figures of one CPU core's share and a
+# mid-range GPU. Only their ratios matter to the placements the simulator prefers.
+_FLOPS = {"cpu": 2e10, "cuda": 1e13}          # FLOP/s
+_MEM_BW = {"cpu": 1e10, "cuda": 5e11}         # bytes/s of memory traffic per op
+_LAUNCH = {"cpu": 5e-6, "cuda": 1e-5}         # fixed cost per op, seconds
+# Links: (latency s, bandwidth bytes/s). Virtual CPU devices share memory, so a copy is a memcpy.
+_LINKS = {("cpu", "cpu"): (1e-6, 1e10), ("cpu", "cuda"): (1e-5, 1.2e10),
+          ("cuda", "cpu"): (1e-5, 1.2e10), ("cuda", "cuda"): (1e-5, 5e10)}
+
+
+def device_kind(name: str) -> str:
+    """'cuda:1' -> 'cuda', 'cpu:0' -> 'cpu', 'cpu' -> 'cpu'."""
+    return name.split(":", 1)[0].split("[", 1)[0]
+
+
+@dataclass
+class AnalyticCostModel:
+    """Deterministic costs from the graph's own features.
+
+    op time = FLOPs / device speed + bytes touched (outputs + weights) / memory bandwidth
+    + a fixed launch overhead; transfer = link latency + bytes / link bandwidth. Every figure can
+    be set per device name (`speeds`, `mem_bandwidths`) or per link (`links`).
+    """
+
+    devices: list[str]
+    speeds: dict[str, float] = field(default_factory=dict)          # device -> FLOP/s
+    mem_bandwidths: dict[str, float] = field(default_factory=dict)  # device -> bytes/s
+    launch_overhead: dict[str, float] = field(default_factory=dict)  # device -> seconds
+    links: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (src, dst) -> (latency, B/s)
+
+    def __post_init__(self) -> None:
+        self.devices = [d if isinstance(d, str) else d.name for d in self.devices]
+        for d in self.devices:
+            kind = device_kind(d)
+            if kind not in _FLOPS:
+                raise PlacerError(f"the analytic cost model knows cpu and cuda devices, not {d!r}")
+            self.speeds.setdefault(d, _FLOPS[kind])
+            self.mem_bandwidths.setdefault(d, _MEM_BW[kind])
+            self.launch_overhead.setdefault(d, _LAUNCH[kind])
+
+    def op_time(self, node: OpNode, device: str) -> float:
+        """Seconds `node` takes on `device` (inf where the node cannot run on its kind)."""
+        if device_kind(device) not in node.device_kinds:
+            return math.inf
+        moved = node.output_bytes + node.param_bytes
+        return (max(node.flops, 0.0) / self.speeds[device] + moved / self.mem_bandwidths[device]
+                + self.launch_overhead[device])
+
+    def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
+        """Seconds to copy `nbytes` from `src` to `dst` (0 on the same device)."""
+        if src == dst:
+            return 0.0
+        latency, bandwidth = self.links.get((src, dst)) or _LINKS[(device_kind(src), device_kind(dst))]
+        return latency + nbytes / bandwidth
+
+
+@dataclass
+class SimResult:
+    """One simulated step: its time, per-device peak memory, and a failure if any."""
+
+    step_time: float
+    peak_memory: list[int]
+    failure: str | None = None
+    reason: str | None = None
+
+
+class Simulator:
+    """Predicts the step time and peak memory of a placement given as one device index per node.
+
+    Everything that does not depend on the placement (costs, tensor sizes, consumers) is
+    precomputed into flat lists at construction, so a simulation is one tight Python pass.
+    """
+
+    def __init__(self, graph: OpGraph, devices: Sequence[str], cost_model: CostModel,
+                 mem_caps: Sequence[int | None] | None = None) -> None:
+        self.graph = graph
+        self.devices = list(devices)
+        self.mem_caps = list(mem_caps) if mem_caps is not None else [None] * len(self.devices)
+        names = list(graph.nodes)
+        self.node_names = names
+        index = {n: i for i, n in enumerate(names)}
+        D = len(self.devices)
+
+        # op_time[i][d]: seconds of node i on device d.
+        self.op_time = [[float(cost_model.op_time(node, dev)) for dev in self.devices]
+                        for node in graph.nodes.values()]
+
+        # Tensors produced by nodes and read by a node or returned: one entry each.
+        graph_outputs = {t.name for t in graph.outputs}
+        consumers = graph.consumers
+        producer = graph.producer
+        self.t_producer: list[int] = []
+        self.t_bytes: list[int] = []
+        self.t_consumers: list[list[int]] = []
+        self.t_is_output: list[bool] = []
+        self.t_xfer: list[list[float]] = []     # [src * D + dst] -> seconds
+        tensor_id: dict[str, int] = {}
+        self.out_tensors: list[list[int]] = [[] for _ in names]
+        for i, node in enumerate(graph.nodes.values()):
+            for t in node.outputs:
+                if not t or (t not in consumers and t not in graph_outputs):
+                    continue
+                info = graph.tensors.get(t)
+                nbytes = info.nbytes if info is not None else 0
+                tid = len(self.t_bytes)
+                tensor_id[t] = tid
+                self.t_producer.append(i)
+                self.t_bytes.append(nbytes)
+                self.t_consumers.append([index[c] for c in consumers.get(t, [])])
+                self.t_is_output.append(t in graph_outputs)
+                self.t_xfer.append([float(cost_model.transfer_time(nbytes, s, d))
+                                    for s in self.devices for d in self.devices])
+                self.out_tensors[i].append(tid)
+        self.in_tensors: list[list[int]] = [
+            sorted({tensor_id[t] for t in node.inputs if t in tensor_id and producer.get(t) != name})
+            for name, node in graph.nodes.items()]
+
+        # Resident data: weights and graph inputs, each counted once on every device reading it.
+        resident: dict[str, int] = {t.name: t.nbytes for t in graph.initializers.values()}
+        resident.update({t.name: t.nbytes for t in graph.inputs})
+        self.r_bytes: list[int] = []
+        self.r_consumers: list[list[int]] = []
+        for t, nbytes in resident.items():
+            readers = [index[c] for c in consumers.get(t, [])]
+            if readers:
+                self.r_bytes.append(nbytes)
+                self.r_consumers.append(readers)
+        self._D = D
+
+    def simulate(self, assign: Sequence[int]) -> SimResult:
+        """Simulate one step of the placement `assign` (device index of each node, in order)."""
+        D = self._D
+        op_time = self.op_time
+        n = len(op_time)
+        for i in range(n):
+            if op_time[i][assign[i]] == math.inf:
+                return SimResult(math.inf, [0] * D, INVALID,
+                                 f"node {self.node_names[i]} cannot run on {self.devices[assign[i]]}")
+
+        start = [0.0] * n
+        finish = [0.0] * n
+        dev_free = [0.0] * D
+        link_free = [0.0] * (D * D)
+        arrival = [math.inf] * (len(self.t_bytes) * D)
+        # Copies made: (tensor, dst, transfer start, transfer end).
+        copies: list[tuple[int, int, float, float]] = []
+        t_consumers, t_xfer, in_tensors, out_tensors = self.t_consumers, self.t_xfer, self.in_tensors, self.out_tensors
+
+        for i in range(n):
+            d = assign[i]
+            ready = dev_free[d]
+            for t in in_tensors[i]:
+                a = arrival[t * D + d]
+                if a > ready:
+                    ready = a
+            fin = ready + op_time[i][d]
+            start[i] = ready
+            finish[i] = fin
+            dev_free[d] = fin
+            for t in out_tensors[i]:
+                arrival[t * D + d] = fin
+                for dst in {assign[c] for c in t_consumers[t]}:
+                    if dst == d:
+                        continue
+                    link = d * D + dst
+                    s = link_free[link]
+                    if fin > s:
+                        s = fin
+                    e = s + t_xfer[t][link]
+                    link_free[link] = e
+                    arrival[t * D + dst] = e
+                    copies.append((t, dst, s, e))
+
+        step = max(max(dev_free), max(link_free)) if n else 0.0
+        peaks = self._peak_memory(assign, start, finish, copies, step)
+        for d, cap in enumerate(self.mem_caps):
+            if cap is not None and peaks[d] > cap:
+                return SimResult(step, peaks, OOM,
+                                 f"{self.devices[d]} needs {peaks[d]} bytes at peak, over its cap of {cap}")
+        return SimResult(step, peaks, None)
+
+    def _peak_memory(self, assign: Sequence[int], start: list[float], finish: list[float],
+                     copies: list[tuple[int, int, float, float]], step: float) -> list[int]:
+        """Per-device peak of resident data plus live tensors, from allocation/free events."""
+        D = self._D
+        static = [0] * D
+        for nbytes, readers in zip(self.r_bytes, self.r_consumers):
+            for d in {assign[c] for c in readers}:
+                static[d] += nbytes
+        events: list[list[tuple[float, int]]] = [[] for _ in range(D)]
+        copy_end: dict[int, float] = {}
+        for t, dst, s, e in copies:
+            last = max((finish[c] for c in self.t_consumers[t] if assign[c] == dst), default=e)
+            events[dst].append((s, self.t_bytes[t]))
+            events[dst].append((max(last, e), -self.t_bytes[t]))
+            if e > copy_end.get(t, -1.0):
+                copy_end[t] = e
+        for t, p in enumerate(self.t_producer):
+            d = assign[p]
+            nbytes = self.t_bytes[t]
+            if self.t_is_output[t]:
+                free = step
+            else:
+                free = max((finish[c] for c in self.t_consumers[t] if assign[c] == d), default=finish[p])
+                free = max(free, copy_end.get(t, free))
+            events[d].append((start[p], nbytes))
+            events[d].append((free, -nbytes))
+        peaks = []
+        for d in range(D):
+            # At equal times frees (negative) sort first: a finished op releases before the next starts.
+            live = peak = 0
+            for _, delta in sorted(events[d]):
+                live += delta
+                if live > peak:
+                    peak = live
+            peaks.append(static[d] + peak)
+        return peaks
+
+
+class SimulatedMeasurer:
+    """A `Measurer` whose step times come from the simulator: deterministic and fast.
+
+    `mem_caps` (device name -> bytes) overrides the caps given in the `Device` specs. With
+    `cache`, a placement seen before is answered from memory and marked ``cached``.
+    """
+
+    def __init__(self, graph: OpGraph, devices: Sequence[Device | str], cost_model: CostModel | None = None,
+                 mem_caps: dict[str, int] | None = None, cache: bool = True) -> None:
+        names = [d if isinstance(d, str) else d.name for d in devices]
+        caps = {d.name: d.mem_cap for d in devices if not isinstance(d, str) and d.mem_cap is not None}
+        caps.update(mem_caps or {})
+        self.devices = names
+        self.graph = graph
+        self.cost_model = cost_model if cost_model is not None else AnalyticCostModel(names)
+        self.simulator = Simulator(graph, names, self.cost_model, [caps.get(d) for d in names])
+        self._index = {d: i for i, d in enumerate(names)}
+        self._cache: dict[tuple[int, ...], Measurement] | None = {} if cache else None
+        self.protocol = {"kind": "simulated", "cost_model": type(self.cost_model).__name__}
+
+    def measure(self, placement: Placement) -> Measurement:
+        """Simulate `placement`; a placement that misses nodes or names unknown devices fails as invalid."""
+        missing = [n for n in self.simulator.node_names if n not in placement.nodes]
+        unknown = sorted({d for d in placement.nodes.values() if d not in self._index})
+        if missing or unknown:
+            reason = (f"{len(missing)} nodes unplaced (e.g. {missing[0]})" if missing
+                      else f"devices {unknown} are not among {self.devices}")
+            return Measurement(ok=False, failure=INVALID, reason=reason, protocol=dict(self.protocol))
+        return self.measure_assignment([self._index[placement.nodes[n]] for n in self.simulator.node_names])
+
+    def measure_assignment(self, assign: Sequence[int]) -> Measurement:
+        """Like `measure`, for a device index per node in topological order (no `Placement` built)."""
+        key = tuple(assign)
+        hit = self._cache.get(key) if self._cache is not None else None
+        if hit is not None:
+            return Measurement(**{**hit.__dict__, "cached": True, "times": list(hit.times),
+                                  "peak_memory": dict(hit.peak_memory), "protocol": dict(hit.protocol)})
+        r = self.simulator.simulate(key)
+        peaks = {d: int(p) for d, p in zip(self.devices, r.peak_memory)}
+        if r.failure is None:
+            m = Measurement(ok=True, step_time=r.step_time, spread=0.0, times=[r.step_time],
+                            peak_memory=peaks, protocol=dict(self.protocol))
+        else:
+            m = Measurement(ok=False, peak_memory=peaks, failure=r.failure, reason=r.reason,
+                            protocol=dict(self.protocol))
+        if self._cache is not None:
+            self._cache[key] = m
+        return Measurement(**{**m.__dict__, "times": list(m.times), "peak_memory": dict(m.peak_memory),
+                              "protocol": dict(m.protocol)})
