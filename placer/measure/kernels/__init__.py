@@ -1,0 +1,36 @@
+"""ONNX op -> torch kernels, dispatched by opset.
+
+`bind_node(node, opset)` binds one ONNX node once; the returned `NodeFn` is then called with the
+node's inputs (torch tensors, None for omitted optional inputs) on every step and returns its
+outputs. `unsupported_ops` / `check_supported` report every op without a kernel before anything
+runs. Modules by family: elementwise, activation, conv, pool, norm, linalg, reduce, shape, index,
+generate, pad, resize, rnn.
+"""
+
+from placer.measure.kernels import (  # noqa: F401  (importing registers the kernels)
+    activation,
+    conv,
+    elementwise,
+    generate,
+    index,
+    linalg,
+    norm,
+    pool,
+    reduce,
+    shape,
+)
+from placer.measure.kernels.registry import (
+    BoundKernel,
+    Node,
+    NodeFn,
+    bind_node,
+    check_supported,
+    host_inputs,
+    is_supported,
+    register,
+    supported_ops,
+    unsupported_ops,
+)
+
+__all__ = ["BoundKernel", "Node", "NodeFn", "bind_node", "check_supported", "host_inputs",
+           "is_supported", "register", "supported_ops", "unsupported_ops"]

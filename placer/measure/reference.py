@@ -1,0 +1,133 @@
+"""A plain sequential interpreter of an ONNX graph over the torch kernels.
+
+Used to complete shapes that static inference leaves unknown, as the engine of the conformance
+backend, and as the single-device reference the placed executor is checked against.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from placer.errors import PlacerError
+from placer.measure.kernels import bind_node, check_supported
+from placer.measure.kernels.dtypes import to_numpy, to_torch
+
+log = logging.getLogger(__name__)
+
+
+def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
+    if model.functions:
+        # Local functions (e.g. from the dynamo exporter) become plain nodes.
+        from onnx import inliner
+
+        model = inliner.inline_local_functions(model)
+    for node in model.graph.node:
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for a in node.attribute):
+            raise PlacerError(f"node {node.name or node.op_type!r} ({node.op_type}) has a subgraph; "
+                              "control flow is not supported, re-export the model without it")
+    return model
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    opsets.setdefault("", 1)
+    return opsets
+
+
+def iter_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray | torch.Tensor],
+                keep: Sequence[str] | None = None,
+                device: str | torch.device = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
+    """Run the graph node by node, yielding (name, tensor) for every node output as it is made.
+
+    Tensors no later node reads (and not in `keep`) are dropped as soon as possible, so this
+    also serves to find every intermediate shape of a large model.
+    """
+    model = _prepare(model)
+    check_supported(model)
+    graph = model.graph
+    opsets = _opsets(model)
+    device = torch.device(device)
+    initializer_names = {t.name for t in graph.initializer}
+    missing = [i.name for i in graph.input if i.name not in feeds and i.name not in initializer_names]
+    if missing:
+        raise PlacerError(f"no value given for the model input(s) {', '.join(missing)}; "
+                          "feed every graph input")
+
+    values: dict[str, torch.Tensor] = {}
+    for t in graph.initializer:
+        values[t.name] = to_torch(numpy_helper.to_array(t)).to(device)
+    for name, value in feeds.items():
+        t = value if isinstance(value, torch.Tensor) else to_torch(value)
+        values[name] = t.to(device)
+
+    # Last reader of each tensor, to free it once read.
+    last_use: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for name in node.input:
+            if name:
+                last_use[name] = i
+    pinned = set(keep or ()) | {o.name for o in graph.output}
+
+    kernels = [bind_node(n, opsets.get("" if n.domain == "ai.onnx" else n.domain, 1))
+               for n in graph.node]
+    for i, (node, kernel) in enumerate(zip(graph.node, kernels)):
+        try:
+            inputs = [values[name] if name else None for name in node.input]
+        except KeyError as e:
+            raise PlacerError(f"node {node.name or node.op_type!r} reads {e.args[0]!r}, which no "
+                              "earlier node produces; the model is not in topological order") from None
+        # Trailing omitted inputs are dropped so kernels can test len(inputs).
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        outputs = kernel(inputs)
+        for name, value in zip(node.output, outputs):
+            if name:
+                values[name] = value
+                yield name, value
+        for name in node.input:
+            if name and last_use.get(name) == i and name not in pinned:
+                values.pop(name, None)
+
+
+def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+              outputs: list[str] | None = None, device: str = "cpu") -> dict[str, np.ndarray]:
+    """Run `model` on `feeds` with the torch kernels; returns the named outputs as numpy arrays.
+
+    `outputs` may name any tensor of the graph (intermediates included); default: the graph
+    outputs. Works on models whose intermediate shapes are unknown.
+    """
+    wanted = list(outputs) if outputs is not None else [o.name for o in model.graph.output]
+    found: dict[str, np.ndarray] = {}
+    direct = {**{t.name: t for t in model.graph.initializer}}
+    for name in wanted:
+        if name in feeds:
+            found[name] = np.asarray(feeds[name])
+        elif name in direct:
+            found[name] = numpy_helper.to_array(direct[name])
+    with torch.inference_mode():
+        for name, value in iter_values(model, feeds, keep=wanted, device=device):
+            if name in wanted:
+                found[name] = to_numpy(value)
+    unknown = [n for n in wanted if n not in found]
+    if unknown:
+        raise PlacerError(f"the model has no tensor named {', '.join(unknown)}; "
+                          "ask for graph outputs or node outputs")
+    return {name: found[name] for name in wanted}
+
+
+def tensor_shapes(model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+                  ) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every node output's (shape, numpy dtype name) from one run on `feeds` (shape completion)."""
+    shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+    with torch.inference_mode():
+        for name, value in iter_values(model, feeds):
+            dtype = str(value.dtype).removeprefix("torch.")
+            shapes[name] = (tuple(value.shape), "float32" if dtype == "bfloat16" else dtype)
+    return shapes
