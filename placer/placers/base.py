@@ -7,6 +7,7 @@ one accept None), `caps` device name -> bytes (a missing device has no cap).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -30,20 +31,62 @@ def caps_from_devices(devices: Sequence[Device]) -> Caps:
 
 
 def node_memory(node: OpNode) -> int:
-    """Bytes a node holds on its device if nothing is freed: its weights plus its outputs.
-
-    The placers that respect caps budget with this (Baechi's "persistent + output memory"); it
-    over-estimates what the executor keeps alive, so a placement within it fits.
-    """
+    """Bytes a node holds on its device if nothing is freed: its weights plus its outputs."""
     return node.param_bytes + node.output_bytes
 
 
+class MemoryBook:
+    """The memory budget the cap-respecting placers keep, device by device.
+
+    A node placed on a device costs its weights and outputs (Baechi's persistent + output
+    memory), plus a copy of each input that is not there yet: a graph input, or a tensor made
+    on another device. Nothing is freed unless a placer calls `release`, so the book
+    over-estimates the executor's tensor-lifetime peak and a placement within it fits.
+    """
+
+    def __init__(self, graph: OpGraph, devices: list[str], caps: Caps | None) -> None:
+        self.graph = graph
+        self.caps = {d: float((caps or {}).get(d, math.inf)) for d in devices}
+        self.used = {d: 0 for d in devices}
+        self.peak = {d: 0 for d in devices}
+        self._present: dict[str, set[str]] = {d: set() for d in devices}  # tensors held on d
+
+    def need(self, node: str, device: str, place: dict[str, str]) -> int:
+        """Bytes `node` would add on `device`, given where its producers went (`place`)."""
+        op = self.graph.nodes[node]
+        have = self._present[device]
+        copies = sum(self.graph.tensors[t].nbytes for t in self._arriving(op, device, place) if t not in have)
+        return node_memory(op) + copies
+
+    def fits(self, node: str, device: str, place: dict[str, str]) -> bool:
+        return self.used[device] + self.need(node, device, place) <= self.caps[device]
+
+    def add(self, node: str, device: str, place: dict[str, str]) -> None:
+        """Charge `node` to `device` (call before recording it in `place`)."""
+        op = self.graph.nodes[node]
+        self.used[device] += self.need(node, device, place)
+        self._present[device].update(self._arriving(op, device, place))
+        self._present[device].update(t for t in op.outputs if t)
+        self.peak[device] = max(self.peak[device], self.used[device])
+
+    def release(self, device: str, nbytes: int) -> None:
+        self.used[device] -= nbytes
+
+    def _arriving(self, op: OpNode, device: str, place: dict[str, str]) -> list[str]:
+        producer = self.graph.producer
+        feeds = {t.name for t in self.graph.inputs}
+        return [t for t in dict.fromkeys(op.inputs) if t and t in self.graph.tensors and
+                (t in feeds or (t in producer and place.get(producer[t]) not in (None, device)))]
+
+
 def static_memory(graph: OpGraph, placement: Placement) -> dict[str, int]:
-    """Per-device sum of `node_memory` under `placement` (every device listed)."""
-    used = {d: 0 for d in placement.devices}
-    for name, node in graph.nodes.items():
-        used[placement.nodes[name]] += node_memory(node)
-    return used
+    """Per-device memory of `placement` as the `MemoryBook` counts it (every device listed)."""
+    book = MemoryBook(graph, placement.devices, None)
+    place: dict[str, str] = {}
+    for name in graph.nodes:
+        book.add(name, placement.nodes[name], place)
+        place[name] = placement.nodes[name]
+    return book.used
 
 
 def require_cost(cost: CostModel | None, placer: str) -> CostModel:

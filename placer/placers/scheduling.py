@@ -12,20 +12,21 @@ import math
 
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
-from placer.placers.base import Caps, node_memory
+from placer.placers.base import Caps, MemoryBook
 
 
 class ScheduleState:
     """A partial schedule: placed nodes, their finish times, device timelines and memory.
 
-    `dynamic_memory` frees a node's outputs once its last consumer is placed (Baechi's m-ETF
-    accounting); otherwise every node's weights and outputs stay counted (the static budget).
+    Memory is a `MemoryBook`; `dynamic_memory` also frees a node's outputs once its last
+    consumer is placed (Baechi's m-ETF accounting), otherwise everything stays counted.
     """
 
     def __init__(self, graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None,
                  dynamic_memory: bool = False) -> None:
         self.graph, self.devices, self.cost = graph, list(devices), cost
-        self.caps = {d: float((caps or {}).get(d, math.inf)) for d in devices}
+        self.memory = MemoryBook(graph, devices, caps)
+        self.caps = self.memory.caps
         self.dynamic_memory = dynamic_memory
         self.topo_index = {n: i for i, n in enumerate(graph.nodes)}
         self.preds: dict[str, list[tuple[str, int]]] = {
@@ -39,9 +40,8 @@ class ScheduleState:
         self.finish: dict[str, float] = {}
         self.free_at = {d: 0.0 for d in devices}            # end of the device's last node
         self.busy: dict[str, list[tuple[float, float]]] = {d: [] for d in devices}  # sorted intervals
-        self.used = {d: 0 for d in devices}
-        self.peak = {d: 0 for d in devices}
         self._waiting_consumers = {n: len(self.succs[n]) for n in graph.nodes}
+        self._graph_outputs = {t.name for t in graph.outputs}
 
     def arrival(self, node: str, device: str) -> float:
         """When all of `node`'s inputs can be on `device` (its producers must be placed)."""
@@ -54,8 +54,7 @@ class ScheduleState:
 
     def can_run(self, node: str, device: str) -> bool:
         """The device can execute the node and has memory left for it."""
-        return math.isfinite(self.times[node][device]) and \
-            self.used[device] + node_memory(self.graph.nodes[node]) <= self.caps[device]
+        return math.isfinite(self.times[node][device]) and self.memory.fits(node, device, self.place)
 
     def insertion_start(self, node: str, device: str, ready: float) -> float:
         """Earliest start >= `ready` in a gap of the device's timeline long enough for the node."""
@@ -70,17 +69,19 @@ class ScheduleState:
     def commit(self, node: str, device: str, start: float) -> None:
         """Place `node` on `device` starting at `start`, updating timelines and memory."""
         finish = start + self.times[node][device]
+        self.memory.add(node, device, self.place)
         self.place[node], self.start[node], self.finish[node] = device, start, finish
         self.free_at[device] = max(self.free_at[device], finish)
         self.busy[device].append((start, finish))
         self.busy[device].sort()
-        self.used[device] += node_memory(self.graph.nodes[node])
-        self.peak[device] = max(self.peak[device], self.used[device])
         if self.dynamic_memory:
             for u, _ in self.preds[node]:
                 self._waiting_consumers[u] -= 1
-                if self._waiting_consumers[u] == 0:
-                    self.used[self.place[u]] -= self.graph.nodes[u].output_bytes
+                if self._waiting_consumers[u] == 0 and not self._is_graph_output(u):
+                    self.memory.release(self.place[u], self.graph.nodes[u].output_bytes)
+
+    def _is_graph_output(self, node: str) -> bool:
+        return any(t in self._graph_outputs for t in self.graph.nodes[node].outputs)
 
     @property
     def makespan(self) -> float:

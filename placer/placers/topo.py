@@ -15,7 +15,7 @@ from collections.abc import Callable
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.placement import Placement
-from placer.placers.base import Caps, does_not_fit, make_placement, node_memory, require_devices
+from placer.placers.base import Caps, MemoryBook, does_not_fit, make_placement, node_memory, require_devices
 
 
 def _fill(graph: OpGraph, devices: list[str], budget: Callable[[str, int, int], float], placer: str,
@@ -23,16 +23,17 @@ def _fill(graph: OpGraph, devices: list[str], budget: Callable[[str, int, int], 
     """Topological fill: the current device takes nodes while they fit its budget, then the next.
     `budget(device, bytes not yet placed, devices left)` is asked once per device."""
     nodes: dict[str, str] = {}
+    book = MemoryBook(graph, devices, caps)
     order = list(graph.nodes)
     left = sum(node_memory(n) for n in graph.nodes.values())
     i = 0
     for k, device in enumerate(devices):
-        used, limit = 0, budget(device, left, len(devices) - k)
-        while i < len(order) and used + node_memory(graph.nodes[order[i]]) <= limit:
-            used += node_memory(graph.nodes[order[i]])
+        limit = min(budget(device, left, len(devices) - k), book.caps[device])
+        while i < len(order) and book.used[device] + book.need(order[i], device, nodes) <= limit:
+            left -= node_memory(graph.nodes[order[i]])
+            book.add(order[i], device, nodes)
             nodes[order[i]] = device
             i += 1
-        left -= used
     if i < len(order):
         raise does_not_fit(placer, graph, caps, order[i])
     return nodes
@@ -46,7 +47,8 @@ def m_topo(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
     largest = max((node_memory(n) for n in graph.nodes.values()), default=0)
 
     def budget(device: str, left: int, devices_left: int) -> float:
-        return min(left / devices_left + largest, caps.get(device, float("inf")))
+        # The last device takes whatever is left (its cap still applies in `_fill`).
+        return left / devices_left + largest if devices_left > 1 else float("inf")
 
     return make_placement(graph, devices, _fill(graph, devices, budget, "m_topo", caps), "m_topo")
 

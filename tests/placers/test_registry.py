@@ -5,7 +5,7 @@ from placer_testkit import make_graph
 from placer.errors import PlacerError
 from placer.measure.lower_bound import lower_bound
 from placer.measure.simulator import AnalyticCostModel, Simulator
-from placer.placers import PLACERS
+from placer.placers import PLACERS, static_memory
 
 DEVICES = ["cpu:0", "cpu:1"]
 
@@ -44,3 +44,15 @@ def test_the_list_schedulers_beat_random_placement_in_the_simulator(dag):
 
     for name in ("m_etf", "m_sct", "heft"):
         assert step(name) < step("random")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in PLACERS.items() if s.respects_memory))
+def test_a_placement_within_the_caps_does_not_run_out_of_memory_in_the_simulator(name, dag):
+    cost = AnalyticCostModel(DEVICES)
+    single = PLACERS["single"].place(dag, DEVICES, cost, None)
+    total = static_memory(dag, single)["cpu:0"]
+    caps = {"cpu:0": int(total * 0.6), "cpu:1": int(total * 1.5)}
+    p = PLACERS[name].place(dag, DEVICES, cost, caps)
+    assert p.nodes != single.nodes
+    r = Simulator(dag, DEVICES, cost, [caps[d] for d in DEVICES]).simulate([DEVICES.index(p.nodes[n]) for n in dag.nodes])
+    assert r.failure is None, r.reason

@@ -54,10 +54,12 @@ def test_list_schedulers_keep_within_memory_caps(place):
     names = [f"n{i}" for i in range(6)]
     g = make_graph([(n, [], 1e9) for n in names], numel=1000, params={n: 6000 for n in names})
     cost = LinearCost({"cpu:0": 1e10, "cpu:1": 1e9})
-    p = place(g, ["cpu:0", "cpu:1"], cost, {"cpu:0": 20_000})
-    assert sum(d == "cpu:0" for d in p.nodes.values()) == 2  # 10 kB each, the fast device fits two
+    # 10 kB of weights and output each, plus one 4 kB copy of the graph input per device:
+    # the fast device fits two nodes.
+    p = place(g, ["cpu:0", "cpu:1"], cost, {"cpu:0": 24_000})
+    assert sum(d == "cpu:0" for d in p.nodes.values()) == 2
     with pytest.raises(PlacerError):
-        place(g, ["cpu:0", "cpu:1"], cost, {"cpu:0": 20_000, "cpu:1": 20_000})
+        place(g, ["cpu:0", "cpu:1"], cost, {"cpu:0": 24_000, "cpu:1": 24_000})
 
 
 @pytest.mark.parametrize("place", [m_etf, m_sct, heft])
