@@ -1,0 +1,122 @@
+"""`ProfiledCostModel`: a `CostModel` whose times were measured on the real devices.
+
+It wraps a `placer.measure.profile.Profile` (each node timed on each device alone, transfers
+timed per ordered device pair) and caches it on disk, keyed by everything that changes the
+figures: the graph (hash and bound input shapes), the device specs (threads and caps
+included), the torch version and the machine's accelerators. A second run on the same graph
+and devices reads the file instead of profiling again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph, OpNode
+from placer.measure.devices import Device, parse_device
+from placer.measure.profile import Profile
+
+log = logging.getLogger(__name__)
+
+# Bump when the profile's meaning changes, so files written by older code are not reused.
+CACHE_VERSION = 1
+
+
+@dataclass
+class ProfiledCostModel:
+    """Op and transfer times read from a measured `Profile` (inf where a node failed)."""
+
+    profile: Profile
+    path: Path | None = None      # the cache file it came from or went to, if any
+    from_cache: bool = False
+
+    @property
+    def devices(self) -> list[str]:
+        return list(self.profile.devices)
+
+    def op_time(self, node: OpNode, device: str) -> float:
+        """Median measured seconds of `node` on `device` (0 for nodes folded into constants)."""
+        return self.profile.op_time(node.name, device)
+
+    def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
+        """Fitted latency + bytes / bandwidth of the src -> dst link (0 on one device)."""
+        return self.profile.transfer_time(nbytes, src, dst)
+
+    @classmethod
+    def for_graph(cls, graph: OpGraph, devices: list[Device] | list[str], *, cache_dir: str | Path | None = None,
+                  refresh: bool = False, feeds: dict[str, np.ndarray] | None = None, **profile_kwargs
+                  ) -> ProfiledCostModel:
+        """The profiled costs of `graph` on `devices`: from the cache, else measured now and cached.
+
+        `refresh` measures again even when a cached profile exists; `profile_kwargs` go to
+        `placer.measure.profile.profile_graph` (e.g. `protocol`).
+        """
+        from placer.measure.profile import profile_graph
+
+        devs = [d if isinstance(d, Device) else parse_device(d) for d in devices]
+        path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        path = path / f"{cache_key(graph, devs)}.json"
+        if path.is_file() and not refresh:
+            profile = _read(path, graph)
+            if profile is not None:
+                log.info("profile of %s on %s read from %s", graph.source or "the graph", [d.name for d in devs], path)
+                return cls(profile, path, from_cache=True)
+        log.info("profiling %s on %s (every node on every device)", graph.source or "the graph", [d.name for d in devs])
+        profile = profile_graph(graph, devs, feeds=feeds, **profile_kwargs)
+        missing = [d for d in profile.devices if d in profile.failures]
+        if len(missing) == len(profile.devices):
+            raise PlacerError(f"profiling failed on every device ({profile.failures}); "
+                              "check the graph runs with placer measure --device cpu")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            profile.save(tmp)
+            tmp.replace(path)   # atomic: a concurrent reader never sees half a file
+        except OSError as exc:
+            log.warning("could not cache the profile in %s (%s); it will be measured again next time", path, exc)
+        return cls(profile, path)
+
+    def unrunnable(self) -> dict[str, list[str]]:
+        """Device -> nodes that have no finite time there (failed or unsupported)."""
+        return {d: [n for n, per in self.profile.op_times.items() if not math.isfinite(per.get(d, math.inf))]
+                for d in self.profile.devices}
+
+
+def default_cache_dir() -> Path:
+    """$PLACER_CACHE/profiles, else ~/.cache/placer/profiles."""
+    root = os.environ.get("PLACER_CACHE") or Path.home() / ".cache" / "placer"
+    return Path(root) / "profiles"
+
+
+def cache_key(graph: OpGraph, devices: list[Device]) -> str:
+    """A digest of what the profile depends on: graph, bound input shapes, devices, software, machine."""
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []
+    key = {"version": CACHE_VERSION, "graph": graph.sha256,
+           "inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
+           "nodes": len(graph.nodes), "devices": [str(d) for d in devices], "torch": torch.__version__,
+           "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _read(path: Path, graph: OpGraph) -> Profile | None:
+    """The cached profile, or None (with a warning) when it is unreadable or for another graph."""
+    try:
+        profile = Profile.load(path)
+    except (PlacerError, ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring the unreadable cached profile %s (%s); profiling again", path, exc)
+        return None
+    if profile.graph_sha256 != graph.sha256 or set(profile.op_times) != set(graph.nodes):
+        log.warning("cached profile %s does not match the graph; profiling again", path)
+        return None
+    return profile

@@ -1,0 +1,64 @@
+import math
+
+import pytest
+
+import placer.measure.profile as profile_module
+from placer.measure.lower_bound import lower_bound
+from placer.measure.measurer import MeasureProtocol
+from placer.measure.profiled import ProfiledCostModel, cache_key
+from placer.measure.devices import parse_devices
+from placer.measure.simulator import Simulator
+
+DEVICES = "cpu:0[threads=1],cpu:1[threads=1]"
+QUICK = MeasureProtocol(warmup=0, repeats=1)
+
+
+@pytest.fixture
+def profiled(branchy, tmp_path):
+    _, graph = branchy
+    return graph, ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK)
+
+
+def test_every_node_gets_a_measured_time_on_every_device(profiled):
+    graph, cost = profiled
+    folded = set(cost.profile.folded_nodes)
+    assert cost.devices == ["cpu:0", "cpu:1"] and not cost.from_cache and cost.path.is_file()
+    for name, node in graph.nodes.items():
+        for d in cost.devices:
+            t = cost.op_time(node, d)
+            assert t == 0.0 if name in folded else (math.isfinite(t) and t > 0)
+    assert cost.transfer_time(4096, "cpu:0", "cpu:0") == 0.0
+    assert 0 < cost.transfer_time(4096, "cpu:0", "cpu:1") < math.inf
+
+
+def test_a_second_request_reads_the_cached_profile_without_running_anything(profiled, tmp_path, monkeypatch):
+    graph, first = profiled
+
+    def no_profiling(*args, **kwargs):
+        raise AssertionError("profiled again instead of reading the cache")
+
+    monkeypatch.setattr(profile_module, "profile_graph", no_profiling)
+    again = ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path)
+    assert again.from_cache and again.profile.op_times == first.profile.op_times
+
+
+def test_the_cache_key_changes_with_the_device_specs(branchy):
+    _, graph = branchy
+    assert cache_key(graph, parse_devices(DEVICES)) != cache_key(graph, parse_devices("cpu:0,cpu:1"))
+    assert cache_key(graph, parse_devices(DEVICES)) == cache_key(graph, parse_devices(DEVICES))
+
+
+def test_a_corrupt_cache_file_is_measured_again(profiled, tmp_path):
+    graph, first = profiled
+    first.path.write_text("{ not json")
+    again = ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK)
+    assert not again.from_cache and set(again.profile.op_times) == set(graph.nodes)
+
+
+def test_the_profiled_costs_drive_the_simulator_and_bound_it_from_below(profiled):
+    graph, cost = profiled
+    sim = Simulator(graph, cost.devices, cost)
+    bound = lower_bound(graph, cost.devices, cost).value
+    for assign in ([0] * len(graph.nodes), [i % 2 for i in range(len(graph.nodes))]):
+        step = sim.simulate(assign).step_time
+        assert math.isfinite(step) and step >= bound * (1 - 1e-9)
