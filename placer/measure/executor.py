@@ -149,6 +149,7 @@ class _Worker:
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.ready = threading.Event()
         self.stream = None
+        self.threads_in_use = 0
         sched = executor.schedule.per_device[device.name]
         kernels = executor.prepared.kernels
         # the hot loop reads tuples, not objects
@@ -165,6 +166,7 @@ class _Worker:
         if self.device.kind == "cpu" and self.threads:
             # per-thread: OpenMP keeps the thread count in each thread's own state
             torch.set_num_threads(self.threads)
+        self.threads_in_use = torch.get_num_threads()
         if self.is_cuda:
             torch.cuda.set_device(self.torch_device)
             self.stream = torch.cuda.Stream(device=self.torch_device)
@@ -383,6 +385,12 @@ class PlacedExecutor:
     def peak_memory(self) -> dict[str, int]:
         """Peak bytes per device: measured on CUDA (after a run), accounted from lifetimes elsewhere."""
         return {d.name: self._measured_peak.get(d.name, self.memory[d.name].peak) for d in self.devices}
+
+    def worker_threads(self) -> dict[str, int]:
+        """Device -> the intra-op thread count its worker runs with (workers start on first use)."""
+        if not self._workers and self._active:
+            self._start()
+        return {w.name: w.threads_in_use for w in self._workers}
 
     @property
     def predicted_memory(self) -> dict[str, MemoryEstimate]:

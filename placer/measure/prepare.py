@@ -58,7 +58,7 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
     """A CPU tensor sharing memory with `array` where numpy allows it."""
     array = np.asarray(array)
     if not array.flags.writeable or not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array).copy()
+        array = np.array(array, order="C", copy=True)   # (ascontiguousarray would make 0-d arrays 1-d)
     return torch.from_numpy(array)
 
 

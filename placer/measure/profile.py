@@ -1,0 +1,215 @@
+"""Per-node profiling: the time of each op on each device and of transfers between devices.
+
+This is the data a cost model and a simulator need (`placer.measure.costmodel.CostModel`). Each
+device runs the whole graph alone (so every op sees its real inputs and that device's threads),
+with every node timed; the median over the repeats is kept. Transfers are timed per ordered pair
+of devices for a few sizes and fitted as ``latency + bytes / bandwidth``. Between virtual CPU
+devices nothing is copied (they share memory): the cost is the hand-over between two worker
+threads, a latency with no bandwidth term.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.measure.devices import Device, parse_device
+from placer.measure.executor import ExecutionFailure, PlacedExecutor, StepProfile
+from placer.measure.measurer import MeasureProtocol, random_feeds
+from placer.measure.prepare import PreparedGraph, prepare
+from placer.placement import Placement
+
+log = logging.getLogger(__name__)
+
+FORMAT = "placer.profile/1"
+TRANSFER_SIZES = (4 * 2**10, 2**20, 16 * 2**20)
+
+
+@dataclass
+class TransferStat:
+    """Moving a tensor from `src` to `dst`: ``latency_s + nbytes / bandwidth_Bps``."""
+
+    src: str
+    dst: str
+    latency_s: float
+    bandwidth_Bps: float | None   # None: no copy happens (virtual CPU devices share memory)
+
+    def time(self, nbytes: int) -> float:
+        """Predicted seconds to move `nbytes`."""
+        return self.latency_s + (nbytes / self.bandwidth_Bps if self.bandwidth_Bps else 0.0)
+
+
+@dataclass
+class Profile:
+    """Measured op times (node -> device -> seconds; inf where the node failed there), transfers,
+    and how they were measured. Folded nodes (computed once per placement) cost 0."""
+
+    devices: list[str]
+    op_times: dict[str, dict[str, float]]
+    transfers: list[TransferStat] = field(default_factory=list)
+    folded_nodes: list[str] = field(default_factory=list)
+    step_times: dict[str, float] = field(default_factory=dict)   # device -> whole graph alone (median)
+    failures: dict[str, str] = field(default_factory=dict)       # device -> why it could not run the graph
+    graph_sha256: str | None = None
+    protocol: dict[str, Any] = field(default_factory=dict)
+
+    def op_time(self, node: str, device: str) -> float:
+        """Seconds of `node` on `device` (inf when unknown or failed)."""
+        return self.op_times.get(node, {}).get(device, math.inf)
+
+    def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
+        """Seconds to move `nbytes` from `src` to `dst` (0 on the same device)."""
+        if src == dst:
+            return 0.0
+        for t in self.transfers:
+            if t.src == src and t.dst == dst:
+                return t.time(nbytes)
+        return math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready data (inf written as null)."""
+        return {"format": FORMAT, "graph": {"sha256": self.graph_sha256}, "devices": list(self.devices),
+                "op_times": {n: {d: (None if math.isinf(t) else t) for d, t in per.items()}
+                             for n, per in self.op_times.items()},
+                "transfers": [asdict(t) for t in self.transfers], "folded_nodes": list(self.folded_nodes),
+                "step_times": dict(self.step_times), "failures": dict(self.failures),
+                "protocol": dict(self.protocol)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise PlacerError(f"not a profile: expected \"format\": \"{FORMAT}\"; write one with placer measure --profile")
+        return cls(devices=list(data["devices"]),
+                   op_times={n: {d: (math.inf if t is None else float(t)) for d, t in per.items()}
+                             for n, per in data["op_times"].items()},
+                   transfers=[TransferStat(**t) for t in data.get("transfers", [])],
+                   folded_nodes=list(data.get("folded_nodes", [])),
+                   step_times=dict(data.get("step_times", {})), failures=dict(data.get("failures", {})),
+                   graph_sha256=(data.get("graph") or {}).get("sha256"), protocol=dict(data.get("protocol", {})))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        path = Path(path)
+        if not path.is_file():
+            raise PlacerError(f"profile file {path} does not exist; write one with placer measure --profile")
+        return cls.from_dict(json.loads(path.read_text()))
+
+
+def profile_graph(graph: OpGraph, devices: list[Device] | list[str],
+                  protocol: MeasureProtocol = MeasureProtocol(warmup=1, repeats=3),
+                  feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
+                  prepared: PreparedGraph | None = None,
+                  transfer_sizes: tuple[int, ...] = TRANSFER_SIZES) -> Profile:
+    """Time every node on every device, and transfers between every ordered pair of devices."""
+    devs = [d if isinstance(d, Device) else parse_device(d) for d in devices]
+    prepared = prepared if prepared is not None else prepare(graph)
+    feeds = {**random_feeds(graph, seed), **(feeds or {})}
+    op_times: dict[str, dict[str, float]] = {n: {} for n in graph.nodes}
+    step_times: dict[str, float] = {}
+    failures: dict[str, str] = {}
+    for dev in devs:
+        times, step, failure = _profile_device(graph, prepared, dev, devs, feeds, protocol)
+        for node in graph.nodes:
+            op_times[node][dev.name] = 0.0 if node in prepared.folded else times.get(node, math.inf)
+        if failure:
+            failures[dev.name] = failure
+        else:
+            step_times[dev.name] = step
+    for node in prepared.folded_nodes:
+        op_times[node] = {d.name: 0.0 for d in devs}
+    transfers = [measure_transfer(a, b, transfer_sizes) for a in devs for b in devs if a.name != b.name]
+    return Profile(devices=[d.name for d in devs], op_times=op_times, transfers=transfers,
+                   folded_nodes=list(prepared.folded_nodes), step_times=step_times, failures=failures,
+                   graph_sha256=graph.sha256,
+                   protocol={**protocol.to_dict(), "devices": [str(d) for d in devs],
+                             "transfer_sizes": list(transfer_sizes)})
+
+
+def _profile_device(graph: OpGraph, prepared: PreparedGraph, dev: Device, devs: list[Device],
+                    feeds: dict[str, np.ndarray], protocol: MeasureProtocol
+                    ) -> tuple[dict[str, float], float, str | None]:
+    placement = Placement.single_device(list(graph.nodes), dev.name, graph.sha256,
+                                        devices=[d.name for d in devs])
+    samples: dict[str, list[float]] = {}
+    steps: list[float] = []
+    try:
+        with PlacedExecutor(graph, placement, devs, prepared=prepared) as executor:
+            for i in range(protocol.warmup + protocol.repeats):
+                prof = StepProfile()
+                start = time.perf_counter()
+                executor.run(feeds, timeout_s=protocol.timeout_s, profile=prof)
+                if i >= protocol.warmup:
+                    steps.append(time.perf_counter() - start)
+                    for node, t in prof.node_times.items():
+                        samples.setdefault(node, []).append(t)
+    except ExecutionFailure as exc:
+        log.info("profiling on %s failed (%s): %s", dev.name, exc.failure, exc)
+        return {}, math.inf, f"{exc.failure}: {exc}"
+    return {n: statistics.median(v) for n, v in samples.items()}, statistics.median(steps), None
+
+
+def measure_transfer(src: Device, dst: Device, sizes: tuple[int, ...] = TRANSFER_SIZES,
+                     repeats: int = 5) -> TransferStat:
+    """Time moving tensors from `src` to `dst` the way the executor does, and fit the line."""
+    if src.kind == "cpu" and dst.kind == "cpu":
+        return TransferStat(src.name, dst.name, _handover_latency(repeats * 20), None)
+    xs, ys = [], []
+    for nbytes in sizes:
+        x = torch.empty(nbytes // 4, dtype=torch.float32, device=src.torch_device)
+        if src.kind == "cpu":
+            x = x.pin_memory()
+        for i in range(repeats + 1):
+            _sync(src, dst)
+            start = time.perf_counter()
+            x.to(dst.torch_device, non_blocking=True)
+            _sync(src, dst)
+            if i:   # the first copy pays one-time setup
+                xs.append(nbytes)
+                ys.append(time.perf_counter() - start)
+    slope, intercept = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    bandwidth = 1.0 / slope if slope > 0 else None
+    return TransferStat(src.name, dst.name, max(float(intercept), 0.0), bandwidth)
+
+
+def _sync(*devices: Device) -> None:
+    for d in devices:
+        if d.kind == "cuda":
+            torch.cuda.synchronize(d.torch_device)
+
+
+def _handover_latency(rounds: int) -> float:
+    """Half the round trip of two threads waking each other with `threading.Event`s, as the
+    executor's workers hand a tensor over."""
+    ping, pong = threading.Event(), threading.Event()
+
+    def echo() -> None:
+        for _ in range(rounds):
+            ping.wait()
+            ping.clear()
+            pong.set()
+
+    thread = threading.Thread(target=echo, daemon=True)
+    thread.start()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        ping.set()
+        pong.wait()
+        pong.clear()
+    elapsed = time.perf_counter() - start
+    thread.join()
+    return elapsed / rounds / 2

@@ -1,0 +1,56 @@
+"""Peak memory accounted from tensor lifetimes under a placement's schedule."""
+
+from __future__ import annotations
+
+import pytest
+
+from placer.measure.memory import predict_peak_memory
+from placer.measure.schedule import Step, build_schedule
+
+SIZES = {"x": 100, "w": 1000, "a": 10, "b": 20, "c": 40, "y": 5}
+
+
+def _steps() -> list[Step]:
+    # x -> A(w) -> a ; a -> B -> b ; a, b -> C -> c ; c -> D -> y
+    return [Step("A", "Conv", ("x", "w"), ("a",)), Step("B", "Relu", ("a",), ("b",)),
+            Step("C", "Add", ("a", "b"), ("c",)), Step("D", "Relu", ("c",), ("y",))]
+
+
+def _peaks(assignment: dict[str, str], devices: list[str]):
+    schedule = build_schedule(_steps(), assignment, devices, consts={"w"}, feeds={"x"}, outputs=["y"])
+    return schedule, predict_peak_memory(schedule, SIZES.__getitem__)
+
+
+def test_single_device_peak_is_the_largest_live_set_plus_parameters():
+    _, peaks = _peaks(dict.fromkeys("ABCD", "cpu:0"), ["cpu:0"])
+    # live sets: A: x+a=110 (x freed after) ; B: a+b=30 ; C: a+b+c=70 ; D: c+y=45
+    assert peaks["cpu:0"].resident == 1000
+    assert peaks["cpu:0"].peak == 1000 + 110
+    assert peaks["cpu:0"].peak_step == "A"
+
+
+def test_received_tensors_count_on_the_destination_from_first_to_last_use():
+    schedule, peaks = _peaks({"A": "cpu:0", "B": "cpu:1", "C": "cpu:0", "D": "cpu:1"}, ["cpu:0", "cpu:1"])
+    assert ("a", "cpu:0", "cpu:1") in schedule.crossings and ("c", "cpu:0", "cpu:1") in schedule.crossings
+    # cpu:0: A: x+a=110 ; C: recv b (20) + a + c = 70 -> peak 1110 with the weight
+    assert peaks["cpu:0"].peak == 1110
+    # cpu:1: B: recv a + b = 30, a and b dropped ; D: recv c + y = 45
+    assert peaks["cpu:1"].resident == 0 and peaks["cpu:1"].peak == 45
+
+
+def test_graph_outputs_stay_alive_and_other_tensors_are_freed():
+    schedule, _ = _peaks(dict.fromkeys("ABCD", "cpu:0"), ["cpu:0"])
+    frees = [t for step_frees in schedule.per_device["cpu:0"].frees for t in step_frees]
+    assert sorted(frees) == ["a", "b", "c", "x"]
+    assert schedule.per_device["cpu:0"].outputs == ["y"]
+
+
+def test_reading_a_tensor_nobody_produced_is_refused():
+    with pytest.raises(ValueError, match="reads 'ghost'"):
+        build_schedule([Step("A", "Relu", ("ghost",), ("a",))], {"A": "cpu"}, ["cpu"], set(), set(), ["a"])
+
+
+def test_an_output_only_read_elsewhere_is_dropped_after_publishing():
+    schedule, _ = _peaks({"A": "cpu:0", "B": "cpu:1", "C": "cpu:1", "D": "cpu:1"}, ["cpu:0", "cpu:1"])
+    cpu0 = schedule.per_device["cpu:0"]
+    assert cpu0.publish[0] == ["a"] and "a" in cpu0.frees[0]
