@@ -1,0 +1,84 @@
+"""`placer show`: what a placement puts on each device, and a picture of it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from placer.commands.common import add_graph_args
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "show", help="summarise and draw a placement (the one stored in the model, or --placement)",
+        description="Per device: nodes, FLOPs, parameter bytes, bytes sent to and received from other "
+                    "devices; with -o, a picture of the graph coloured by device.")
+    add_graph_args(parser)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--placement", metavar="P.json", help="show this placement file instead of the stored one")
+    group.add_argument("--device", metavar="D", help="show everything on this one device")
+    parser.add_argument("--map", action="append", default=[], metavar="FROM=TO",
+                        help="rename a device of the placement, e.g. cuda:1=cuda:0 (repeatable)")
+    parser.add_argument("-o", "--output", metavar="PICTURE.png", help="draw the placement into this image file")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from placer.annotate.read import read_placement
+    from placer.annotate.resolve import parse_device_map, resolve_placement
+    from placer.annotate.summary import cross_device_bytes, summarize
+    from placer.commands.common import load_graph_from_args
+    from placer.errors import PlacerError
+    from placer.placement import Placement
+
+    graph = load_graph_from_args(args)
+    if args.placement:
+        placement, origin = Placement.load(args.placement), args.placement
+    elif args.device:
+        placement, origin = Placement.single_device(list(graph.nodes), args.device, graph.sha256), "--device"
+    else:
+        placement, origin = read_placement(graph.model), "stored in the model"
+        if placement is None:
+            raise PlacerError(f"{args.graph} holds no placement; write one with placer apply, "
+                              "or give --placement P.json")
+    placement = resolve_placement(graph, placement, parse_device_map(args.map), check_devices=False)
+    rows = summarize(graph, placement)
+    crossing = cross_device_bytes(graph, placement)
+    picture = None
+    if args.output:
+        from placer.annotate.draw import draw_placement
+
+        picture = draw_placement(graph, placement, args.output)
+
+    if args.json:
+        print(json.dumps({"graph": args.graph, "sha256": graph.sha256, "placement": origin,
+                          "devices": [r.to_dict() for r in rows], "bytes_crossing": crossing,
+                          "picture": str(picture) if picture else None}, indent=2))
+        return 0
+    print(f"{args.graph}: {len(graph.nodes)} nodes on {len(placement.devices)} devices (placement {origin})")
+    header = f"{'device':<10} {'nodes':>6} {'FLOPs':>9} {'params':>10} {'sent':>10} {'received':>10}"
+    print(header)
+    for r in rows:
+        print(f"{r.device:<10} {r.nodes:>6} {_count(r.flops):>9} {_size(r.param_bytes):>10} "
+              f"{_size(r.bytes_sent):>10} {_size(r.bytes_received):>10}")
+    print(f"bytes crossing devices per step: {_size(crossing)}")
+    if picture:
+        print(f"wrote {picture}")
+    return 0
+
+
+def _count(n: float) -> str:
+    for unit in ("", "k", "M", "G", "T"):
+        if abs(n) < 1000 or unit == "T":
+            return f"{n:.0f}" if unit == "" else f"{n:.2f}{unit}"
+        n /= 1000
+    return f"{n:.2f}T"
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
