@@ -19,7 +19,7 @@ def _weight(name: str, *shape: int) -> onnx.TensorProto:
     return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)
 
 
-def diamond_model(ir_version: int = 8) -> onnx.ModelProto:
+def diamond_model(ir_version: int = 8, batch: int | str = 1) -> onnx.ModelProto:
     """Conv -> Relu -> (Conv | Sigmoid) -> Mul -> Add(skip) -> pool -> Gemm, two outputs, and
     several nameless nodes (their names come from the loader)."""
     nodes = [
@@ -35,9 +35,9 @@ def diamond_model(ir_version: int = 8) -> onnx.ModelProto:
     ]
     graph = helper.make_graph(
         nodes, "diamond",
-        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5]),
-                 helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4, 8, 8])],
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 5]),
+                 helper.make_tensor_value_info("b", TensorProto.FLOAT, [batch, 4, 8, 8])],
         initializer=[_weight("w1", 4, 3, 3, 3), _weight("b1", 4), _weight("w2", 4, 4, 1, 1),
                      _weight("wfc", 5, 4), _weight("bfc", 5)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tests")
