@@ -44,8 +44,11 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
     from placer.measure.profiled import ProfiledCostModel
     from placer.placers import caps_from_devices
-    from placer.placers.compare import baseline_rows, compare, format_table, learned_row, write_outputs
+    from placer.placers.compare import (baseline_rows, check_placer_names, compare, format_table, learned_row,
+                                        write_outputs)
 
+    placers = [p.strip() for p in args.placers.split(",") if p.strip()]
+    check_placer_names(placers)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
     names = [d.name for d in devices]
@@ -58,8 +61,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"profile: {'cached' if cost.from_cache else f'measured in {profile_s:.1f} s'} ({cost.path})",
           file=sys.stderr)
 
-    rows = baseline_rows(graph, names, cost, caps, [p.strip() for p in args.placers.split(",") if p.strip()],
-                         seed=args.seed)
+    rows = baseline_rows(graph, names, cost, caps, placers, seed=args.seed)
     if args.include_rl:
         rows.append(learned_row(graph, args.include_rl, names))
     measurer = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed)

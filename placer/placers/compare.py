@@ -98,12 +98,17 @@ def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
     return result, time.perf_counter() - start
 
 
-def baseline_rows(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps, placers: list[str],
-                  seed: int = 0) -> list[CompareRow]:
-    """Run the placers (`single` expands to one row per device); a refusal becomes a row too."""
+def check_placer_names(placers: list[str]) -> None:
+    """PlacerError naming any placer the registry does not have."""
     unknown = [p for p in placers if p not in PLACERS]
     if unknown:
         raise PlacerError(f"unknown placer(s) {', '.join(unknown)}; choose from {', '.join(PLACERS)}")
+
+
+def baseline_rows(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps, placers: list[str],
+                  seed: int = 0) -> list[CompareRow]:
+    """Run the placers (`single` expands to one row per device); a refusal becomes a row too."""
+    check_placer_names(placers)
     rows = []
     for name in placers:
         spec = PLACERS[name]
