@@ -144,14 +144,13 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
 
     bound = shapes.bind_input_shapes(graph, input_shapes, weights)
     del graph.value_info[:]  # exporters' hints may carry unbound symbols; inference redoes them
-    slim = shapes.infer_shapes(slim)
-    infos, missing = shapes.static_infos(slim)
+    infos, missing = shapes.infer_static(slim, _opsets(slim))
     model = with_weights(slim, original, moved)
     inputs = [infos[i.name] if i.name in infos else TensorInfo(i.name, bound[i.name], "float32")
               for i in model.graph.input if i.name not in weights]
     if missing:
         infos.update(shapes.complete_shapes(model, missing, inputs))
-    shapes.write_value_info(model, {n: infos[n] for n in _node_outputs(model) if n in infos})
+    shapes.write_value_info(model, {n: infos[n] for n in _node_outputs(model)})
 
     for t in model.graph.initializer:
         infos[t.name] = TensorInfo(t.name, tuple(int(d) for d in t.dims), shapes.dtype_name(t.data_type))
@@ -166,7 +165,7 @@ def _build(model: onnx.ModelProto, infos: dict[str, TensorInfo], inputs: list[Te
            weights: set[str], sha256: str, source: str) -> OpGraph:
     opsets = _opsets(model)
     protos = list(model.graph.node)
-    kinds = device_kinds(protos)
+    kinds = device_kinds(protos, opsets)
     nodes: dict[str, OpNode] = {}
     for proto, kind in zip(protos, kinds):
         reads = node_reads(proto)

@@ -140,6 +140,32 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def infer_static(model: onnx.ModelProto, opsets: Mapping[str, int],
+                 rounds: int = 8) -> tuple[dict[str, TensorInfo], list[str]]:
+    """Static infos of every tensor that inference can find, and the node outputs it cannot.
+
+    Alternates ONNX shape inference with folding the shape arithmetic that became computable
+    (see `placer.graph.fold`), until nothing new is learnt."""
+    from placer.graph.fold import fold_constants
+
+    infos, missing = static_infos(infer_shapes(model))
+    current = model
+    for _ in range(rounds):
+        if not missing:
+            break
+        folded, values = fold_constants(current, infos, opsets)
+        learnt = {n: TensorInfo(n, tuple(int(d) for d in v.shape), v.dtype.name)
+                  for n, v in values.items() if n not in infos}
+        if not learnt and len(folded.graph.node) == len(current.graph.node):
+            break
+        infos.update(learnt)
+        current = folded
+        more, _ = static_infos(infer_shapes(current))
+        infos.update({n: i for n, i in more.items() if n not in infos})
+        missing = [o for n in model.graph.node for o in n.output if o and o not in infos]
+    return infos, missing
+
+
 def dtype_name(elem_type: int) -> str:
     """numpy dtype name of an ONNX element type ('float32', 'int64', ...)."""
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name

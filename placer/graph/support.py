@@ -1,11 +1,12 @@
-"""Which device kinds can run each node: asked of the kernels package when it says, otherwise
-every standard-domain op is assumed to run on both the CPU and CUDA."""
+"""Which device kinds can run each node: asked of the kernels package (`is_supported`, else
+`unsupported_ops`) when it is importable; otherwise every standard-domain op is assumed to run
+on both the CPU and CUDA."""
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import onnx
 
@@ -13,33 +14,36 @@ from placer.graph.structure import STANDARD_DOMAINS
 
 log = logging.getLogger(__name__)
 
+# The torch kernels run wherever torch runs; a kind is lost only where no kernel exists.
 ALL_KINDS = frozenset({"cpu", "cuda"})
 
 
-def device_kinds(nodes: Sequence[onnx.NodeProto]) -> list[frozenset[str]]:
+def device_kinds(nodes: Sequence[onnx.NodeProto], opsets: Mapping[str, int]) -> list[frozenset[str]]:
     """The device kinds that can run each of `nodes` (empty: no kernel for it anywhere)."""
-    unsupported = _unsupported_op_types(nodes)
+    supported = _kernel_oracle(nodes, opsets)
     result = []
     for node in nodes:
-        standard = node.domain in STANDARD_DOMAINS
-        result.append(ALL_KINDS if standard and node.op_type not in unsupported else frozenset())
+        ok = node.domain in STANDARD_DOMAINS and supported(node)
+        result.append(ALL_KINDS if ok else frozenset())
     return result
 
 
-def _unsupported_op_types(nodes: Sequence[onnx.NodeProto]) -> set[str]:
+def _kernel_oracle(nodes: Sequence[onnx.NodeProto], opsets: Mapping[str, int]):
     # Imported lazily: the kernels live in placer.measure (torch), which loading must not need.
     try:
         kernels = importlib.import_module("placer.measure.kernels")
     except ImportError:
-        return set()
-    ask = getattr(kernels, "unsupported_ops", None)
-    if ask is None:
-        return set()
-    try:
-        listed = ask(list(nodes))
-    except Exception as exc:  # a kernels bug must not stop loading; the executor reports it
-        log.warning("placer.measure.kernels.unsupported_ops failed (%s); assuming every op runs", exc)
-        return set()
-    # Entries may be "Op" or "domain::Op" or "Op (opset N)"; the op type is the last word before
-    # any bracket.
-    return {str(e).split("(")[0].strip().split("::")[-1].split(":")[-1] for e in listed}
+        return lambda node: True
+    is_supported = getattr(kernels, "is_supported", None)
+    if is_supported is not None:
+        def ask(node: onnx.NodeProto) -> bool:
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            return bool(is_supported(node.op_type, opsets.get(domain, opsets.get("", 1)), domain))
+        return ask
+    unsupported_ops = getattr(kernels, "unsupported_ops", None)
+    if unsupported_ops is None:
+        return lambda node: True
+    # Labels are "Op" or "domain::Op" (see the kernels registry).
+    missing = set(unsupported_ops(list(nodes), opsets.get("", 1)))
+    return lambda node: (node.op_type if node.domain in STANDARD_DOMAINS
+                         else f"{node.domain}::{node.op_type}") not in missing
