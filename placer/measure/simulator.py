@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.measure.costmodel import CostModel
@@ -159,6 +161,16 @@ class Simulator:
                 self.r_consumers.append(readers)
         self._D = D
 
+        # The same facts as flat arrays, for the memory pass (numpy over edges, not Python loops).
+        self._r_bytes = np.asarray(self.r_bytes, dtype=np.int64)
+        self._r_edge = np.asarray([r for r, cs in enumerate(self.r_consumers) for _ in cs], dtype=np.int64)
+        self._r_reader = np.asarray([c for cs in self.r_consumers for c in cs], dtype=np.int64)
+        self._t_bytes = np.asarray(self.t_bytes, dtype=np.int64)
+        self._t_producer = np.asarray(self.t_producer, dtype=np.int64)
+        self._t_is_output = np.asarray(self.t_is_output, dtype=bool)
+        self._e_tensor = np.asarray([t for t, cs in enumerate(self.t_consumers) for _ in cs], dtype=np.int64)
+        self._e_consumer = np.asarray([c for cs in self.t_consumers for c in cs], dtype=np.int64)
+
     def simulate(self, assign: Sequence[int]) -> SimResult:
         """Simulate one step of the placement `assign` (device index of each node, in order)."""
         D = self._D
@@ -176,7 +188,13 @@ class Simulator:
         arrival = [math.inf] * (len(self.t_bytes) * D)
         # Copies made: (tensor, dst, transfer start, transfer end).
         copies: list[tuple[int, int, float, float]] = []
-        t_consumers, t_xfer, in_tensors, out_tensors = self.t_consumers, self.t_xfer, self.in_tensors, self.out_tensors
+        t_xfer, in_tensors, out_tensors = self.t_xfer, self.in_tensors, self.out_tensors
+        # Which devices read each tensor, found with one numpy scatter instead of per-tensor sets.
+        a = np.asarray(assign, dtype=np.int64)
+        readers = np.zeros((len(self.t_bytes), D), dtype=bool)
+        readers[self._e_tensor, a[self._e_consumer]] = True
+        readers[np.arange(len(self.t_bytes)), a[self._t_producer]] = False
+        remote = [np.flatnonzero(row).tolist() if row.any() else () for row in readers] if D > 1 else None
 
         for i in range(n):
             d = assign[i]
@@ -191,9 +209,7 @@ class Simulator:
             dev_free[d] = fin
             for t in out_tensors[i]:
                 arrival[t * D + d] = fin
-                for dst in {assign[c] for c in t_consumers[t]}:
-                    if dst == d:
-                        continue
+                for dst in (remote[t] if remote is not None else ()):
                     link = d * D + dst
                     s = link_free[link]
                     if fin > s:
@@ -214,38 +230,46 @@ class Simulator:
     def _peak_memory(self, assign: Sequence[int], start: list[float], finish: list[float],
                      copies: list[tuple[int, int, float, float]], step: float) -> list[int]:
         """Per-device peak of resident data plus live tensors, from allocation/free events."""
-        D = self._D
-        static = [0] * D
-        for nbytes, readers in zip(self.r_bytes, self.r_consumers):
-            for d in {assign[c] for c in readers}:
-                static[d] += nbytes
-        events: list[list[tuple[float, int]]] = [[] for _ in range(D)]
-        copy_end: dict[int, float] = {}
-        for t, dst, s, e in copies:
-            last = max((finish[c] for c in self.t_consumers[t] if assign[c] == dst), default=e)
-            events[dst].append((s, self.t_bytes[t]))
-            events[dst].append((max(last, e), -self.t_bytes[t]))
-            if e > copy_end.get(t, -1.0):
-                copy_end[t] = e
-        for t, p in enumerate(self.t_producer):
-            d = assign[p]
-            nbytes = self.t_bytes[t]
-            if self.t_is_output[t]:
-                free = step
-            else:
-                free = max((finish[c] for c in self.t_consumers[t] if assign[c] == d), default=finish[p])
-                free = max(free, copy_end.get(t, free))
-            events[d].append((start[p], nbytes))
-            events[d].append((free, -nbytes))
+        D, T = self._D, len(self.t_bytes)
+        a = np.asarray(assign, dtype=np.int64)
+        fin = np.asarray(finish)
+        present = np.zeros((len(self.r_bytes), D), dtype=bool)
+        present[self._r_edge, a[self._r_reader]] = True
+        static = self._r_bytes @ present
+        # last[t, d]: when the last reader of tensor t on device d finishes (-inf: none there).
+        last = np.full((T, D), -np.inf)
+        np.maximum.at(last, (self._e_tensor, a[self._e_consumer]), fin[self._e_consumer])
+        src = a[self._t_producer]
+        free = np.maximum(last[np.arange(T), src], fin[self._t_producer])
+        times = [np.asarray(start)[self._t_producer]]
+        devs = [src]
+        nbytes = [self._t_bytes]
+        if copies:
+            c = np.asarray(copies)
+            ct, cd = c[:, 0].astype(np.int64), c[:, 1].astype(np.int64)
+            np.maximum.at(free, ct, c[:, 3])              # the source copy lives until sent
+            times.append(c[:, 2])
+            devs.append(cd)
+            nbytes.append(self._t_bytes[ct])
+            copy_free = np.maximum(last[ct, cd], c[:, 3])
+        free = np.where(self._t_is_output, step, free)
+        frees = [free] + ([copy_free] if copies else [])
+        times = np.concatenate(times + frees)
+        devs = np.concatenate(devs + devs)
+        deltas = np.concatenate(nbytes + [-b for b in nbytes])
+        # At equal times frees (negative) sort first: a finished op releases before the next starts.
+        order = np.lexsort((deltas, times, devs))
+        devs, deltas = devs[order], deltas[order]
+        live = np.cumsum(deltas)
         peaks = []
+        bounds = np.searchsorted(devs, np.arange(D + 1))
         for d in range(D):
-            # At equal times frees (negative) sort first: a finished op releases before the next starts.
-            live = peak = 0
-            for _, delta in sorted(events[d]):
-                live += delta
-                if live > peak:
-                    peak = live
-            peaks.append(static[d] + peak)
+            lo, hi = bounds[d], bounds[d + 1]
+            if hi > lo:
+                base = live[lo - 1] if lo > 0 else 0
+                peaks.append(int(static[d] + max(0, (live[lo:hi] - base).max())))
+            else:
+                peaks.append(int(static[d]))
         return peaks
 
 

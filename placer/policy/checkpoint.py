@@ -1,0 +1,50 @@
+"""Checkpoints of a training run: everything `--resume` needs to continue exactly.
+
+One file, `checkpoint.pt` in the run folder, written atomically (temporary file, then rename) so
+that an interrupted save never leaves a half-written checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from placer.errors import PlacerError
+
+FORMAT = "placer.checkpoint/1"
+FILENAME = "checkpoint.pt"
+
+
+def save_checkpoint(run_dir: Path, data: dict[str, Any]) -> Path:
+    """Write `data` (policy, optimiser, baseline, cache, RNG states, counters) to the run folder."""
+    path = Path(run_dir) / FILENAME
+    tmp = path.with_suffix(".pt.tmp")
+    torch.save({"format": FORMAT, **data}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(run_dir: Path, expect: dict[str, Any]) -> dict[str, Any]:
+    """Read the run folder's checkpoint; refuse a corrupt one or one made for something else.
+
+    `expect` maps keys (graph hash, devices, grouping, policy shape) to the values this run has.
+    """
+    path = Path(run_dir) / FILENAME
+    if not path.is_file():
+        raise PlacerError(f"no checkpoint in {run_dir} to resume from; drop --resume to start a new run there")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises many types for a damaged file
+        raise PlacerError(f"checkpoint {path} is corrupt ({type(exc).__name__}); "
+                          "delete it or train into a new --run-dir") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise PlacerError(f"{path} is not a placer checkpoint; delete it or train into a new --run-dir")
+    for key, value in expect.items():
+        if data.get(key) != value:
+            raise PlacerError(f"checkpoint {path} was made with a different {key.replace('_', ' ')} "
+                              f"({data.get(key)!r}, this run has {value!r}); resume with the same options "
+                              "or train into a new --run-dir")
+    return data

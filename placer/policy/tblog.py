@@ -1,0 +1,28 @@
+"""TensorBoard helpers: the hyperparameter table a run starts with, and the picture of a placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# One colour per device (RGB), cycled when there are more devices.
+_PALETTE = np.array([[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40],
+                     [148, 103, 189], [140, 86, 75], [227, 119, 194], [127, 127, 127]], dtype=np.uint8)
+
+
+def hparams_table(values: dict[str, Any]) -> str:
+    """A markdown table of name | value, as CleanRL writes its arguments."""
+    rows = "\n".join(f"|{k}|{v}|" for k, v in values.items())
+    return f"|param|value|\n|-|-|\n{rows}"
+
+
+def placement_image(node_devices: list[int], n_devices: int, row_height: int = 24, min_width: int = 600) -> np.ndarray:
+    """An HWC uint8 picture of a placement: one row per device, one column per op in topological
+    order, coloured where the op runs on that device (white elsewhere)."""
+    n = max(1, len(node_devices))
+    scale = max(1, -(-min_width // n))
+    image = np.full((n_devices * row_height, n * scale, 3), 255, dtype=np.uint8)
+    for i, d in enumerate(node_devices):
+        image[d * row_height:(d + 1) * row_height - 2, i * scale:(i + 1) * scale] = _PALETTE[d % len(_PALETTE)]
+    return image

@@ -1,0 +1,278 @@
+"""The training loop: sample placements, measure them, update the policy, log, checkpoint.
+
+It reads top to bottom like the method: seed; measure every single-device placement (they
+compete with the learned ones, so the result is never worse than the best single device);
+then repeat { sample K placements from the policy, measure each through the environment,
+one REINFORCE update, log } until the sample count or the time budget is reached. The run
+folder gets TensorBoard events, `checkpoint.pt`, `placement.json` and `summary.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from placer.env.cache import CachingMeasurer
+from placer.env.placement_env import PlacementEnv
+from placer.graph.grouping import Grouping
+from placer.graph.opgraph import OpGraph
+from placer.measure.measurement import Measurement, Measurer
+from placer.placement import Placement
+from placer.policy.checkpoint import load_checkpoint, save_checkpoint
+from placer.policy.hparams import Hyperparameters
+from placer.policy.reinforce import reinforce_update
+from placer.policy.seq2seq import Seq2SeqPolicy
+from placer.policy.tblog import hparams_table, placement_image
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """The counters and results that a checkpoint carries besides the tensors."""
+
+    samples: int = 0                      # placements sampled from the policy so far
+    updates: int = 0
+    baseline: float | None = None
+    wall_time_s: float = 0.0              # training time over all sessions of this run
+    best: dict[str, Any] | None = None    # {"step_time", "group_devices", "measurement", "source"}
+    single_device: dict[str, dict[str, Any]] = field(default_factory=dict)  # device -> measurement
+    history: list[dict[str, Any]] = field(default_factory=list)   # one entry per update
+    losses: list[float] = field(default_factory=list)             # policy loss of every update
+
+
+@dataclass
+class TrainResult:
+    """What a run produced: the best placement and how it compares with single devices."""
+
+    placement: Placement
+    summary: dict[str, Any]
+    interrupted: bool
+
+
+@contextmanager
+def _deferred_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, so an update is never half applied."""
+    pending: list[Any] = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda *a: pending.append(a))
+    except ValueError:  # not the main thread: nothing to defer
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt
+
+
+def _rng_state(sampler: torch.Generator, env: PlacementEnv) -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "sampler": sampler.get_state(), "env": env.np_random.bit_generator.state}
+
+
+def _set_rng_state(state: dict[str, Any], sampler: torch.Generator, env: PlacementEnv) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    sampler.set_state(state["sampler"])
+    env.np_random.bit_generator.state = state["env"]
+
+
+def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str | Path,
+          hp: Hyperparameters = Hyperparameters(), *, samples: int | None = None, budget_s: float | None = None,
+          seed: int = 0, resume: bool = False, progress: bool = False, checkpoint_every: int = 10,
+          run_info: dict[str, Any] | None = None) -> TrainResult:
+    """Learn a placement of `graph` on `measurer`'s devices; stop after `samples` sampled
+    placements (whole updates) or `budget_s` seconds of this session, whichever comes first."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if samples is None and budget_s is None:
+        raise ValueError("give samples or budget_s")
+
+    # --- seeding: every source of randomness, in one place ---
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    sampler = torch.Generator().manual_seed(seed)
+
+    cache = CachingMeasurer(measurer)
+    env = PlacementEnv(graph, cache, grouping=grouping, failure_time=hp.failure_time)
+    obs, _ = env.reset(seed=seed)
+    features = torch.from_numpy(obs["features"])
+    adjacency = torch.from_numpy(obs["adjacency"])
+    policy = Seq2SeqPolicy(features.shape[1], env.n_groups, env.n_devices, hp.hidden_size,
+                           hp.temperature, hp.tanh_constant, hp.forget_bias)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=hp.lr)
+    state = TrainState()
+    identity = {"graph_sha256": graph.sha256, "devices": env.devices, "grouping": grouping.signature(),
+                "hparams": hp.to_dict(), "seed": seed}
+    if resume:
+        data = load_checkpoint(run_dir, identity)
+        policy.load_state_dict(data["policy"])
+        optimizer.load_state_dict(data["optimizer"])
+        cache.load_state(data["cache"])
+        state = TrainState(**data["state"])
+        _set_rng_state(data["rng"], sampler, env)
+        log.info("resumed %s at %d samples", run_dir, state.samples)
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    # On resume, events logged after the checkpoint (by an interrupted session) are dropped.
+    writer = SummaryWriter(str(run_dir), purge_step=state.samples if resume else None)
+    if not resume:
+        writer.add_text("hyperparameters", hparams_table({**hp.to_dict(), "seed": seed, "groups": env.n_groups,
+                                                          "grouping": grouping.method, "devices": env.devices,
+                                                          "samples": samples, "budget_s": budget_s,
+                                                          **(run_info or {})}))
+
+    def consider(group_devices: list[int], measurement: Measurement, source: str) -> None:
+        """Keep the fastest successful placement seen so far."""
+        if measurement.ok and (state.best is None or measurement.step_time < state.best["step_time"]):
+            state.best = {"step_time": measurement.step_time, "group_devices": list(group_devices),
+                          "measurement": measurement.to_dict(), "source": source}
+            node_devices = grouping.node_assignment(group_devices, list(graph.nodes))
+            writer.add_image("charts/best_placement", placement_image(node_devices, env.n_devices),
+                             state.samples, dataformats="HWC")
+
+    def checkpoint() -> None:
+        save_checkpoint(run_dir, {**identity, "policy": policy.state_dict(), "optimizer": optimizer.state_dict(),
+                                  "cache": cache.state(), "state": asdict(state),
+                                  "rng": _rng_state(sampler, env)})
+
+    # --- the single-device placements are measured first and always compete ---
+    if not state.single_device:
+        rewards = []
+        for d, device in enumerate(env.devices):
+            env.reset()
+            _, reward, _, _, info = env.step(np.full(env.n_groups, d, dtype=np.int64))
+            state.single_device[device] = info["measurement"]
+            rewards.append(reward)
+            consider([d] * env.n_groups, Measurement.from_dict(info["measurement"]), f"single device {device}")
+        state.baseline = float(np.mean(rewards))   # the baseline starts from what a user has today
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=samples if samples is not None else int(budget_s), initial=state.samples if samples else 0,
+               unit="sample" if samples is not None else "s", disable=not progress, dynamic_ncols=True,
+               desc="training")
+    started = time.monotonic()
+    session_start_wall = state.wall_time_s
+    interrupted = False
+    K = hp.samples_per_update
+    try:
+        while True:
+            elapsed = time.monotonic() - started
+            if samples is not None and state.samples >= samples:
+                break
+            if budget_s is not None and elapsed >= budget_s:
+                break
+            # 1. sample K placements from the current policy
+            with torch.no_grad():
+                actions, _, _ = policy(features, adjacency, n_samples=K, generator=sampler)
+            # 2. measure each through the environment
+            rewards, step_times, failures, hits = [], [], 0, 0
+            for a in actions.numpy():
+                env.reset()
+                _, reward, _, _, info = env.step(a)
+                m = Measurement.from_dict(info["measurement"])
+                rewards.append(reward)
+                failures += not m.ok
+                hits += m.cached
+                if m.ok:
+                    step_times.append(m.step_time)
+                consider([int(x) for x in a], m, "policy")
+            # 3. one REINFORCE update; 4. bookkeeping
+            with _deferred_interrupt():
+                r = torch.tensor(rewards, dtype=torch.float32)
+                stats = reinforce_update(policy, optimizer, features, adjacency, actions, r,
+                                         state.baseline, hp, state.updates)
+                state.baseline = stats.new_baseline
+                state.samples += K
+                state.updates += 1
+                state.wall_time_s = session_start_wall + time.monotonic() - started
+                state.losses.append(stats.policy_loss)
+                best = state.best["step_time"] if state.best else None
+                state.history.append({"samples": state.samples, "best_step_time": best,
+                                      "sampled_step_time": float(np.mean(step_times)) if step_times else None,
+                                      "reward_mean": float(r.mean()), "entropy": stats.entropy})
+            # 5. log
+            step = state.samples
+            writer.add_scalar("charts/reward_mean", float(r.mean()), step)
+            writer.add_scalar("charts/reward_max", float(r.max()), step)
+            if step_times:
+                writer.add_scalar("charts/step_time_sampled", float(np.mean(step_times)), step)
+            if best is not None:
+                writer.add_scalar("charts/best_step_time", best, step)
+            writer.add_scalar("charts/failure_rate", failures / K, step)
+            writer.add_scalar("charts/cache_hit_rate", cache.hits / max(1, cache.hits + cache.misses), step)
+            writer.add_scalar("charts/learning_rate", stats.lr, step)
+            writer.add_scalar("losses/policy_loss", stats.policy_loss, step)
+            writer.add_scalar("losses/entropy", stats.entropy, step)
+            writer.add_scalar("losses/baseline", stats.baseline, step)
+            writer.add_scalar("losses/grad_norm", stats.grad_norm, step)
+            if state.updates % checkpoint_every == 0:
+                checkpoint()
+            bar.set_postfix(best=f"{best * 1e3:.2f}ms" if best is not None else "-")
+            bar.update(K if samples is not None else
+                       max(0, min(int(time.monotonic() - started), int(budget_s)) - bar.n))
+    except KeyboardInterrupt:
+        interrupted = True
+        log.warning("interrupted: saving the run at %d samples", state.samples)
+    finally:
+        bar.close()
+        checkpoint()
+        writer.flush()
+        writer.close()
+
+    result = _write_outputs(graph, grouping, env, state, run_dir, measurer, interrupted)
+    return result
+
+
+def _protocol(measurer: Measurer) -> Any:
+    proto = getattr(measurer, "protocol", None)
+    return proto.to_dict() if hasattr(proto, "to_dict") else proto
+
+
+def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state: TrainState, run_dir: Path,
+                   measurer: Measurer, interrupted: bool) -> TrainResult:
+    """placement.json (the best measured placement) and summary.json (it against single devices)."""
+    singles = {d: m.get("step_time") if m.get("ok") else None for d, m in state.single_device.items()}
+    ok_singles = {d: t for d, t in singles.items() if t is not None}
+    best_single = min(ok_singles.items(), key=lambda kv: kv[1]) if ok_singles else None
+    if state.best is None:
+        placement = Placement.single_device(list(graph.nodes), env.devices[0], graph.sha256, env.devices)
+        best_time = None
+    else:
+        placement = grouping.expand(state.best["group_devices"], env.devices, graph.sha256)
+        placement.measurement = state.best["measurement"]
+        placement.extra = {"source": state.best["source"]}
+        best_time = state.best["step_time"]
+        placement.save(run_dir / "placement.json")
+    summary = {
+        "graph": graph.source, "graph_sha256": graph.sha256, "devices": env.devices,
+        "groups": env.n_groups, "grouping": grouping.method,
+        "measurer": {"kind": type(measurer).__name__, "protocol": _protocol(measurer)},
+        "samples": state.samples, "updates": state.updates, "wall_time_s": state.wall_time_s,
+        "best_step_time": best_time, "best_source": state.best["source"] if state.best else None,
+        "single_device_step_times": singles,
+        "best_single_device": best_single[0] if best_single else None,
+        "best_single_device_step_time": best_single[1] if best_single else None,
+        "speedup_vs_best_single_device": (best_single[1] / best_time) if best_single and best_time else None,
+        "interrupted": interrupted,
+        "learning_curve": [{k: h[k] for k in ("samples", "best_step_time", "sampled_step_time")}
+                           for h in state.history],
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return TrainResult(placement, summary, interrupted)
