@@ -1,0 +1,103 @@
+"""`placer measure`: run a placement for real and print its step time, spread and peak memory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from placer.commands.common import add_devices_arg, add_graph_args, add_placement_args
+
+
+def register(subparsers) -> None:
+    """Add the `measure` sub-command."""
+    parser = subparsers.add_parser(
+        "measure", help="measure the step time of a placement on the real devices",
+        description="Run the model under a placement (--placement, --device, or the one `placer apply` "
+                    "stored in the file; else everything on the CPU): warm-up runs, then timed runs. "
+                    "Prints the median step time, its spread (interquartile range) and each device's "
+                    "peak memory. A failed placement (out of memory, timeout, kernel error) exits 1.")
+    add_graph_args(parser)
+    add_placement_args(parser)
+    add_devices_arg(parser)
+    parser.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed runs first (default 2)")
+    parser.add_argument("--repeats", type=int, default=5, metavar="N", help="timed runs (default 5)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="limit of one step in seconds; slower is a failure (default 60)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--inputs", metavar="IN.npz", help="graph inputs to use instead of random ones")
+    parser.add_argument("--profile", metavar="OUT.json",
+                        help="also time every node on every device and the transfers between them, "
+                             "and write that profile (the data of the profiled cost model) here")
+    parser.add_argument("--json", action="store_true", help="print the measurement as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure the placement named by the arguments; 0 when it ran, 1 when it failed."""
+    from placer.commands.common import load_graph_from_args, placement_from_args
+    from placer.measure.measurer import MeasureProtocol, RealMeasurer
+    from placer.measure.prepare import prepare
+
+    graph = load_graph_from_args(args)
+    placement = placement_from_args(args, graph)
+    devices = devices_for(args, placement)
+    protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout)
+    prepared = prepare(graph)
+    feeds = read_inputs(args.inputs)
+    measurer = RealMeasurer(graph, devices, protocol=protocol, feeds=feeds, seed=args.seed, prepared=prepared)
+    m = measurer.measure(placement)
+    if args.profile:
+        from placer.measure.profile import profile_graph
+
+        profile_graph(graph, devices, feeds=feeds, seed=args.seed, prepared=prepared,
+                      protocol=MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout)
+                      ).save(args.profile)
+    if args.json:
+        print(json.dumps({"graph": {"source": graph.source, "sha256": graph.sha256},
+                          "placement": placement.device_counts(), **m.to_dict()}, indent=1))
+    else:
+        counts = ", ".join(f"{d} ({n})" for d, n in placement.device_counts().items())
+        print(f"graph        {graph.source}  (sha256 {graph.sha256[:12]})")
+        print(f"placement    {len(placement.nodes)} nodes on {counts}")
+        if m.ok:
+            print(f"step time    {m.step_time * 1e3:.3f} ms  (IQR {m.spread * 1e3:.3f} ms; median of "
+                  f"{protocol.repeats} runs after {protocol.warmup} warm-up)")
+        else:
+            print(f"failed       {m.failure}: {m.reason}")
+        if m.peak_memory:
+            print("peak memory  " + ", ".join(f"{d} {_mib(b)}" for d, b in m.peak_memory.items()))
+        if args.profile:
+            print(f"profile      written to {args.profile}")
+    return 0 if m.ok else 1
+
+
+def devices_for(args: argparse.Namespace, placement):
+    """--devices when given, else the placement's own device list (each CPU device with its share
+    of the cores)."""
+    from placer.measure.devices import parse_devices
+
+    if getattr(args, "devices", None):
+        return parse_devices(args.devices)
+    return parse_devices(list(placement.devices))
+
+
+def read_inputs(path: str | None):
+    """Arrays of an .npz file (name -> array), or None."""
+    if not path:
+        return None
+    import numpy as np
+
+    from placer.errors import PlacerError
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise PlacerError(f"cannot read inputs from {path} ({exc}); give an .npz written by numpy.savez") from None
+
+
+def _mib(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

@@ -1,0 +1,51 @@
+"""`placer measure`: step time, spread and peak memory of a placement, as text or JSON."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import pytest
+
+from placer.cli import main
+from placer.graph.load import load_graph
+from placer.placement import Placement
+
+from .conftest import branchy_model
+
+
+@pytest.fixture()
+def model_path(tmp_path):
+    path = tmp_path / "branchy.onnx"
+    onnx.save(branchy_model(), path)
+    return path
+
+
+def test_measure_prints_step_time_and_memory(model_path, capsys):
+    assert main(["measure", "--graph", str(model_path), "--device", "cpu", "--warmup", "0", "--repeats", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "step time" in out and "ms" in out and "peak memory  cpu" in out
+
+
+def test_measure_json_for_a_placement_file_over_two_devices(model_path, tmp_path, capsys):
+    graph = load_graph(model_path)
+    placement = Placement(["cpu:0", "cpu:1"], {n: f"cpu:{i % 2}" for i, n in enumerate(graph.nodes)},
+                          graph_sha256=graph.sha256)
+    placement.save(tmp_path / "p.json")
+    code = main(["measure", "--graph", str(model_path), "--placement", str(tmp_path / "p.json"),
+                 "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--repeats", "2", "--warmup", "1", "--json",
+                 "--profile", str(tmp_path / "profile.json")])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] and data["step_time"] > 0 and len(data["times"]) == 2
+    assert set(data["peak_memory"]) == {"cpu:0", "cpu:1"}
+    assert data["protocol"]["devices"] == ["cpu:0[threads=1]", "cpu:1[threads=1]"]
+    assert data["graph"]["sha256"] == graph.sha256
+    profile = json.loads((tmp_path / "profile.json").read_text())
+    assert set(profile["op_times"]) == set(graph.nodes)
+
+
+def test_measure_failure_exits_1_with_the_reason(model_path, capsys):
+    code = main(["measure", "--graph", str(model_path), "--device", "cpu:0", "--devices", "cpu:0[mem=1KiB]"])
+    assert code == 1
+    assert "failed       oom" in capsys.readouterr().out
