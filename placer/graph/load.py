@@ -58,20 +58,41 @@ def read_model(path: str | os.PathLike) -> onnx.ModelProto:
     if not path.is_file():
         raise PlacerError(f"{path} is not a file; give the path of an .onnx file")
     try:
-        model = onnx.load(str(path), load_external_data=True)
+        model = onnx.load(str(path), load_external_data=False)
     except DecodeError:
         raise PlacerError(f"{path} is not an ONNX model (it does not parse as an ONNX protobuf); "
                           "give an .onnx file exported by torch.onnx, paddle2onnx, tf2onnx or similar") from None
-    except FileNotFoundError as exc:
-        raise PlacerError(f"{path} keeps its weights in external data that is missing ({exc.filename or exc}); "
-                          "put the data file next to the model") from None
-    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise PlacerError(f"cannot read {path} as an ONNX model: {reason}") from None
+    except (OSError, ValueError) as exc:
+        raise PlacerError(f"cannot read {path} as an ONNX model: {_first_line(exc)}") from None
     if not _looks_like_model(model):
         raise PlacerError(f"{path} is not an ONNX model (no graph or opset in it); "
                           "give an .onnx file exported by torch.onnx, paddle2onnx, tf2onnx or similar")
+    _load_external_data(model, path)
     return model
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
+    """Read the weights a model keeps in separate files, which live next to it."""
+    from onnx import external_data_helper
+
+    tensors = [t for t in external_data_helper._get_all_tensors(model)
+               if external_data_helper.uses_external_data(t)]
+    if not tensors:
+        return
+    locations = sorted({external_data_helper.ExternalDataInfo(t).location for t in tensors})
+    missing = [loc for loc in locations if not (path.parent / loc).is_file()]
+    if missing:
+        raise PlacerError(f"{path} keeps its weights in external data files that are missing: "
+                          f"{', '.join(missing)}; put them next to the model, as it was saved")
+    try:
+        external_data_helper.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
+        raise PlacerError(f"cannot read the external data of {path}: {_first_line(exc)}") from None
 
 
 def _looks_like_model(model: onnx.ModelProto) -> bool:
@@ -140,9 +161,11 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
         ordered.append(node)
     del graph.node[:]
     graph.node.extend(ordered)
-    _validate(slim, source)
 
+    # Binding first: the checker wants every graph input to have a shape, which some files
+    # leave to --input-shape.
     bound = shapes.bind_input_shapes(graph, input_shapes, weights)
+    _validate(slim, source)
     del graph.value_info[:]  # exporters' hints may carry unbound symbols; inference redoes them
     infos, missing = shapes.infer_static(slim, _opsets(slim))
     model = with_weights(slim, original, moved)
