@@ -40,7 +40,7 @@ class PlacementEnv(gym.Env):
 
     def __init__(self, graph: OpGraph | str, measurer: Measurer | None = None,
                  devices: Sequence[Device | str] | None = None, grouping: Grouping | None = None,
-                 n_groups: int | None = None, grouping_method: str = "metis", mode: str = "one_shot",
+                 n_groups: int | None = None, grouping_method: str = "partition", mode: str = "one_shot",
                  failure_time: float = 100.0) -> None:
         if mode not in MODES:
             raise PlacerError(f"unknown environment mode {mode!r}; use one of {', '.join(MODES)}")

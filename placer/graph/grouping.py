@@ -9,8 +9,10 @@ Two passes, both deterministic:
    graph (total cost / target groups): on a plain chain the "only consumer" rule would otherwise
    leave a single group and nothing to place.
 2. Partitioning of the co-located groups into the target number, balancing cost and cutting few
-   bytes: METIS k-way (`metis`, the default), or contiguous slices of the topological order
-   (`topo`). `colocate` stops after pass 1; `nodes` keeps one group per node.
+   bytes. `partition` (the default) contracts the lightest adjacent pair, heaviest edge first on
+   ties, until the target is reached, and hands graphs of 2000+ co-located groups to METIS
+   k-way; `metis` always uses METIS; `topo` cuts contiguous slices of the topological order.
+   `colocate` stops after pass 1; `nodes` keeps one group per node.
 
 A group's nodes always go to the same device: `Grouping.expand` turns one device per group into
 a node-level `Placement`.
@@ -26,12 +28,13 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.placement import Placement
 
-METHODS = ("metis", "topo", "colocate", "nodes")
+METHODS = ("partition", "metis", "topo", "colocate", "nodes")
 # Ops whose output depends only on shapes or constants, never on the data flowing through.
 _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "EyeLike", "Range"}
 # Cost a node adds beyond its FLOPs: a fixed overhead worth this many FLOPs, plus one per byte.
 _NODE_OVERHEAD = 1e4
 _MAX_METIS_WEIGHT = 1 << 24
+_METIS_MIN_VERTICES = 2000  # below this, greedy contraction (exact count, no METIS quirks)
 
 
 @dataclass
@@ -77,7 +80,7 @@ def node_cost(node: OpNode) -> float:
 
 
 def group_graph(graph: OpGraph, n_groups: int | None = None, n_devices: int = 2,
-                method: str = "metis") -> Grouping:
+                method: str = "partition") -> Grouping:
     """Group `graph`'s nodes into at most `n_groups` groups (default: `default_group_count`)."""
     if method not in METHODS:
         raise PlacerError(f"unknown grouping method {method!r}; use one of {', '.join(METHODS)}")
@@ -96,6 +99,11 @@ def group_graph(graph: OpGraph, n_groups: int | None = None, n_devices: int = 2,
         return _finish(graph, colocated, method)
     if method == "topo":
         return _finish(graph, _topo_slices(colocated, cost, target), method)
+    if method == "partition" and len(colocated) < _METIS_MIN_VERTICES:
+        # METIS fails ("too many parts") when the parts are nearly as many as the vertices, and
+        # leaves parts empty on small graphs of uneven weights; greedy contraction reaches the
+        # target exactly and is fast enough at this size.
+        return _finish(graph, _contract(graph, colocated, cost, target), method)
     return _finish(graph, _metis(graph, colocated, cost, target), method)
 
 
@@ -172,20 +180,49 @@ def _topo_slices(groups: list[list[str]], cost: dict[str, float], target: int) -
     return [r for r in result if r]
 
 
-def _metis(graph: OpGraph, groups: list[list[str]], cost: dict[str, float], target: int) -> list[list[str]]:
-    """METIS k-way partition of the co-located groups: balanced cost, few bytes cut."""
-    import pymetis
-
+def _group_edges(graph: OpGraph, groups: list[list[str]]) -> dict[tuple[int, int], int]:
+    """Bytes between each pair (low index, high index) of groups, either direction."""
     of = {n: i for i, g in enumerate(groups) for n in g}
-    weights = [sum(cost[n] for n in g) for g in groups]
-    top = max(weights)
-    vweights = [max(1, round(w / top * _MAX_METIS_WEIGHT / len(groups))) for w in weights]
     edges: dict[tuple[int, int], int] = {}
     for u, v, data in graph.dag.edges(data=True):
         a, b = of[u], of[v]
         if a != b:
             key = (min(a, b), max(a, b))
             edges[key] = edges.get(key, 0) + int(data.get("bytes", 0))
+    return edges
+
+
+def _contract(graph: OpGraph, groups: list[list[str]], cost: dict[str, float], target: int) -> list[list[str]]:
+    """Merge neighbouring groups until `target` remain: always the adjacent pair with the least
+    combined cost (balance first), ties broken by the most bytes between them (few bytes cut)."""
+    members = {i: list(g) for i, g in enumerate(groups)}
+    weight = {i: sum(cost[n] for n in g) for i, g in enumerate(groups)}
+    edges = _group_edges(graph, groups)
+    while len(members) > target:
+        if edges:
+            a, b = min(edges, key=lambda e: (weight[e[0]] + weight[e[1]], -edges[e], e))
+        else:  # no edges left between groups: merge the two lightest
+            a, b = sorted(sorted(members, key=lambda i: (weight[i], i))[:2])
+        members[a].extend(members.pop(b))
+        weight[a] += weight.pop(b)
+        merged: dict[tuple[int, int], int] = {}
+        for (x, y), nbytes in edges.items():
+            x, y = (a if x == b else x), (a if y == b else y)
+            if x != y:
+                key = (min(x, y), max(x, y))
+                merged[key] = merged.get(key, 0) + nbytes
+        edges = merged
+    return list(members.values())
+
+
+def _metis(graph: OpGraph, groups: list[list[str]], cost: dict[str, float], target: int) -> list[list[str]]:
+    """METIS k-way partition of the co-located groups: balanced cost, few bytes cut."""
+    import pymetis
+
+    weights = [sum(cost[n] for n in g) for g in groups]
+    top = max(weights)
+    vweights = [max(1, round(w / top * _MAX_METIS_WEIGHT / len(groups))) for w in weights]
+    edges = _group_edges(graph, groups)
     adjacency: list[list[tuple[int, int]]] = [[] for _ in groups]
     top_bytes = max(edges.values(), default=1) or 1
     for (a, b), nbytes in sorted(edges.items()):
