@@ -52,7 +52,7 @@ def draw_placement(graph: OpGraph, placement: Placement, path: str | Path, title
 
     depth = max((x for x, _ in pos.values()), default=0) + 1
     height = max((abs(y) for _, y in pos.values()), default=0) * 2 + 1
-    fig = Figure(figsize=(min(_MAX_INCHES, max(6.0, depth * 0.35)), min(_MAX_INCHES, max(4.0, height * 0.45 + 1))))
+    fig = Figure(figsize=(min(_MAX_INCHES, max(6.0, depth * 0.25)), min(_MAX_INCHES, max(4.0, height * 0.45 + 1))))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.add_collection(LineCollection(same, colors="#c8c8c8", linewidths=0.6, zorder=1))

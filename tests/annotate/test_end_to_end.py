@@ -3,11 +3,13 @@ read back, run by the placed executor, measured, split and chained in onnxruntim
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
 import onnx
 import pytest
+import torch
 
 import graphs
 from placer.annotate.chain import run_split
@@ -73,3 +75,23 @@ def test_zoo_model_placement_applies_reads_back_runs_measures_splits_and_draws(t
     picture = tmp_path / "placement.png"
     assert main(["show", "--graph", str(placed_path), "-o", str(picture)]) == 0
     assert f"{len(order)} nodes on 2 devices" in capsys.readouterr().out and picture.stat().st_size > 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_stored_gpu_placement_resolves_and_runs_on_this_gpu(tmp_path):
+    from placer.annotate.write import apply_placement, save_model
+    from placer.commands.common import placement_from_args
+    from placer.placement import Placement
+
+    from .conftest import diamond_model, feeds_for, ort_run, placement_json
+
+    graph = load_graph(diamond_model())
+    gpu = Placement.from_dict(placement_json(graph, {"conv_a": "cuda:0", "mul": "cuda:0"}, "cpu", ["cpu", "cuda:0"]))
+    path = save_model(apply_placement(diamond_model(), gpu, graph), tmp_path / "placed.onnx")
+    placed_graph = load_graph(path)
+    resolved = placement_from_args(argparse.Namespace(placement=None, device=None, map=[]), placed_graph)
+    assert resolved.nodes == gpu.nodes
+    feeds = feeds_for(graph)
+    with PlacedExecutor(placed_graph, resolved, resolved.devices) as executor:
+        ran = executor.run(feeds)
+    np.testing.assert_allclose(ran["y"].cpu().numpy(), ort_run(diamond_model(), feeds)["y"], rtol=1e-4, atol=1e-5)

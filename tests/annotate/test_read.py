@@ -79,3 +79,19 @@ def test_annotated_node_without_a_name_is_an_error(diamond_graph, two_cpu_placem
 def test_reading_a_saved_model_roundtrips_through_protobuf(tmp_path, diamond_graph, two_cpu_placement):
     path = save_model(apply_placement(diamond_model(), two_cpu_placement, diamond_graph), tmp_path / "p.onnx")
     assert read_placement(onnx.load(path)).nodes == two_cpu_placement.nodes
+
+
+def test_duplicate_node_names_round_trip_as_the_loader_renames_them(tmp_path):
+    model = diamond_model()
+    model.graph.node[2].name = "conv1"       # conv_a now repeats conv1's name
+    graph = load_graph(model)
+    from placer.placement import Placement
+
+    names = list(graph.nodes)
+    assert len(set(names)) == len(names) == 9
+    p = Placement(devices=["cpu:0", "cpu:1"], nodes={n: "cpu:1" if i % 2 else "cpu:0" for i, n in enumerate(names)},
+                  graph_sha256=graph.sha256)
+    path = save_model(apply_placement(model, p, graph), tmp_path / "placed.onnx")
+    again = load_graph(path)
+    assert again.sha256 == graph.sha256 and list(again.nodes) == names
+    assert read_placement(again.model).nodes == p.nodes
