@@ -1,0 +1,93 @@
+"""Helpers shared by the benchmark scripts: zoo graphs at given options, interleaved timing."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import graphs
+from placer.graph.load import load_graph
+from placer.graph.opgraph import OpGraph
+
+
+def zoo_path(name: str, **options: int) -> Path:
+    """The zoo model's ONNX file at `options` (exported once into the zoo cache)."""
+    if not options:
+        return graphs.resolve(f"{name}.onnx")
+    tag = "-".join(f"{k}{v}" for k, v in sorted(options.items()))
+    path = graphs.cache_dir() / "bench" / f"{name}-{tag}.onnx"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        graphs.export(name, path, **options)
+    return path
+
+
+def zoo_graph(name: str, **options: int) -> OpGraph:
+    return load_graph(zoo_path(name, **options))
+
+
+def interleaved(runs: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Time each callable once per round, in turn, so slow drifts of the machine hit all alike."""
+    for _ in range(warmup):
+        for fn in runs.values():
+            fn()
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(rounds):
+        for key, fn in runs.items():
+            start = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - start)
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+class ThreadRunner:
+    """Runs callables on one dedicated thread with its own intra-op thread count, as a worker of
+    the executor does, so that eager baselines see the same threading as the engine."""
+
+    def __init__(self, threads: int) -> None:
+        import queue
+
+        self._jobs: queue.Queue = queue.Queue()
+        self._done: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, args=(threads,), daemon=True)
+        self._thread.start()
+
+    def _loop(self, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        while True:
+            fn = self._jobs.get()
+            if fn is None:
+                return
+            try:
+                self._done.put((True, fn()))
+            except BaseException as exc:  # noqa: BLE001
+                self._done.put((False, exc))
+
+    def __call__(self, fn: Callable[[], object]) -> object:
+        self._jobs.put(fn)
+        ok, value = self._done.get()
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._jobs.put(None)
+
+
+def machine_note() -> str:
+    """Cores and load, printed with every benchmark: figures on a busy machine are noisier."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    import torch
+
+    return f"{cores} cores, load average {load:.2f}, torch {torch.__version__}"
