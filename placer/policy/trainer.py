@@ -77,6 +77,18 @@ def _deferred_interrupt() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
+@contextmanager
+def _policy_threads() -> Iterator[None]:
+    """Run the policy on one thread: on a small shared machine extra intra-op threads only spin
+    (measured 5x slower with two on two busy cores), and results do not depend on the core count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _rng_state(sampler: torch.Generator, env: PlacementEnv) -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
             "sampler": sampler.get_state(), "env": env.np_random.bit_generator.state}
@@ -179,7 +191,7 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
             if budget_s is not None and elapsed >= budget_s:
                 break
             # 1. sample K placements from the current policy
-            with torch.no_grad():
+            with torch.no_grad(), _policy_threads():
                 actions, _, _ = policy(features, adjacency, n_samples=K, generator=sampler)
             # 2. measure each through the environment
             rewards, step_times, failures, hits = [], [], 0, 0
@@ -194,7 +206,7 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
                     step_times.append(m.step_time)
                 consider([int(x) for x in a], m, "policy")
             # 3. one REINFORCE update; 4. bookkeeping
-            with _deferred_interrupt():
+            with _deferred_interrupt(), _policy_threads():
                 r = torch.tensor(rewards, dtype=torch.float32)
                 stats = reinforce_update(policy, optimizer, features, adjacency, actions, r,
                                          state.baseline, hp, state.updates)

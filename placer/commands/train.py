@@ -1,0 +1,122 @@
+"""`placer train`: learn a placement of a model on the local devices from measured step times."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from dataclasses import fields
+from pathlib import Path
+
+from placer.commands.common import add_devices_arg, add_graph_args
+from placer.errors import PlacerError
+from placer.policy.hparams import Hyperparameters
+
+DEFAULT_BUDGET = "10m"
+
+
+def register(subparsers) -> None:
+    """Add the `train` sub-command."""
+    parser = subparsers.add_parser(
+        "train", help="learn a fast placement with the seq2seq policy and REINFORCE",
+        description="Group the model's ops, measure every single-device placement, then sample "
+                    "placements from a seq2seq policy, measure them for real and improve the policy "
+                    "with REINFORCE until the budget is spent. The run folder gets TensorBoard events "
+                    "(tensorboard --logdir runs/), checkpoint.pt, placement.json (the best placement "
+                    "measured, for `placer apply`) and summary.json.")
+    add_graph_args(parser)
+    add_devices_arg(parser)
+    parser.add_argument("--budget", default=None, metavar="TIME",
+                        help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
+    parser.add_argument("--samples", type=int, default=None, metavar="N",
+                        help="stop after N sampled placements in all (whole updates; a resumed run continues to N)")
+    parser.add_argument("--run-dir", default=None, metavar="DIR",
+                        help="run folder (default runs/<model>-<date>-<time>)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the policy, the sampling and the inputs (default 0)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
+    parser.add_argument("--groups", type=int, default=None, metavar="N",
+                        help="number of co-located groups the policy places (default min(256, 20 x devices))")
+    parser.add_argument("--grouping", default="partition", choices=["partition", "metis", "topo", "colocate", "nodes"],
+                        help="how ops are grouped (default partition; see placer/graph/grouping.py)")
+    parser.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed runs before timing a placement (default 1)")
+    parser.add_argument("--repeats", type=int, default=3, metavar="N", help="timed runs per placement, median kept (default 3)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="limit of one step in seconds; slower placements fail (default 60)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    # Advanced: learn against the analytic simulator instead of the real devices (fast, for tests).
+    parser.add_argument("--measurer", default="real", choices=["real", "simulated"], help=argparse.SUPPRESS)
+    hp = parser.add_argument_group("learning (defaults: the published hierarchical placer)")
+    for f in fields(Hyperparameters):
+        hp.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                        metavar=f.type.upper() if isinstance(f.type, str) else None, help=f.metadata["help"] + " (default %(default)s)")
+    parser.set_defaults(func=run)
+
+
+def parse_budget(text: str) -> float:
+    """'90s' / '10m' / '1.5h' / '600' -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise PlacerError(f"cannot read the budget {text!r}; write it like 90s, 10m or 1h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def _run_dir(args: argparse.Namespace) -> Path:
+    from placer.policy.checkpoint import FILENAME
+
+    if args.run_dir is None:
+        if args.resume:
+            raise PlacerError("--resume needs the --run-dir of the run to continue")
+        return Path("runs") / f"{Path(args.graph).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(args.run_dir)
+    if not args.resume and (run_dir / FILENAME).exists():
+        raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
+    return run_dir
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train, then print the best placement's step time against the best single device."""
+    from placer.commands.common import devices_from_args, load_graph_from_args
+    from placer.graph.grouping import group_graph
+    from placer.policy.trainer import train
+
+    if args.samples is not None and args.samples < 1:
+        raise PlacerError("--samples must be at least 1")
+    budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
+    hp = Hyperparameters(**{f.name: getattr(args, f.name) for f in fields(Hyperparameters)})
+    if hp.samples_per_update < 1 or hp.hidden_size < 1:
+        raise PlacerError("--samples-per-update and --hidden-size must be at least 1")
+    run_dir = _run_dir(args)
+    graph = load_graph_from_args(args)
+    devices = devices_from_args(args)
+    grouping = group_graph(graph, args.groups, len(devices), args.grouping)
+    if args.measurer == "simulated":
+        from placer.measure.simulator import SimulatedMeasurer
+
+        measurer = SimulatedMeasurer(graph, devices)
+    else:
+        from placer.measure.measurer import MeasureProtocol, RealMeasurer
+
+        measurer = RealMeasurer(graph, devices, protocol=MeasureProtocol(args.warmup, args.repeats, args.timeout),
+                                seed=args.seed)
+    print(f"training a placement of {graph.source} ({len(graph.nodes)} ops in {len(grouping)} groups) "
+          f"on {', '.join(str(d) for d in devices)}; run folder {run_dir}")
+    result = train(graph, measurer, grouping, run_dir, hp, samples=args.samples, budget_s=budget_s, seed=args.seed,
+                   resume=args.resume, progress=not args.no_progress,
+                   run_info={"graph": graph.source, "measurer": args.measurer, "warmup": args.warmup,
+                             "repeats": args.repeats, "timeout": args.timeout})
+    s = result.summary
+    for device, t in s["single_device_step_times"].items():
+        print(f"  single device {device:<10} " + (f"{t * 1e3:10.3f} ms" if t is not None else "failed"))
+    if s["best_step_time"] is None:
+        print("no placement ran successfully; see summary.json for the failures")
+        return 1
+    print(f"  best placement found    {s['best_step_time'] * 1e3:10.3f} ms  ({s['best_source']}, "
+          f"{s['samples']} samples, {s['wall_time_s']:.0f} s)")
+    if s["speedup_vs_best_single_device"]:
+        print(f"speedup over the best single device ({s['best_single_device']}): "
+              f"{s['speedup_vs_best_single_device']:.2f}x")
+    print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
+    if result.interrupted:
+        print(f"interrupted; continue with --resume --run-dir {run_dir}")
+        return 130
+    return 0
