@@ -71,8 +71,9 @@ def check_on_this_machine(devices: list[str]) -> None:
         here = ", ".join(f"cuda:{i}" for i in range(have)) or "no GPU"
         target = "cuda:0" if have else ("cpu:0" if any(d.startswith("cpu:") for d in devices) else "cpu")
         example = " ".join(f"--map {d}={target}" for d in absent)
+        pronoun = "it" if len(absent) == 1 else "them"
         raise PlacerError(f"the placement uses {', '.join(absent)}, which this machine does not have "
-                          f"({here} here); map them to devices it has, e.g. {example}")
+                          f"({here} here); map {pronoun} to devices it has, e.g. {example}")
 
 
 def _check_mix(devices: list[str]) -> None:

@@ -89,3 +89,12 @@ def test_show_json_of_a_placement_file(diamond_file, placement_file, capsys):
 def test_show_without_a_stored_placement_says_what_to_do(diamond_file, capsys):
     assert main(["show", "--graph", str(diamond_file)]) == 2
     assert "placer apply" in capsys.readouterr().err
+
+
+def test_measure_runs_the_placement_stored_by_apply(tmp_path, diamond_file, placement_file, capsys):
+    out = tmp_path / "placed.onnx"
+    main(["apply", "--graph", str(diamond_file), "--placement", str(placement_file), "-o", str(out)])
+    capsys.readouterr()
+    assert main(["measure", "--graph", str(out), "--warmup", "0", "--repeats", "1", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["placement"] == {"cpu:0": 7, "cpu:1": 2} and result["ok"] and result["step_time"] > 0

@@ -95,3 +95,23 @@ def test_stored_gpu_placement_resolves_and_runs_on_this_gpu(tmp_path):
     with PlacedExecutor(placed_graph, resolved, resolved.devices) as executor:
         ran = executor.run(feeds)
     np.testing.assert_allclose(ran["y"].cpu().numpy(), ort_run(diamond_model(), feeds)["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_placement_learned_by_the_trainer_applies_and_reads_back(tmp_path, rnnlm):
+    from placer.graph.grouping import group_graph
+    from placer.measure.simulator import SimulatedMeasurer
+    from placer.policy.hparams import Hyperparameters
+    from placer.policy.trainer import train
+
+    graph = load_graph(rnnlm)
+    devices = ["cpu:0", "cpu:1"]
+    run_dir = tmp_path / "run"
+    train(graph, SimulatedMeasurer(graph, devices), group_graph(graph, 8, 2), run_dir,
+          Hyperparameters(hidden_size=16, samples_per_update=2), samples=4, seed=0)
+    placed = tmp_path / "placed.onnx"
+    assert main(["apply", "--graph", str(rnnlm), "--placement", str(run_dir / "placement.json"),
+                 "-o", str(placed)]) == 0
+    learned = json.loads((run_dir / "placement.json").read_text())
+    stored = read_placement(onnx.load(placed))
+    assert stored.nodes == learned["nodes"] and stored.graph_sha256 == graph.sha256
+    assert stored.measurement == learned.get("measurement")
