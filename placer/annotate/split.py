@@ -39,6 +39,7 @@ class StageModel:
 
     @property
     def file_name(self) -> str:
+        """e.g. ``stage02_cuda_0.onnx``: run order first, then the device."""
         device = re.sub(r"[^A-Za-z0-9]+", "_", self.stage.device).strip("_")
         return f"stage{self.stage.index:02d}_{device}.onnx"
 

@@ -21,6 +21,7 @@ class DeviceSummary:
     bytes_received: int = 0   # bytes of tensors other devices produce that it reads
 
     def to_dict(self) -> dict:
+        """Plain data, for JSON."""
         return asdict(self)
 
 

@@ -9,6 +9,7 @@ from placer.commands.common import add_graph_args
 
 
 def register(subparsers) -> None:
+    """Add `placer apply` to the CLI."""
     parser = subparsers.add_parser(
         "apply", help="write a placement into an ONNX model (and split it per device)",
         description="Annotate every node of the model with its device (node metadata placer.device, "
@@ -27,6 +28,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Resolve the placement against the graph, write the annotated model and/or the split."""
     from graphs import resolve
     from placer.annotate.read import read_placement
     from placer.annotate.resolve import parse_device_map, resolve_placement

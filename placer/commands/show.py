@@ -9,6 +9,7 @@ from placer.commands.common import add_graph_args
 
 
 def register(subparsers) -> None:
+    """Add `placer show` to the CLI."""
     parser = subparsers.add_parser(
         "show", help="summarise and draw a placement (the one stored in the model, or --placement)",
         description="Per device: nodes, FLOPs, parameter bytes, bytes sent to and received from other "
@@ -25,6 +26,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the per-device summary (or JSON) and draw the picture with -o."""
     from placer.annotate.read import read_placement
     from placer.annotate.resolve import parse_device_map, resolve_placement
     from placer.annotate.summary import cross_device_bytes, summarize
