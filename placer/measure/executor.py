@@ -113,7 +113,7 @@ class _Job:
     """One step in flight: shared by the workers while they run it."""
 
     def __init__(self, feeds: dict[str, torch.Tensor], crossing: set[str], deadline: float,
-                 n_workers: int, profile: bool) -> None:
+                 n_workers: int, profile: StepProfile | None) -> None:
         self.feeds = feeds
         self.slots = {t: _Slot() for t in crossing}
         self.deadline = deadline
@@ -123,7 +123,7 @@ class _Job:
         self.remaining = n_workers
         self.lock = threading.Lock()
         self.finished = threading.Event()
-        self.profile: StepProfile | None = StepProfile() if profile else None
+        self.profile = profile
 
     def fail(self, exc: BaseException) -> None:
         with self.lock:
@@ -299,6 +299,7 @@ class PlacedExecutor:
         self._workers: list[_Worker] = []
         self._active = [d for d in self.devices if self.schedule.per_device[d.name].steps]
         self._broken: str | None = None
+        self._crossing = {t for t, _, _ in self.schedule.crossings}
         self._direct_outputs = {t for t in self.schedule.outputs if t not in self.schedule.home}
 
     # -- building ---------------------------------------------------------------------------
@@ -353,10 +354,7 @@ class PlacedExecutor:
         for d in cuda:
             torch.cuda.reset_peak_memory_stats(d.torch_device)
         deadline = time.perf_counter() + (timeout_s if timeout_s is not None else float("inf"))
-        crossing = {t for t, _, _ in self.schedule.crossings}
-        job = _Job(tensors, crossing, deadline, len(self._workers), profile is not None)
-        if job.profile is not None:
-            job.profile = profile
+        job = _Job(tensors, self._crossing, deadline, len(self._workers), profile)
         for w in self._workers:
             w.jobs.put(job)
         if self._workers:
