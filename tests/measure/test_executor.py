@@ -168,3 +168,38 @@ def test_cuda_peak_over_cap_is_out_of_memory(branchy):
     devices = [parse_device("cuda:0[mem=1KiB]")]
     with pytest.raises(OutOfMemory):
         PlacedExecutor(graph, Placement.single_device(list(graph.nodes), "cuda:0"), devices)
+
+
+def test_folding_does_not_change_what_is_computed(branchy):
+    _, graph = branchy
+    x = _x(4)
+    outs = []
+    for fold in (True, False):
+        prepared = prepare(graph, fold=fold)
+        assert bool(prepared.folded_nodes) == fold
+        nodes = {n: f"cpu:{i % 2}" for i, n in enumerate(graph.nodes)}
+        with PlacedExecutor(graph, Placement(["cpu:0", "cpu:1"], nodes), prepared=prepared) as executor:
+            outs.append(executor.run({"x": x}))
+    for name in outs[0]:
+        np.testing.assert_array_equal(outs[0][name].numpy(), outs[1][name].numpy())
+
+
+def test_outputs_made_only_of_constants_are_returned():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from placer.graph.load import load_graph
+
+    from .conftest import make_model
+
+    const = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "c")
+    nodes = [helper.make_node("Constant", [], ["k"], value=const, name="const"),
+             helper.make_node("Transpose", ["k"], ["kt"], name="transpose"),
+             helper.make_node("Relu", ["x"], ["y"], name="relu")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3]),
+                        helper.make_tensor_value_info("kt", TensorProto.FLOAT, [3, 2])])
+    graph = load_graph(model)
+    with PlacedExecutor(graph, Placement.single_device(list(graph.nodes), "cpu")) as executor:
+        out = executor.run({"x": np.array([-1, 0, 2], np.float32)})
+    np.testing.assert_array_equal(out["kt"].numpy(), np.arange(6, dtype=np.float32).reshape(2, 3).T)
+    np.testing.assert_array_equal(out["y"].numpy(), [0, 0, 2])
