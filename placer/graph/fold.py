@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import helper, numpy_helper
 
 from placer.graph.opgraph import TensorInfo
 
@@ -46,8 +46,12 @@ def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray | None], opsets: Map
             if a.name == "value":
                 return [numpy_helper.to_array(a.t)]
     feeds = {name: value for name, value in zip(node.input, inputs) if name}
-    evaluator = ReferenceEvaluator(node, opsets={d or "": v for d, v in opsets.items()})
-    return [np.asarray(v) for v in evaluator.run(None, feeds)]
+    # A bare NodeProto would be evaluated at the newest opset; a function carries the model's.
+    function = helper.make_function(
+        "placer.fold", "fold", [n for n in dict.fromkeys(node.input) if n], [o for o in node.output if o],
+        [node], opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items() if d != "ai.onnx"])
+    evaluator = ReferenceEvaluator(function)
+    return [np.asarray(v) for v in evaluator.run(None, feeds, attributes={})]
 
 
 def fold_constants(model: onnx.ModelProto, infos: Mapping[str, TensorInfo],

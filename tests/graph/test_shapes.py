@@ -1,0 +1,94 @@
+"""Static shapes for every tensor: binding, inference with folded shape arithmetic, and the real
+run that finishes data-dependent shapes."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from placer.graph.fold import fold_constants
+from placer.graph.load import load_graph
+from placer.graph.shapes import bind_input_shapes, example_feeds
+from placer.graph.opgraph import TensorInfo
+
+
+def nonzero_model() -> onnx.ModelProto:
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("NonZero", ["r"], ["nz"], name="nz"),
+         helper.make_node("Cast", ["nz"], ["y"], name="cast", to=TensorProto.FLOAT)],
+        "dyn", [helper.make_tensor_value_info("x", f, ["n", 4])], [helper.make_tensor_value_info("y", f, [2, None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_data_dependent_shape_is_finished_by_one_real_run():
+    pytest.importorskip("placer.measure.reference")
+    graph = load_graph(nonzero_model(), {"x": (3, 4)})
+    x = example_feeds(graph.inputs)["x"]
+    expected = (2, int((np.maximum(x, 0) != 0).sum()))
+    assert graph.nodes["nz"].output_info[0] == TensorInfo("nz", expected, "int64")
+    assert graph.outputs[0].shape == expected
+    assert graph.nodes["cast"].flops == expected[0] * expected[1]
+
+
+def test_shape_arithmetic_is_folded_without_a_real_run(monkeypatch, yolo_head):
+    """The YOLO head computes its Reshape targets and Range limits from Shape nodes; they are
+    folded, so no interpreter is needed (the import would fail here)."""
+    monkeypatch.setitem(sys.modules, "placer.measure.reference", None)
+    graph = load_graph(yolo_head, {"images": (1, 3, 32, 64)})
+    ranges = [n for n in graph.nodes.values() if n.op_type == "Range"]
+    assert sorted(r.output_shapes[0] for r in ranges) == [(16,), (32,)]
+
+
+def test_fold_constants_evaluates_shape_nodes_of_static_tensors():
+    i64 = TensorProto.INT64
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("Constant", [], ["idx"], value=helper.make_tensor("idx", i64, [], [2])),
+         helper.make_node("Gather", ["s", "idx"], ["d"], axis=0),
+         helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", i64, [], [0])),
+         helper.make_node("Constant", [], ["one"], value=helper.make_tensor("one", i64, [], [1])),
+         helper.make_node("Range", ["zero", "d", "one"], ["r"]),
+         helper.make_node("Relu", ["x"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])],
+        [helper.make_tensor_value_info("r", i64, [None]), helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    folded, values = fold_constants(model, {"x": TensorInfo("x", (2, 3, 5), "float32")}, {"": 17})
+    np.testing.assert_array_equal(values["r"], np.arange(5))
+    assert [n.op_type for n in folded.graph.node] == ["Relu"]  # big or unknown work stays
+
+
+def test_binding_writes_shared_symbols_everywhere():
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["c"])], "g",
+        [helper.make_tensor_value_info("a", f, ["batch", 4]), helper.make_tensor_value_info("b", f, ["batch", 4])],
+        [helper.make_tensor_value_info("c", f, ["batch", 4])])
+    bound = bind_input_shapes(graph, {"a": (6, 4)}, set())
+    assert bound == {"a": (6, 4), "b": (6, 4)}
+    assert [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim] == [6, 4]
+
+
+def test_example_feeds_are_deterministic():
+    infos = [TensorInfo("x", (2, 3), "float32"), TensorInfo("ids", (4,), "int64")]
+    a, b = example_feeds(infos), example_feeds(infos)
+    np.testing.assert_array_equal(a["x"], b["x"])
+    assert a["ids"].dtype == np.int64 and not a["ids"].any()
+
+
+def test_every_tensor_of_the_graph_has_an_info(paddle_style):
+    graph = load_graph(paddle_style, {"x": (2, 3, 16, 16)})
+    for node in graph.nodes.values():
+        for name in node.inputs + node.implicit_inputs + node.outputs:
+            if name:
+                assert name in graph.tensors, name
+    for value in graph.model.graph.value_info:
+        shape = value.type.tensor_type.shape
+        assert value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in shape.dim)
