@@ -238,8 +238,8 @@ def _metis(graph: OpGraph, groups: list[list[str]], cost: dict[str, float], targ
     if not adjncy:
         # METIS needs at least one edge; with none, balance alone decides.
         return _topo_slices(groups, cost, target)
-    result = pymetis.part_graph(target, xadj=xadj, adjncy=adjncy, vweights=vweights, eweights=eweights,
-                                options=pymetis.Options(seed=0))
+    result = pymetis.part_graph(target, pymetis.CSRAdjacency(xadj, adjncy), vweights=vweights,
+                                eweights=eweights, options=pymetis.Options(seed=0))
     parts: dict[int, list[str]] = {}
     for g, part in zip(groups, result[1]):
         parts.setdefault(int(part), []).extend(g)

@@ -47,9 +47,10 @@ class Seq2SeqPolicy(nn.Module):
         return states.squeeze(0)
 
     def forward(self, features: torch.Tensor, adjacency: torch.Tensor, actions: torch.Tensor | None = None,
-                n_samples: int = 1, generator: torch.Generator | None = None):
-        """Decode `n_samples` placements (sampled with `generator`), or score the given `actions`
-        (samples x groups). Returns (actions, log-probability per sample, entropy per sample)."""
+                n_samples: int = 1, generator: torch.Generator | None = None, greedy: bool = False):
+        """Decode `n_samples` placements (sampled with `generator`, or the most likely device at
+        each step with `greedy`), or score the given `actions` (samples x groups).
+        Returns (actions, log-probability per sample, entropy per sample)."""
         enc = self.encode(features, adjacency)                      # (G, 2H)
         K = actions.shape[0] if actions is not None else n_samples
         keys = self.attn_enc(enc)                                   # (G, H)
@@ -68,6 +69,8 @@ class Seq2SeqPolicy(nn.Module):
             dist = Categorical(logits=logits)
             if actions is not None:
                 a = actions[:, t]
+            elif greedy:
+                a = logits.argmax(dim=1)
             else:
                 a = torch.multinomial(dist.probs.detach(), 1, generator=generator).squeeze(1)
             chosen.append(a)

@@ -58,6 +58,8 @@ class TrainResult:
     placement: Placement
     summary: dict[str, Any]
     interrupted: bool
+    policy: Seq2SeqPolicy | None = None
+    env: PlacementEnv | None = None
 
 
 @contextmanager
@@ -218,7 +220,8 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
                 best = state.best["step_time"] if state.best else None
                 state.history.append({"samples": state.samples, "best_step_time": best,
                                       "sampled_step_time": float(np.mean(step_times)) if step_times else None,
-                                      "reward_mean": float(r.mean()), "entropy": stats.entropy})
+                                      "reward_mean": float(r.mean()), "failure_rate": failures / K,
+                                      "entropy": stats.entropy, "baseline": stats.new_baseline})
             # 5. log
             step = state.samples
             writer.add_scalar("charts/reward_mean", float(r.mean()), step)
@@ -249,6 +252,7 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
         writer.close()
 
     result = _write_outputs(graph, grouping, env, state, run_dir, measurer, interrupted)
+    result.policy, result.env = policy, env
     return result
 
 

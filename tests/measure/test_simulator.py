@@ -1,0 +1,193 @@
+"""The simulator follows the executor's semantics, exactly, on graphs small enough to work out by hand."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from placer.graph.load import load_graph
+from placer.measure.devices import parse_device
+from placer.measure.measurement import INVALID, OOM
+from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
+from placer.placement import Placement
+
+DEVICES = ["cpu:0", "cpu:1"]
+W = 64                      # matrix width: every activation is 4 x 64 float32 = 1 KiB
+ACT = 4 * W * 4             # bytes of one activation
+WEIGHT = W * W * 4          # bytes of one weight matrix
+
+
+def _model(nodes, outputs, inits) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, W])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [4, W]) for o in outputs], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _weight(name: str, seed: int) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.random.default_rng(seed).standard_normal((W, W)).astype(np.float32), name)
+
+
+def chain(n: int) -> onnx.ModelProto:
+    """x -> mm0 -> mm1 -> ... -> mm{n-1}, each with its own weight."""
+    nodes, inits, x = [], [], "x"
+    for i in range(n):
+        inits.append(_weight(f"w{i}", i))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
+        x = f"y{i}"
+    return _model(nodes, [x], inits)
+
+
+def fork() -> onnx.ModelProto:
+    """x -> a; a -> b and a -> c (independent); b, c -> add."""
+    nodes = [helper.make_node("MatMul", ["x", "wa"], ["ya"], name="a"),
+             helper.make_node("MatMul", ["ya", "wb"], ["yb"], name="b"),
+             helper.make_node("MatMul", ["ya", "wc"], ["yc"], name="c"),
+             helper.make_node("Add", ["yb", "yc"], ["y"], name="add")]
+    return _model(nodes, ["y"], [_weight("wa", 0), _weight("wb", 1), _weight("wc", 2)])
+
+
+class FixedCosts:
+    """A `CostModel` with given op times and a linear link: latency + bytes x seconds per byte."""
+
+    def __init__(self, op_times: dict[str, float], latency: float = 0.5, per_byte: float = 1e-3,
+                 devices=DEVICES):
+        self.devices, self.times, self.latency, self.per_byte = list(devices), op_times, latency, per_byte
+
+    def op_time(self, node, device):
+        return self.times[node.name]
+
+    def transfer_time(self, nbytes, src, dst):
+        return 0.0 if src == dst else self.latency + nbytes * self.per_byte
+
+
+def _assign(graph, placement: dict[str, int]) -> list[int]:
+    return [placement[n] for n in graph.nodes]
+
+
+def test_a_chain_on_one_device_takes_the_sum_of_its_op_times():
+    g = load_graph(chain(3))
+    sim = Simulator(g, DEVICES, FixedCosts({"mm0": 1.0, "mm1": 2.0, "mm2": 3.0}))
+    assert sim.simulate([0, 0, 0]).step_time == pytest.approx(6.0)
+
+
+def test_a_cross_device_edge_waits_for_the_transfer():
+    g = load_graph(chain(2))
+    costs = FixedCosts({"mm0": 1.0, "mm1": 2.0})
+    r = Simulator(g, DEVICES, costs).simulate([0, 1])
+    assert r.step_time == pytest.approx(1.0 + costs.transfer_time(ACT, "cpu:0", "cpu:1") + 2.0)
+
+
+def test_independent_branches_on_two_devices_run_in_parallel():
+    g = load_graph(fork())
+    costs = FixedCosts({"a": 1.0, "b": 4.0, "c": 4.0, "add": 1.0}, latency=0.25, per_byte=0.0)
+    sim = Simulator(g, DEVICES, costs)
+    one = sim.simulate(_assign(g, {"a": 0, "b": 0, "c": 0, "add": 0})).step_time
+    two = sim.simulate(_assign(g, {"a": 0, "b": 0, "c": 1, "add": 0})).step_time
+    assert one == pytest.approx(10.0)
+    # c starts once ya arrives (1 + 0.25) and yc comes back at 1.25 + 4 + 0.25; b ends at 5.
+    assert two == pytest.approx(1.25 + 4.0 + 0.25 + 1.0)
+
+
+def test_a_device_runs_its_nodes_one_at_a_time_in_topological_order():
+    g = load_graph(fork())
+    costs = FixedCosts({"a": 1.0, "b": 4.0, "c": 4.0, "add": 1.0}, latency=0.0, per_byte=0.0)
+    # b and c on the same device cannot overlap even though both are ready at t=1.
+    r = Simulator(g, DEVICES, costs).simulate(_assign(g, {"a": 0, "b": 1, "c": 1, "add": 0}))
+    assert r.step_time == pytest.approx(1.0 + 4.0 + 4.0 + 1.0)
+
+
+def test_a_link_carries_one_copy_at_a_time():
+    g = load_graph(fork())
+    costs = FixedCosts({"a": 1.0, "b": 1.0, "c": 1.0, "add": 1.0}, latency=2.0, per_byte=0.0)
+    # ya reaches cpu:1 at 3; b and c finish there at 4 and 5. Their copies to cpu:0 share the
+    # link: yb arrives at 6, and yc, queued behind it, at 8 (not 7); add ends at 9.
+    r = Simulator(g, DEVICES, costs).simulate(_assign(g, {"a": 0, "b": 1, "c": 1, "add": 0}))
+    assert r.step_time == pytest.approx(9.0)
+
+
+def test_peak_memory_counts_weights_inputs_and_live_activations():
+    g = load_graph(chain(3))
+    sim = Simulator(g, DEVICES, FixedCosts({"mm0": 1.0, "mm1": 1.0, "mm2": 1.0}))
+    one = sim.simulate([0, 0, 0])
+    # Weights (3) and the input stay; at most two activations live at once (an op's input and output).
+    assert one.peak_memory == [3 * WEIGHT + ACT + 2 * ACT, 0]
+    split = sim.simulate([0, 1, 1])
+    # cpu:1 holds two weights, the copy of y0, y1 and y2 (the copy is freed only after mm1 ends,
+    # and y2 is a graph output kept to the end).
+    assert split.peak_memory[1] == 2 * WEIGHT + 2 * ACT
+    assert split.peak_memory[0] == WEIGHT + ACT + ACT
+
+
+def test_a_device_over_its_memory_cap_fails_as_oom():
+    g = load_graph(chain(3))
+    cap = 2 * WEIGHT + 3 * ACT
+    m = SimulatedMeasurer(g, [parse_device(f"cpu:0[mem={cap}]"), parse_device("cpu:1")])
+    single = m.measure(Placement.single_device(list(g.nodes), "cpu:0", g.sha256, DEVICES))
+    assert not single.ok and single.failure == OOM and "cpu:0" in single.reason
+    split = m.measure(Placement(DEVICES, {"mm0": "cpu:0", "mm1": "cpu:1", "mm2": "cpu:1"}, g.sha256))
+    assert split.ok and split.peak_memory["cpu:0"] <= cap
+
+
+def test_a_placement_that_misses_nodes_or_devices_is_invalid():
+    g = load_graph(chain(2))
+    m = SimulatedMeasurer(g, DEVICES)
+    assert m.measure(Placement(DEVICES, {"mm0": "cpu:0"})).failure == INVALID
+    assert m.measure(Placement(["cpu:0", "cpu:7"], {"mm0": "cpu:0", "mm1": "cpu:7"})).failure == INVALID
+
+
+def test_a_node_on_a_device_kind_it_cannot_run_on_is_invalid():
+    g = load_graph(chain(2))
+    g.nodes["mm1"].device_kinds = frozenset({"cuda"})
+    r = Simulator(g, DEVICES, AnalyticCostModel(DEVICES)).simulate([0, 0])
+    assert r.failure == INVALID and "mm1" in r.reason
+
+
+def test_the_analytic_model_charges_flops_bytes_and_launch_overhead():
+    g = load_graph(chain(1))
+    node = g.nodes["mm0"]
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 1e9}, mem_bandwidths={"cpu:0": 1e8},
+                             launch_overhead={"cpu:0": 1e-3})
+    expected = node.flops / 1e9 + (node.output_bytes + node.param_bytes) / 1e8 + 1e-3
+    assert node.flops > 0 and cost.op_time(node, "cpu:0") == pytest.approx(expected)
+    assert cost.op_time(node, "cpu:1") < cost.op_time(node, "cpu:0")   # default speed is faster
+    assert cost.transfer_time(1000, "cpu:0", "cpu:0") == 0.0
+    assert cost.transfer_time(2000, "cpu:0", "cpu:1") > cost.transfer_time(1000, "cpu:0", "cpu:1") > 0
+
+
+def test_the_simulated_measurer_is_deterministic_and_caches():
+    g = load_graph(fork())
+    m = SimulatedMeasurer(g, DEVICES)
+    p = Placement(DEVICES, {"a": "cpu:0", "b": "cpu:0", "c": "cpu:1", "add": "cpu:0"}, g.sha256)
+    first, second = m.measure(p), m.measure(p)
+    assert first.ok and not first.cached and second.cached
+    assert first.step_time == second.step_time == first.times[0] and first.spread == 0.0
+    assert SimulatedMeasurer(g, DEVICES).measure(p).step_time == first.step_time
+    assert first.protocol["kind"] == "simulated"
+
+
+def test_the_simulator_handles_a_zoo_sized_graph_quickly_enough_to_count():
+    """Structural only: hundreds of random placements of a 200-node graph all simulate to a
+    finite time, every one at least the critical path (its longest op)."""
+    nodes, inits, x = [], [], "x"
+    for i in range(200):   # a ladder: each node reads the previous two
+        inits.append(_weight(f"w{i}", i))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
+        if i:
+            nodes.append(helper.make_node("Add", [f"m{i}", x], [f"s{i}"], name=f"add{i}"))
+            x = f"s{i}"
+        else:
+            x = "m0"
+    g = load_graph(_model(nodes, [x], inits))
+    sim = Simulator(g, DEVICES, AnalyticCostModel(DEVICES))
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    results = [sim.simulate(rng.integers(0, 2, len(g.nodes)).tolist()) for _ in range(200)]
+    elapsed = time.perf_counter() - start
+    longest = max(max(row) for row in sim.op_time)
+    assert all(math.isfinite(r.step_time) and r.step_time >= longest for r in results)
+    assert elapsed > 0
