@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphs import inception_v3
+from graphs import inception_v3, nmt, resnet50, rnnlm, transformer
 from graphs.spec import ZooModel
 from placer.errors import PlacerError
 
@@ -17,6 +17,10 @@ SEED = 0
 
 MODELS: dict[str, ZooModel] = {entry.name: entry for entry in (
     inception_v3.ENTRY,
+    resnet50.ENTRY,
+    rnnlm.ENTRY,
+    nmt.ENTRY,
+    transformer.ENTRY,
 )}
 
 

@@ -21,7 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--seq-len", type=int, default=None, metavar="N",
                         help="sequence length (sequence models only)")
     export.add_argument("--layers", type=int, default=None, metavar="N",
-                        help="number of layers (models that have the option, e.g. transformer)")
+                        help="number of layers (models that have the option: transformer)")
+    export.add_argument("--vocab", type=int, default=None, metavar="N",
+                        help="vocabulary size (models that have the option: rnnlm, nmt, transformer)")
     parser.set_defaults(func=run)
 
 
@@ -55,7 +57,7 @@ def _export(args: argparse.Namespace) -> int:
 
     graphs.get(args.name)  # an unknown name fails before anything is built
     path = Path(args.output) if args.output else Path(f"{args.name}.onnx")
-    options = {"layers": args.layers} if args.layers is not None else {}
+    options = {key: value for key in ("layers", "vocab") if (value := getattr(args, key)) is not None}
     start = time.perf_counter()
     graphs.export(args.name, path, batch=args.batch, seq_len=args.seq_len, **options)
     seconds = time.perf_counter() - start
