@@ -112,15 +112,36 @@ def does_not_fit(placer: str, graph: OpGraph, caps: Caps, node: str | None = Non
 
 def human_bytes(n: float) -> str:
     """1536 -> '1.5KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+    if abs(n) < 1024:
+        return f"{n:.0f}B"
+    for unit in ("KiB", "MiB", "GiB"):
         n /= 1024
-    return f"{n:.1f}GiB"
+        if abs(n) < 1024 or unit == "GiB":
+            break
+    return f"{n:.1f}{unit}"
+
+
+def supports(node: OpNode, device: str) -> bool:
+    """Whether the node's op can run on the device's kind ('cuda:1' -> 'cuda')."""
+    return device.split(":", 1)[0] in node.device_kinds
 
 
 def make_placement(graph: OpGraph, devices: list[str], nodes: dict[str, str], placer: str,
                    **info: object) -> Placement:
-    """A `Placement` for `graph` recording which placer made it (under extra["placer"])."""
-    return Placement(devices=list(devices), nodes={n: nodes[n] for n in graph.nodes},
-                     graph_sha256=graph.sha256, extra={"placer": {"name": placer, **info}})
+    """A `Placement` for `graph` recording which placer made it (under extra["placer"]).
+
+    A node put on a device kind its op cannot run on moves to the first device that can run it,
+    so even the cost-blind placers give a runnable placement.
+    """
+    placed = {}
+    moved = 0
+    for name, node in graph.nodes.items():
+        device = nodes[name]
+        if not supports(node, device):
+            device = next((d for d in devices if supports(node, d)), device)
+            moved += device != nodes[name]
+        placed[name] = device
+    if moved:
+        info = {**info, "moved_to_supporting_device": moved}
+    return Placement(devices=list(devices), nodes=placed, graph_sha256=graph.sha256,
+                     extra={"placer": {"name": placer, **info}})

@@ -231,7 +231,10 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, plot: bool = True
             (out / "placements").mkdir(exist_ok=True)
             r.placement.save(out / "placements" / f"{r.name.replace(':', '_')}.json")
     if plot:
-        paths.append(plot_bars(comparison, out / "compare.png"))
+        try:
+            paths.append(plot_bars(comparison, out / "compare.png"))
+        except ImportError:
+            log.warning("matplotlib is not installed, so no compare.png; pip install matplotlib for the chart")
     return paths
 
 

@@ -28,3 +28,10 @@ def _groups(graph):
     from placer.placers.simple import node_groups
 
     return node_groups(graph)
+
+
+def test_a_node_on_a_device_kind_it_cannot_run_on_moves_to_one_that_can(chain):
+    chain.nodes["c"].device_kinds = frozenset({"cpu"})
+    p = single_device(chain, ["cuda:0", "cpu"], device="cuda:0")
+    assert p.nodes["c"] == "cpu" and p.nodes["b"] == "cuda:0"
+    assert p.extra["placer"]["moved_to_supporting_device"] == 1
