@@ -203,3 +203,20 @@ def test_outputs_made_only_of_constants_are_returned():
         out = executor.run({"x": np.array([-1, 0, 2], np.float32)})
     np.testing.assert_array_equal(out["kt"].numpy(), np.arange(6, dtype=np.float32).reshape(2, 3).T)
     np.testing.assert_array_equal(out["y"].numpy(), [0, 0, 2])
+
+
+def test_unsupported_ops_are_all_reported_before_anything_runs():
+    from onnx import TensorProto, helper
+
+    from placer.graph.load import load_graph
+
+    from .conftest import make_model
+
+    nodes = [helper.make_node("ReverseSequence", ["x", "lens"], ["r"], name="reverse"),
+             helper.make_node("Det", ["r"], ["y"], name="det")]
+    lens = helper.make_tensor("lens", TensorProto.INT64, [3], [1, 2, 3])
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [lens])
+    graph = load_graph(model)
+    with pytest.raises(PlacerError, match="2 unsupported.*Det.*ReverseSequence"):
+        PlacedExecutor(graph, Placement.single_device(list(graph.nodes), "cpu"))
