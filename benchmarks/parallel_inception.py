@@ -28,9 +28,12 @@ from placer.placement import Placement
 DEVICES = ["cpu:0[threads=1]", "cpu:1[threads=1]"]
 
 
-def branch_parallel(graph: OpGraph, cost: dict[str, float], devices: list[str]) -> dict[str, str]:
-    """Deal each Concat's exclusive input branches to devices by cost (LPT), outer blocks last."""
+def branch_parallel(graph: OpGraph, cost: dict[str, float], devices: list[str]
+                    ) -> tuple[dict[str, str], set[str]]:
+    """Deal each Concat's exclusive input branches to devices by cost (LPT), outer blocks last.
+    Returns the assignment and the nodes that belong to some branch."""
     nodes = {n: devices[0] for n in graph.nodes}
+    in_branch: set[str] = set()
     dag = graph.dag
     for node in graph.nodes.values():
         if node.op_type != "Concat":
@@ -49,7 +52,8 @@ def branch_parallel(graph: OpGraph, cost: dict[str, float], devices: list[str]) 
             load[target] += sum(cost.get(n, 0.0) for n in branch)
             for n in branch:
                 nodes[n] = target
-    return nodes
+            in_branch |= branch
+    return nodes, in_branch
 
 
 def simulate(graph: OpGraph, cost: dict[str, float], nodes: dict[str, str]) -> float:
@@ -117,7 +121,8 @@ def main() -> int:
                             protocol=MeasureProtocol(warmup=1, repeats=1 if args.quick else 3))
     cost = {n: per["cpu:0"] for n, per in profile.op_times.items()}
     names = ["cpu:0", "cpu:1"]
-    nodes = branch_parallel(graph, cost, names)
+    nodes, in_branch = branch_parallel(graph, cost, names)
+    serial = sum(c for n, c in cost.items() if n not in in_branch)
     split = Placement(names, nodes, graph.sha256)
     single = Placement.single_device(list(graph.nodes), "cpu:0", graph.sha256, devices=names)
     with PlacedExecutor(graph, single, DEVICES, prepared=prepared) as one, \
@@ -131,6 +136,8 @@ def main() -> int:
     counts = split.device_counts()
     print(f"placement: {counts['cpu:0']} nodes on cpu:0, {counts['cpu:1']} on cpu:1, {crossings} crossing tensors; "
           f"profiled work {total * 1e3:.1f} ms, on cpu:1 {sum(cost[n] for n, d in nodes.items() if d == 'cpu:1') * 1e3:.1f} ms")
+    print(f"serial work outside any branch (stem, joins, head): {serial * 1e3:.1f} ms "
+          f"({100 * serial / total:.0f}% of the work)")
     print(f"one device   {t1 * 1e3:9.2f} ms (median)")
     print(f"two devices  {t2 * 1e3:9.2f} ms (median)")
     print(f"speedup      {t1 / t2:9.3f}x measured")
