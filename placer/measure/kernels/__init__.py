@@ -15,8 +15,11 @@ from placer.measure.kernels import (  # noqa: F401  (importing registers the ker
     index,
     linalg,
     norm,
+    pad,
     pool,
     reduce,
+    resize,
+    rnn,
     shape,
 )
 from placer.measure.kernels.registry import (

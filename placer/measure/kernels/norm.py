@@ -83,7 +83,11 @@ def _lrn(node: Node):
 @register("LpNormalization", since=1)
 def _lpnorm(node: Node):
     axis, p = node.attr("axis", -1), node.attr("p", 2)
-    return lambda xs: [xs[0] / torch.linalg.vector_norm(xs[0], p, dim=axis, keepdim=True)]
+    def lpnorm(xs):
+        norm = torch.linalg.vector_norm(xs[0], p, dim=axis, keepdim=True)
+        # A zero vector stays zero instead of becoming 0/0.
+        return [torch.where(norm == 0, torch.zeros_like(xs[0]), xs[0] / norm)]
+    return lpnorm
 
 
 @register("MeanVarianceNormalization", since=9)

@@ -12,6 +12,7 @@ from placer.measure.kernels.registry import Node, register
 
 _MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
 _AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
 def _geometry(node: Node):
@@ -95,8 +96,7 @@ def _avgpool(node: Node):
     kernel, n, strides, dil, begins0, ends0 = _geometry(node)
     ceil_mode = bool(node.attr("ceil_mode", 0))
     include = bool(node.attr("count_include_pad", 0))
-    if any(d != 1 for d in dil):
-        raise NotImplementedError("AveragePool with dilations")
+    dilated = any(d != 1 for d in dil)
 
     def avgpool(xs):
         x = xs[0]
@@ -105,7 +105,7 @@ def _avgpool(node: Node):
         if ceil_mode:
             extra = _ceil_extra(x.shape[2:], kernel, strides, dil, begins, ends)
         fits = begins == ends and all(2 * b <= k for b, k in zip(begins, kernel))
-        if fits and not any(extra):
+        if fits and not any(extra) and not dilated:
             return [_AVG[n](x, kernel, strides, begins, False, include)]
         # Explicit padding: the window mean is sum(x) / count, where count covers the real
         # input (and the declared pads when count_include_pad), never the ceil-mode overhang.
@@ -116,10 +116,21 @@ def _avgpool(node: Node):
             mask = pad_input(pad_input(ones, begins, ends, value=1.0), [0] * n, extra)
         else:
             mask = pad_input(ones, begins, ends_all)
-        total = _AVG[n](xp, kernel, strides, 0, False, True)
-        count = _AVG[n](mask, kernel, strides, 0, False, True)
+        total = _window_sum(xp, kernel, strides, dil)
+        count = _window_sum(mask, kernel, strides, dil)
         return [total / count]
     return avgpool
+
+
+def _window_sum(x: torch.Tensor, kernel, strides, dil) -> torch.Tensor:
+    """Sum over each (dilated) window of an already padded input."""
+    n = len(kernel)
+    if all(d == 1 for d in dil):
+        return _AVG[n](x, kernel, strides, 0, False, True) * math.prod(kernel)
+    # torch's avg pools have no dilation; a depthwise convolution with ones does.
+    c = x.shape[1]
+    ones = torch.ones((c, 1, *kernel), dtype=x.dtype, device=x.device)
+    return _CONV[n](x, ones, None, strides, 0, dil, c)
 
 
 @register("GlobalAveragePool")
@@ -145,10 +156,7 @@ def _lppool(node: Node):
             extra = _ceil_extra(x.shape[2:], kernel, strides, dil, begins, ends)
             ends = [e + a for e, a in zip(ends, extra)]
         xp = pad_input(x.abs().pow(p), begins, ends)
-        if any(d != 1 for d in dil):
-            raise NotImplementedError("LpPool with dilations")
-        s = _AVG[n](xp, kernel, strides, 0, False, True) * math.prod(kernel)
-        return [s.pow(1.0 / p)]
+        return [_window_sum(xp, kernel, strides, dil).pow(1.0 / p)]
     return lppool
 
 

@@ -69,9 +69,14 @@ def _reduce(fn, x: torch.Tensor, axes: list[int] | None, keep: bool, noop_empty:
         # Empty reductions: ONNX defines -inf / +inf (or the dtype's extremes).
         shape = [1 if i in dims else s for i, s in enumerate(x.shape)] if keep else \
             [s for i, s in enumerate(x.shape) if i not in dims]
-        big = float("inf") if x.dtype.is_floating_point else torch.iinfo(x.dtype).max
-        return torch.full(shape, -big if fn is _REDUCERS["ReduceMax"] else big, dtype=x.dtype,
-                          device=x.device)
+        is_max = fn is _REDUCERS["ReduceMax"]
+        if x.dtype == torch.bool:
+            fill = not is_max
+        elif x.dtype.is_floating_point:
+            fill = -float("inf") if is_max else float("inf")
+        else:
+            fill = torch.iinfo(x.dtype).min if is_max else torch.iinfo(x.dtype).max
+        return torch.full(shape, fill, dtype=x.dtype, device=x.device)
     return fn(x, dims, keep)
 
 
@@ -151,6 +156,6 @@ def _topk10(node: Node):
         k = int(xs[1].reshape(-1).tolist()[0])
         x = xs[0]
         # ONNX breaks ties by the lower index: a stable sort gives exactly that.
-        values, indices = torch.sort(x, axis, descending=largest, stable=True)
+        values, indices = torch.sort(x, dim=axis, descending=largest, stable=True)
         return [values.narrow(axis, 0, k), indices.narrow(axis, 0, k)]
     return topk

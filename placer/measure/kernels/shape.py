@@ -208,11 +208,12 @@ def _depth_to_space(node: Node):
 
 @register("SpaceToDepth", since=1)
 def _space_to_depth(node: Node):
-    bs = node.attr("blocksize")
+    bs, mode = node.attr("blocksize"), node.attr("mode", "DCR")
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
 
     def s2d(xs):
         x = xs[0]
         b, c, h, w = x.shape
-        y = x.reshape(b, c, h // bs, bs, w // bs, bs).permute(0, 3, 5, 1, 2, 4)
+        y = x.reshape(b, c, h // bs, bs, w // bs, bs).permute(perm)
         return [y.reshape(b, c * bs * bs, h // bs, w // bs)]
     return s2d
