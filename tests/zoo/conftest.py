@@ -20,6 +20,12 @@ SMALL: dict[str, dict[str, int]] = {
 
 
 @pytest.fixture(scope="session")
+def small() -> dict[str, dict[str, int]]:
+    """name -> the SMALL options of that zoo model."""
+    return SMALL
+
+
+@pytest.fixture(scope="session")
 def zoo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache folder in which inception_v3 at default options was exported once via `resolve`."""
     root = tmp_path_factory.mktemp("placer-cache")

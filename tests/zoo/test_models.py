@@ -12,7 +12,6 @@ import torch
 
 import graphs
 from placer.errors import PlacerError
-from tests.zoo.conftest import SMALL
 
 NAMES = graphs.names()
 
@@ -26,22 +25,22 @@ def test_the_zoo_has_the_benchmark_graphs_of_the_field():
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_export_passes_the_full_onnx_checker_with_static_shapes(name, small_export):
+def test_export_passes_the_full_onnx_checker_with_static_shapes(name, small_export, small):
     model = onnx.load(small_export(name))
     onnx.checker.check_model(model, full_check=True)
     assert model.opset_import[0].version == graphs.OPSET
     entry = graphs.get(name)
     assert [i.name for i in model.graph.input] == list(entry.input_names)
     assert [o.name for o in model.graph.output] == list(entry.output_names)
-    shapes = graphs.input_shapes(name, **SMALL[name])
+    shapes = graphs.input_shapes(name, **small[name])
     for graph_input in model.graph.input:
         dims = tuple(d.dim_value for d in graph_input.type.tensor_type.shape.dim)
         assert dims == shapes[graph_input.name]
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_onnxruntime_output_equals_the_torch_model(name, small_export):
-    model, inputs = graphs.build_model(name, **SMALL[name])
+def test_onnxruntime_output_equals_the_torch_model(name, small_export, small):
+    model, inputs = graphs.build_model(name, **small[name])
     with torch.no_grad():
         expected = model(*inputs).numpy()
     session = ort.InferenceSession(str(small_export(name)), providers=["CPUExecutionProvider"])
@@ -67,25 +66,25 @@ def test_resnet50_has_torchvisions_parameters_and_folded_batch_norm(small_export
     assert "BatchNormalization" not in ops
 
 
-def test_rnnlm_is_unrolled_into_one_set_of_ops_per_cell_and_step(small_export):
+def test_rnnlm_is_unrolled_into_one_set_of_ops_per_cell_and_step(small_export, small):
     ops = _op_counts(small_export("rnnlm"))
-    cells = 2 * SMALL["rnnlm"]["seq_len"]
+    cells = 2 * small["rnnlm"]["seq_len"]
     assert "LSTM" not in ops
     assert ops["Sigmoid"] == 3 * cells and ops["Split"] == cells
-    assert ops["Gemm"] == 2 * cells + SMALL["rnnlm"]["seq_len"]  # input and hidden Gemm per cell, softmax per step
+    assert ops["Gemm"] == 2 * cells + small["rnnlm"]["seq_len"]  # input and hidden Gemm per cell, softmax per step
 
 
-def test_nmt_attends_once_per_target_step(small_export):
+def test_nmt_attends_once_per_target_step(small_export, small):
     ops = _op_counts(small_export("nmt"))
-    steps = SMALL["nmt"]["seq_len"]
+    steps = small["nmt"]["seq_len"]
     assert "LSTM" not in ops
     assert ops["Softmax"] == steps
     assert ops["Split"] == 5 * steps  # encoder: forward, backward, top; decoder: two layers
 
 
-def test_transformer_has_the_requested_number_of_blocks(small_export):
+def test_transformer_has_the_requested_number_of_blocks(small_export, small):
     ops = _op_counts(small_export("transformer"))
-    layers = SMALL["transformer"]["layers"]
+    layers = small["transformer"]["layers"]
     assert ops["LayerNormalization"] == 2 * layers + 1
     assert ops["Softmax"] == layers
     assert "Identity" not in ops  # no deduplicated identical initializers

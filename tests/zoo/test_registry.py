@@ -10,41 +10,40 @@ import torch
 
 import graphs
 from placer.errors import PlacerError
-from tests.zoo.conftest import SMALL
 
 
-def test_same_options_give_the_same_bytes(small_export, tmp_path):
-    again = graphs.export("rnnlm", tmp_path / "again.onnx", **SMALL["rnnlm"])
+def test_same_options_give_the_same_bytes(small_export, tmp_path, small):
+    again = graphs.export("rnnlm", tmp_path / "again.onnx", **small["rnnlm"])
     assert again.read_bytes() == small_export("rnnlm").read_bytes()
 
 
-def test_same_options_give_the_same_bytes_in_a_fresh_process(small_export, tmp_path):
+def test_same_options_give_the_same_bytes_in_a_fresh_process(small_export, tmp_path, small):
     # a new interpreter has fresh global state (tracer counters, hash seeds): bytes must not depend on it
     target = tmp_path / "fresh.onnx"
-    code = f"import graphs; graphs.export('transformer', {str(target)!r}, **{SMALL['transformer']!r})"
+    code = f"import graphs; graphs.export('transformer', {str(target)!r}, **{small['transformer']!r})"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
     assert target.read_bytes() == small_export("transformer").read_bytes()
 
 
-def test_different_options_give_different_graphs(small_export, tmp_path):
-    longer = graphs.export("rnnlm", tmp_path / "longer.onnx", **{**SMALL["rnnlm"], "seq_len": 4})
+def test_different_options_give_different_graphs(small_export, tmp_path, small):
+    longer = graphs.export("rnnlm", tmp_path / "longer.onnx", **{**small["rnnlm"], "seq_len": 4})
     assert longer.read_bytes() != small_export("rnnlm").read_bytes()
 
 
-def test_weights_are_seeded_and_the_callers_rng_is_left_alone():
+def test_weights_are_seeded_and_the_callers_rng_is_left_alone(small):
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
-    first, inputs_a = graphs.build_model("nmt", **SMALL["nmt"])
-    second, inputs_b = graphs.build_model("nmt", **SMALL["nmt"])
+    first, inputs_a = graphs.build_model("nmt", **small["nmt"])
+    second, inputs_b = graphs.build_model("nmt", **small["nmt"])
     assert torch.rand(1) == before  # building drew nothing from the caller's stream
     for (name, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
         assert torch.equal(a, b), name
     assert all(torch.equal(a, b) for a, b in zip(inputs_a, inputs_b))
 
 
-def test_models_are_built_in_eval_mode():
-    model, _ = graphs.build_model("transformer", **SMALL["transformer"])
+def test_models_are_built_in_eval_mode(small):
+    model, _ = graphs.build_model("transformer", **small["transformer"])
     assert not model.training
 
 
