@@ -135,6 +135,9 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
         original, source = path_or_model, "the model"
         if not _looks_like_model(original):
             raise PlacerError("the model given is empty (no graph or opset); pass a loaded ONNX model")
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in original.graph.initializer):
+            raise PlacerError("the model given refers to external data that is not loaded; pass its path, "
+                              "or load it with onnx.load(path) (which reads the data)")
     else:
         original, source = read_model(path_or_model), str(path_or_model)
     input_shapes = dict(input_shapes or {})

@@ -188,3 +188,8 @@ def test_cli_prints_one_line_and_exits_nonzero(tmp_path, capsys, cnn_legacy):
         err = capsys.readouterr().err
         assert code != 0
         assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_model_proto_without_its_external_data(external_data):
+    model = onnx.load(str(external_data), load_external_data=False)
+    assert "external data that is not loaded" in error_of(model)
