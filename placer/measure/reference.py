@@ -108,9 +108,9 @@ def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     direct = {**{t.name: t for t in model.graph.initializer}}
     for name in wanted:
         if name in feeds:
-            found[name] = np.asarray(feeds[name])
+            found[name] = np.array(feeds[name], copy=True)
         elif name in direct:
-            found[name] = numpy_helper.to_array(direct[name])
+            found[name] = np.array(numpy_helper.to_array(direct[name]), copy=True)
     with torch.inference_mode():
         for name, value in iter_values(model, feeds, keep=wanted, device=device):
             if name in wanted:

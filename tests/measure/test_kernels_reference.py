@@ -1,0 +1,76 @@
+"""`placer.measure.reference`: the sequential interpreter over the kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from placer.errors import PlacerError
+from placer.measure.reference import run_model, tensor_shapes
+
+
+def _dynamic_model() -> onnx.ModelProto:
+    """Symbolic input dims and no value_info at all: nothing downstream has a known shape."""
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3) / 10, "w")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"]),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("Shape", ["r"], ["s"]),
+        helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array([-1], np.int64))),
+        helper.make_node("Reshape", ["r", "k"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_runs_a_model_whose_intermediate_shapes_are_unknown():
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    model = _dynamic_model()
+    out = run_model(model, {"x": x})
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    np.testing.assert_allclose(out["y"], np.maximum(x @ w, 0).reshape(-1), rtol=1e-6)
+
+
+def test_returns_intermediate_tensors_feeds_and_initializers_by_name():
+    x = np.ones((2, 4), np.float32)
+    out = run_model(_dynamic_model(), {"x": x}, outputs=["s", "h", "x", "w"])
+    assert list(out) == ["s", "h", "x", "w"]
+    assert out["s"].tolist() == [2, 3] and out["s"].dtype == np.int64
+    assert out["h"].shape == (2, 3) and out["w"].shape == (4, 3)
+
+
+def test_tensor_shapes_reports_every_node_output():
+    shapes = tensor_shapes(_dynamic_model(), {"x": np.ones((7, 4), np.float32)})
+    assert shapes["h"] == ((7, 3), "float32")
+    assert shapes["s"] == ((2,), "int64")
+    assert shapes["y"] == ((21,), "float32")
+
+
+def test_a_missing_input_or_unknown_output_is_a_placer_error():
+    with pytest.raises(PlacerError, match="x"):
+        run_model(_dynamic_model(), {})
+    with pytest.raises(PlacerError, match="nope"):
+        run_model(_dynamic_model(), {"x": np.ones((1, 4), np.float32)}, outputs=["nope"])
+
+
+def test_control_flow_subgraphs_are_refused_up_front():
+    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
+                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(PlacerError, match="control flow"):
+        run_model(model, {"c": np.array(True), "x": np.ones(1, np.float32)})
+
+
+def test_outputs_do_not_alias_the_models_weights():
+    model = _dynamic_model()
+    out = run_model(model, {"x": np.ones((1, 4), np.float32)}, outputs=["w"])
+    out["w"][:] = 0
+    assert numpy_helper.to_array(model.graph.initializer[0]).any()
