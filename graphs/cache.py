@@ -13,6 +13,7 @@ import torch
 
 from graphs.export import OPSET, export
 from graphs.registry import MODELS, get, make_options
+from placer.errors import PlacerError
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +44,10 @@ def _zoo_name(graph_arg: str) -> str | None:
     return stem if stem in MODELS else None
 
 
-def resolve(graph_arg: str) -> Path:
+def resolve(graph_arg: str | os.PathLike) -> Path:
     """The ONNX file `graph_arg` names: an existing file as is; a missing `NAME.onnx` with NAME in
     the zoo exported (default options) into the cache on first use; otherwise PlacerError."""
-    from placer.errors import PlacerError
-
+    graph_arg = os.fspath(graph_arg)
     path = Path(graph_arg)
     if path.is_file():
         return path
@@ -60,5 +60,9 @@ def resolve(graph_arg: str) -> Path:
     target = cached_path(get(name).name)
     if not target.is_file():
         log.warning("exporting zoo model %s to %s (first use)", name, target)
-        export(name, target)
+        try:
+            export(name, target)
+        except OSError as exc:
+            raise PlacerError(f"cannot write the zoo cache {target.parent}: {exc.strerror or exc}; "
+                              "set PLACER_CACHE to a writable folder") from exc
     return target

@@ -7,6 +7,8 @@ import dataclasses
 import time
 from pathlib import Path
 
+from placer.errors import PlacerError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `placer zoo` with its `list` and `export` actions."""
@@ -59,7 +61,10 @@ def _export(args: argparse.Namespace) -> int:
     path = Path(args.output) if args.output else Path(f"{args.name}.onnx")
     options = {key: value for key in ("layers", "vocab") if (value := getattr(args, key)) is not None}
     start = time.perf_counter()
-    graphs.export(args.name, path, batch=args.batch, seq_len=args.seq_len, **options)
+    try:
+        graphs.export(args.name, path, batch=args.batch, seq_len=args.seq_len, **options)
+    except OSError as exc:
+        raise PlacerError(f"cannot write {path}: {exc.strerror or exc}; choose another -o PATH") from exc
     seconds = time.perf_counter() - start
     size_mb = path.stat().st_size / 1e6
     print(f"wrote {path} ({size_mb:.1f} MB) in {seconds:.1f} s")

@@ -81,3 +81,18 @@ def test_an_interrupted_write_leaves_neither_file_nor_temporary(tmp_path, monkey
     with pytest.raises(OSError):
         write_atomic(b"data", tmp_path / "sub" / "model.onnx")
     assert list((tmp_path / "sub").iterdir()) == []
+
+
+def test_a_path_object_is_accepted(tmp_path):
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"x")
+    assert graphs.resolve(model) == model
+
+
+def test_an_unwritable_cache_is_a_one_line_error(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("PLACER_CACHE", str(blocker))
+    monkeypatch.setattr(graphs.cache, "export", lambda name, path: graphs.export("rnnlm", path, batch=1, seq_len=1, vocab=5))
+    with pytest.raises(PlacerError, match="cannot write the zoo cache .*PLACER_CACHE"):
+        graphs.resolve("rnnlm.onnx")

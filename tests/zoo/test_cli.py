@@ -46,3 +46,11 @@ def test_export_with_an_option_the_model_lacks_fails_in_one_line(tmp_path, capsy
     assert main(["zoo", "export", "resnet50", "--seq-len", "5", "-o", str(tmp_path / "r.onnx")]) == 2
     assert "resnet50 has no option seq_len" in capsys.readouterr().err
     assert not (tmp_path / "r.onnx").exists()
+
+
+def test_export_to_an_unwritable_place_fails_in_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert main(["zoo", "export", "rnnlm", "--batch", "1", "--seq-len", "1", "--vocab", "5",
+                 "-o", str(blocker / "lm.onnx")]) == 2
+    assert "cannot write" in capsys.readouterr().err
