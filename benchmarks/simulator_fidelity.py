@@ -168,10 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     fresh = results
     sim_t = [r["simulated_s"] for r in fresh]
     real_t = [r["measured_s"] for r in fresh]
+    # The noise floor: how well one round of real measurements ranks the placements like another.
+    full = [r["round_medians_s"] for r in fresh if len(r["round_medians_s"]) == args.rounds]
+    pairs = [(a, b) for a in range(args.rounds) for b in range(a + 1, args.rounds)]
+    self_rho = (float(np.mean([spearman([x[a] for x in full], [x[b] for x in full]) for a, b in pairs]))
+                if pairs and len(full) > 2 else None)
     summary = {"graph": args.graph, "nodes": len(graph.nodes), "devices": [str(d) for d in devs],
                "placements": len(fresh), "spearman": spearman(sim_t, real_t) if len(fresh) > 2 else None,
                "mean_relative_error": float(np.mean([r["relative_error"] for r in fresh])) if fresh else None,
                "median_relative_error": float(np.median([r["relative_error"] for r in fresh])) if fresh else None,
+               "round_to_round_spearman": self_rho,
                "simulations_per_s": sims_per_s, "load_average_at_start": load, "cpus": os.cpu_count(), "protocol": {"warmup": args.warmup, "repeats": args.repeats, "rounds": args.rounds},
                "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "results": results}
     if load is not None:
@@ -179,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{summary['placements']} distinct placements: Spearman {summary['spearman']:.3f}, mean relative "
           f"error {summary['mean_relative_error']:.1%} (median {summary['median_relative_error']:.1%}); "
           f"simulator {sims_per_s:,.0f} placements/s")
+    if self_rho is not None:
+        print(f"noise floor: one round of real measurements ranks the placements like another with "
+              f"Spearman {self_rho:.3f}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2) + "\n")
