@@ -25,7 +25,7 @@ class Hyperparameters:
     temperature: float = _opt(1.0, "softmax temperature of the decoder's logits")
     tanh_constant: float = _opt(1.0, "logits squashed to tanh_constant * tanh(logits); 0 turns it off")
     forget_bias: float = _opt(1.0, "initial forget-gate bias of the LSTMs")
-    lr: float = _opt(0.1, "Adam learning rate")
+    lr: float = _opt(0.01, "Adam learning rate")
     lr_decay: float = _opt(0.95, "learning rate factor applied every lr_decay_every updates")
     lr_decay_every: int = _opt(50, "updates between learning-rate decays")
     lr_decay_start: int = _opt(400, "update at which the learning rate starts decaying")

@@ -1,0 +1,84 @@
+"""Small real ONNX graphs with known optimal placements, for the learner's tests."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from placer.graph.grouping import Grouping, group_graph
+from placer.graph.load import load_graph
+from placer.graph.opgraph import OpGraph
+from placer.measure.devices import parse_devices
+from placer.measure.simulator import SimulatedMeasurer
+
+W = 64
+
+
+def branches(n: int, depth: int, batch: int = 16) -> onnx.ModelProto:
+    """x -> n independent chains of MatMul+Relu -> Concat: the heavy work splits cleanly."""
+    rng = np.random.default_rng(0)
+    nodes, inits, ends = [], [], []
+    for b in range(n):
+        x = "x"
+        for k in range(depth):
+            inits.append(numpy_helper.from_array(rng.standard_normal((W, W)).astype(np.float32), f"w{b}_{k}"))
+            nodes.append(helper.make_node("MatMul", [x, f"w{b}_{k}"], [f"m{b}_{k}"], name=f"mm{b}_{k}"))
+            nodes.append(helper.make_node("Relu", [f"m{b}_{k}"], [f"r{b}_{k}"], name=f"relu{b}_{k}"))
+            x = f"r{b}_{k}"
+        ends.append(x)
+    nodes.append(helper.make_node("Concat", ends, ["y"], name="concat", axis=1))
+    graph = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, W])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, W * n])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@dataclass
+class Problem:
+    """A graph, its grouping, a deterministic measurer, and the optimum found by brute force."""
+
+    graph: OpGraph
+    grouping: Grouping
+    measurer: SimulatedMeasurer
+    optimum: float
+    optimal: set[tuple[int, ...]]
+    feasible: int
+
+
+def capped_branches(n_branches: int = 8) -> Problem:
+    """Independent heavy branches on two devices whose memory caps hold only half the weights
+    each: no single device can run the model, and the optimum splits the branches evenly."""
+    graph = load_graph(branches(n_branches, 2))
+    weights = sum(t.nbytes for t in graph.initializers.values())
+    cap = weights // 2 + 100_000
+    measurer = SimulatedMeasurer(graph, parse_devices(f"cpu:0[mem={cap}],cpu:1[mem={cap}]"))
+    grouping = group_graph(graph, n_branches, 2)
+    times = {}
+    for a in itertools.product([0, 1], repeat=len(grouping)):
+        m = measurer.measure(grouping.expand(a, measurer.devices))
+        if m.ok:
+            times[a] = m.step_time
+    optimum = min(times.values())
+    return Problem(graph, grouping, measurer, optimum, {a for a, t in times.items() if t == optimum}, len(times))
+
+
+@pytest.fixture(scope="session")
+def problem() -> Problem:
+    return capped_branches()
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "branches.onnx"
+    onnx.save(branches(4, 2), path)
+    return path
+
+
+@pytest.fixture
+def make_branches():
+    """The `branches(n, depth)` model builder, for tests that need their own graph."""
+    return branches
