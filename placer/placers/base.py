@@ -59,6 +59,8 @@ class MemoryBook:
         return node_memory(op) + copies
 
     def fits(self, node: str, device: str, place: dict[str, str]) -> bool:
+        if self.caps[device] == math.inf:
+            return True   # no cap: skip the accounting, the list schedulers ask this very often
         return self.used[device] + self.need(node, device, place) <= self.caps[device]
 
     def add(self, node: str, device: str, place: dict[str, str]) -> None:
