@@ -41,9 +41,14 @@ def _canonical_node(node: onnx.NodeProto, name: str) -> bytes:
 
 
 def _tensor_digest(t: onnx.TensorProto) -> bytes:
-    array = numpy_helper.to_array(t)
     h = hashlib.sha256()
     h.update(f"{t.name}|{t.data_type}|{tuple(t.dims)}|".encode())
+    if t.HasField("raw_data"):
+        # raw_data is the little-endian array bytes, exactly what the typed fields decode to
+        # on this (little-endian) machine, so both storages hash alike without a copy.
+        h.update(t.raw_data)
+        return h.digest()
+    array = numpy_helper.to_array(t)
     if array.dtype == object:  # string tensors: hash the values, not object pointers
         for value in array.ravel():
             data = value if isinstance(value, bytes) else str(value).encode()

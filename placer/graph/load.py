@@ -171,7 +171,8 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     _validate(slim, source)
     del graph.value_info[:]  # exporters' hints may carry unbound symbols; inference redoes them
     infos, missing = shapes.infer_static(slim, _opsets(slim))
-    model = with_weights(slim, original, moved)
+    # A file read here is ours to reuse; a caller's ModelProto is copied, not changed.
+    model = with_weights(slim, original, moved, owned=not isinstance(path_or_model, onnx.ModelProto))
     inputs = [infos[i.name] if i.name in infos else TensorInfo(i.name, bound[i.name], "float32")
               for i in model.graph.input if i.name not in weights]
     if missing:

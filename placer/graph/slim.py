@@ -7,7 +7,9 @@ constants are small and stay)."""
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
+from onnx import helper
 
 # Initializers at or below this size keep their values: shape inference's data propagation
 # reads small constants (Reshape targets, Slice bounds, Resize scales).
@@ -15,12 +17,11 @@ SMALL_INITIALIZER_BYTES = 4096
 
 
 def _nbytes(t: onnx.TensorProto) -> int:
-    if t.data_location == onnx.TensorProto.EXTERNAL:
-        for entry in t.external_data:
-            if entry.key == "length":
-                return int(entry.value)
-        return SMALL_INITIALIZER_BYTES + 1
-    return t.ByteSize()
+    # From dims and dtype, not ByteSize(): that serialises the tensor (seconds for GBs).
+    if t.data_type == onnx.TensorProto.STRING:
+        return t.ByteSize()
+    itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    return int(np.prod(t.dims, dtype=np.int64)) * itemsize
 
 
 def _copy_fields(src, dst, skip: set[str]) -> None:
@@ -59,14 +60,27 @@ def slim_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     return slim, moved
 
 
-def with_weights(slim: onnx.ModelProto, original: onnx.ModelProto, moved: list[str]) -> onnx.ModelProto:
+def with_weights(slim: onnx.ModelProto, original: onnx.ModelProto, moved: list[str],
+                 owned: bool = False) -> onnx.ModelProto:
     """`slim` (possibly changed by passes) with `original`'s initializers back, in file order,
-    and the inputs `slim_copy` added for them removed."""
-    listed = {i.name for i in original.graph.input}
-    added = set(moved) - listed
-    inputs = [i for i in slim.graph.input if i.name not in added]
-    del slim.graph.input[:]
-    slim.graph.input.extend(inputs)
-    del slim.graph.initializer[:]
-    slim.graph.initializer.extend(original.graph.initializer)
-    return slim
+    and the inputs `slim_copy` added for them removed.
+
+    With `owned`, `original` itself becomes the result (its weights are not copied, which
+    matters for GBs of them); otherwise it is left as it was."""
+    if owned:
+        target = original
+    else:
+        target = onnx.ModelProto()
+        target.CopyFrom(original)
+    for field, _ in target.ListFields():
+        if field.name != "graph":
+            target.ClearField(field.name)
+    _copy_fields(slim, target, skip={"graph"})
+    graph = target.graph
+    for field, _ in graph.ListFields():
+        if field.name != "initializer":
+            graph.ClearField(field.name)
+    _copy_fields(slim.graph, graph, skip={"initializer", "input"})
+    added = set(moved) - {i.name for i in original.graph.input}
+    graph.input.extend(i for i in slim.graph.input if i.name not in added)
+    return target
