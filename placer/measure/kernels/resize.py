@@ -33,6 +33,8 @@ def _source(coord: str, n_in: int, n_out: int, scale: float, roi: tuple[float, f
     width = scale * n_in          # ONNX uses the real-valued output width here
     outside = None
     if coord == "align_corners":
+        # The spec (and its conformance tests) use the real-valued scale * n_in here, where
+        # onnxruntime and torch use the integer length; they agree when it is a whole number.
         x = torch.zeros_like(y) if width == 1 else y * (n_in - 1) / (width - 1)
     elif coord == "asymmetric":
         x = y / scale
@@ -168,7 +170,7 @@ def _resize(x: torch.Tensor, m: _Mode, roi: list[float] | None, scales: list[flo
         corners = fast.endswith("+corners")
         mode = fast.removesuffix("+corners")
         kwargs = {"align_corners": corners} if mode not in ("nearest", "nearest-exact") else {}
-        if sizes:
+        if sizes or corners:
             return F.interpolate(x, size=out[2:], mode=mode, **kwargs)
         return F.interpolate(x, scale_factor=full_scales[2:], mode=mode, **kwargs)
     y = x if x.dtype.is_floating_point else x.double()

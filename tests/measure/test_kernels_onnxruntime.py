@@ -1,0 +1,242 @@
+"""The kernels against onnxruntime on small representative models: a CNN, a Transformer encoder
+layer, recurrent nets (torch exports and hand-built ONNX nodes), and detector/OCR-style ops."""
+
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from placer.measure.reference import run_model
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds)))
+
+
+def assert_same_as_onnxruntime(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                               rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    ours = run_model(model, feeds)
+    theirs = ort_run(model, feeds)
+    assert list(ours) == list(theirs)
+    for name in ours:
+        assert ours[name].shape == theirs[name].shape, name
+        assert ours[name].dtype == theirs[name].dtype, name
+        np.testing.assert_allclose(ours[name], theirs[name], rtol=rtol, atol=atol, err_msg=name)
+
+
+def export(module: torch.nn.Module, *inputs: torch.Tensor, opset: int = 17) -> onnx.ModelProto:
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), inputs, buffer, dynamo=False, opset_version=opset,
+                          input_names=[f"in{i}" for i in range(len(inputs))])
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def model_of(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    # Not checked: outputs are declared without shapes, which onnxruntime accepts.
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def f32(rng, *shape) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_cnn_with_batchnorm_pools_and_classifier():
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a, n) for a, n in [
+        (f32(rng, 8, 3, 3, 3) * 0.3, "w"), (f32(rng, 8), "b"), (np.abs(f32(rng, 8)) + 0.5, "scale"),
+        (f32(rng, 8), "shift"), (f32(rng, 8), "mean"), (np.abs(f32(rng, 8)) + 0.5, "var"),
+        (f32(rng, 10, 8) * 0.2, "fc"), (f32(rng, 10), "fc_b"), (np.array([0.1], np.float32), "slope")]]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["bn"]),
+        helper.make_node("PRelu", ["bn", "slope"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+        helper.make_node("AveragePool", ["p"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["a"], ["hs"]),
+        helper.make_node("GlobalAveragePool", ["hs"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fc_b"], ["logits"], transB=1),
+        helper.make_node("LogSoftmax", ["logits"], ["y"], axis=-1),
+    ]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 15, 15])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])], inits)
+    assert_same_as_onnxruntime(model, {"x": f32(rng, 2, 3, 15, 15)})
+
+
+class _EncoderBlock(torch.nn.Module):
+    """A pre-norm Transformer block written out, so the export shows the usual op mix."""
+
+    def __init__(self, d: int = 16, heads: int = 4):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.ff1, self.ff2 = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, -1)
+        q, k, v = (t.reshape(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5
+        scores = scores.masked_fill(mask[:, None, None, :] == 0, float("-inf"))
+        att = torch.softmax(scores, -1) @ v
+        x = x + self.out(att.transpose(1, 2).reshape(b, n, d))
+        return x + self.ff2(torch.nn.functional.gelu(self.ff1(self.norm2(x))))
+
+
+def test_transformer_block_export():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    model = export(_EncoderBlock(), x, mask)
+    assert {"LayerNormalization", "Softmax", "MatMul", "Erf", "Where"} <= {
+        n.op_type for n in model.graph.node}
+    assert_same_as_onnxruntime(model, {"in0": x.numpy(), "in1": mask.numpy()})
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_bidirectional_two_layer_recurrent_export(cell):
+    torch.manual_seed(0)
+    rnn = getattr(torch.nn, cell)(input_size=6, hidden_size=5, num_layers=2, bidirectional=True)
+    x = torch.randn(7, 3, 6)
+    model = export(rnn, x)
+    assert cell in {n.op_type for n in model.graph.node}
+    assert_same_as_onnxruntime(model, {"in0": x.numpy()})
+
+
+def _rnn_inputs(rng, kind: str, dirs: int, hidden: int, steps: int, batch: int, size: int):
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[kind]
+    arrays = {"W": f32(rng, dirs, gates * hidden, size) * 0.5,
+              "R": f32(rng, dirs, gates * hidden, hidden) * 0.5,
+              "B": f32(rng, dirs, 2 * gates * hidden) * 0.5,
+              "initial_h": f32(rng, dirs, batch, hidden)}
+    if kind == "LSTM":
+        arrays["initial_c"] = f32(rng, dirs, batch, hidden)
+        arrays["P"] = f32(rng, dirs, 3 * hidden) * 0.5
+    return arrays
+
+
+@pytest.mark.parametrize("kind,direction,attrs", [
+    ("LSTM", "reverse", {"clip": 2.0}),
+    ("LSTM", "bidirectional", {}),
+    ("LSTM", "forward", {"input_forget": 1}),
+    ("GRU", "bidirectional", {"linear_before_reset": 0}),
+    ("GRU", "forward", {"linear_before_reset": 1}),
+    ("GRU", "reverse", {"activations": ["HardSigmoid", "Tanh"]}),
+    ("RNN", "bidirectional", {"activations": ["Relu", "Tanh"]}),
+])
+def test_onnx_recurrent_nodes_with_sequence_lengths_states_and_options(kind, direction, attrs):
+    rng = np.random.default_rng(3)
+    dirs, hidden, steps, batch, size = (2 if direction == "bidirectional" else 1), 4, 6, 3, 5
+    arrays = _rnn_inputs(rng, kind, dirs, hidden, steps, batch, size)
+    names = ["X", "W", "R", "B", "sequence_lens", "initial_h"] + (
+        ["initial_c", "P"] if kind == "LSTM" else [])
+    outputs = ["Y", "Y_h"] + (["Y_c"] if kind == "LSTM" else [])
+    node = helper.make_node(kind, names, outputs, hidden_size=hidden, direction=direction, **attrs)
+    inits = [numpy_helper.from_array(v, k) for k, v in arrays.items()]
+    model = model_of([node], [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, batch, size]),
+                              helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, [batch])],
+                     [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    feeds = {"X": f32(rng, steps, batch, size),
+             "sequence_lens": np.array([6, 2, 4], np.int32)}
+    assert_same_as_onnxruntime(model, feeds)
+
+
+def test_lstm_batch_first_layout_equals_the_time_first_layout():
+    """onnxruntime has no layout=1; the same weights in layout 0 (checked above) are the reference."""
+    rng = np.random.default_rng(4)
+    arrays = _rnn_inputs(rng, "LSTM", 1, 4, 5, 2, 3)
+    del arrays["P"]
+    x = f32(rng, 5, 2, 3)
+    results = {}
+    for layout in (0, 1):
+        inits = dict(arrays)
+        if layout:
+            inits["initial_h"] = arrays["initial_h"].transpose(1, 0, 2).copy()
+            inits["initial_c"] = arrays["initial_c"].transpose(1, 0, 2).copy()
+        node = helper.make_node("LSTM", ["X", "W", "R", "B", "", "initial_h", "initial_c"],
+                                ["Y", "Y_h", "Y_c"], hidden_size=4, layout=layout)
+        model = model_of([node], [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)],
+                         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ["Y", "Y_h", "Y_c"]],
+                         [numpy_helper.from_array(v, k) for k, v in inits.items()], opset=14)
+        results[layout] = run_model(model, {"X": x.transpose(1, 0, 2).copy() if layout else x})
+    np.testing.assert_allclose(results[1]["Y"], results[0]["Y"].transpose(2, 0, 1, 3), rtol=1e-6)
+    np.testing.assert_allclose(results[1]["Y_h"], results[0]["Y_h"].transpose(1, 0, 2), rtol=1e-6)
+    np.testing.assert_allclose(results[1]["Y_c"], results[0]["Y_c"].transpose(1, 0, 2), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode,coord,nearest", [
+    ("nearest", "asymmetric", "floor"),
+    ("nearest", "half_pixel", "round_prefer_floor"),
+    ("nearest", "align_corners", "round_prefer_ceil"),
+    ("linear", "half_pixel", None),
+    ("linear", "align_corners", None),
+    ("linear", "asymmetric", None),
+    ("cubic", "half_pixel", None),
+    ("cubic", "pytorch_half_pixel", None),
+])
+@pytest.mark.parametrize("by", ["scales", "sizes"])
+def test_resize_modes(mode, coord, nearest, by):
+    rng = np.random.default_rng(5)
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord}
+    if nearest:
+        attrs["nearest_mode"] = nearest
+    if by == "scales":
+        # With align_corners, onnxruntime uses the integer output length where the ONNX spec
+        # uses scale * length: keep those whole numbers so both agree (5 * 1.6, 7 * 4 / 7).
+        scales = [1, 1, 1.6, 4 / 7] if coord == "align_corners" else [1, 1, 1.7, 0.6]
+        extra = [numpy_helper.from_array(np.array(scales, np.float32), "scales")]
+        node = helper.make_node("Resize", ["x", "", "scales"], ["y"], **attrs)
+    else:
+        extra = [numpy_helper.from_array(np.array([1, 2, 9, 4], np.int64), "sizes")]
+        node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], **attrs)
+    model = model_of([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 7])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], extra, opset=13)
+    assert_same_as_onnxruntime(model, {"x": f32(rng, 1, 2, 5, 7)})
+
+
+def test_detector_and_ocr_style_ops():
+    """Pad, DepthToSpace, TopK, GatherElements, CumSum, Where, Expand, Range, Einsum, ConvTranspose."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(a, n) for a, n in [
+        (np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64), "pads"),
+        (np.array([3], np.int64), "k"), (np.array(1, np.int64), "axis1"),
+        (np.array([2, 1, 1, 1], np.int64), "shape"),
+        (np.array(0, np.int64), "r0"), (np.array(4, np.int64), "r4"), (np.array(1, np.int64), "r1"),
+        (f32(rng, 4, 2, 3, 3) * 0.3, "wt"), (np.array(0.0, np.float32), "zero")]]
+    nodes = [
+        helper.make_node("Pad", ["x", "pads"], ["padded"], mode="reflect"),
+        helper.make_node("ConvTranspose", ["padded", "wt"], ["up"], strides=[2, 2], pads=[1, 0, 0, 1],
+                         output_padding=[1, 1]),
+        helper.make_node("DepthToSpace", ["up"], ["d2s"], blocksize=1, mode="CRD"),
+        helper.make_node("ReduceMean", ["d2s"], ["rows"], axes=[1], keepdims=0),
+        helper.make_node("TopK", ["rows", "k"], ["vals", "idx"], axis=-1),
+        helper.make_node("GatherElements", ["rows", "idx"], ["picked"], axis=-1),
+        helper.make_node("CumSum", ["picked", "axis1"], ["cum"], exclusive=1, reverse=1),
+        helper.make_node("Greater", ["cum", "zero"], ["pos"]),
+        helper.make_node("Where", ["pos", "cum", "vals"], ["w"]),
+        helper.make_node("Range", ["r0", "r4", "r1"], ["ramp"]),
+        helper.make_node("Cast", ["ramp"], ["rampf"], to=TensorProto.FLOAT),
+        helper.make_node("Expand", ["w", "shape"], ["big"]),
+        helper.make_node("Einsum", ["big", "big"], ["y"], equation="bcij,bcik->bcjk"),
+    ]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 6])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                      helper.make_tensor_value_info("rampf", TensorProto.FLOAT, None)], inits)
+    assert_same_as_onnxruntime(model, {"x": f32(rng, 1, 4, 5, 6)})
