@@ -93,25 +93,30 @@ def run(args: argparse.Namespace) -> int:
         from placer.measure.simulator import SimulatedMeasurer
 
         measurer = SimulatedMeasurer(graph, devices)
+        confirm = None   # deterministic: measuring again would give the same figures
     else:
         from placer.measure.measurer import MeasureProtocol, RealMeasurer
 
-        measurer = RealMeasurer(graph, devices, protocol=MeasureProtocol(args.warmup, args.repeats, args.timeout),
-                                seed=args.seed)
+        protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout)
+        measurer = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed)
+        # A second measurer, with an empty cache, for the side-by-side confirmation at the end.
+        confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed, prepared=measurer.prepared)
     print(f"training a placement of {graph.source} ({len(graph.nodes)} ops in {len(grouping)} groups) "
           f"on {', '.join(str(d) for d in devices)}; run folder {run_dir}")
     result = train(graph, measurer, grouping, run_dir, hp, samples=args.samples, budget_s=budget_s, seed=args.seed,
-                   resume=args.resume, progress=not args.no_progress,
+                   resume=args.resume, progress=not args.no_progress, confirm=confirm,
                    run_info={"graph": graph.source, "measurer": args.measurer, "warmup": args.warmup,
                              "repeats": args.repeats, "timeout": args.timeout})
     s = result.summary
+    if s["confirmed_side_by_side"]:
+        print("measured again side by side at the end:")
     for device, t in s["single_device_step_times"].items():
         print(f"  single device {device:<10} " + (f"{t * 1e3:10.3f} ms" if t is not None else "failed"))
     if s["best_step_time"] is None:
         print("no placement ran successfully; see summary.json for the failures")
         return 1
     print(f"  best placement found    {s['best_step_time'] * 1e3:10.3f} ms  ({s['best_source']}, "
-          f"{s['samples']} samples, {s['wall_time_s']:.0f} s)")
+          f"{s['samples']} samples, {s['wall_time_s']:.0f} s of training)")
     if s["speedup_vs_best_single_device"]:
         print(f"speedup over the best single device ({s['best_single_device']}): "
               f"{s['speedup_vs_best_single_device']:.2f}x")

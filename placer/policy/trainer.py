@@ -107,9 +107,12 @@ def _set_rng_state(state: dict[str, Any], sampler: torch.Generator, env: Placeme
 def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str | Path,
           hp: Hyperparameters = Hyperparameters(), *, samples: int | None = None, budget_s: float | None = None,
           seed: int = 0, resume: bool = False, progress: bool = False, checkpoint_every: int = 10,
-          run_info: dict[str, Any] | None = None) -> TrainResult:
+          run_info: dict[str, Any] | None = None, confirm: Measurer | None = None) -> TrainResult:
     """Learn a placement of `graph` on `measurer`'s devices; stop after `samples` sampled
-    placements (whole updates) or `budget_s` seconds of this session, whichever comes first."""
+    placements (whole updates) or `budget_s` seconds of this session, whichever comes first.
+
+    With `confirm` (a fresh measurer, no cache), the best placement and every single device are
+    measured again side by side at the end; those figures decide the result and the speedup."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if samples is None and budget_s is None:
@@ -251,7 +254,8 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
         writer.flush()
         writer.close()
 
-    result = _write_outputs(graph, grouping, env, state, run_dir, measurer, interrupted)
+    confirmed = _confirm(confirm, grouping, env, state) if confirm is not None and state.best else None
+    result = _write_outputs(graph, grouping, env, state, run_dir, measurer, interrupted, confirmed)
     result.policy, result.env = policy, env
     return result
 
@@ -261,31 +265,56 @@ def _protocol(measurer: Measurer) -> Any:
     return proto.to_dict() if hasattr(proto, "to_dict") else proto
 
 
+def _confirm(confirm: Measurer, grouping: Grouping, env: PlacementEnv, state: TrainState) -> dict[str, Any]:
+    """Measure the best placement and each single device again, one after the other, so that the
+    comparison is not skewed by when each was first measured (a cold process runs slower)."""
+    def measure(group_devices: list[int]) -> float | None:
+        m = confirm.measure(grouping.expand(group_devices, env.devices, env.graph.sha256))
+        return m.step_time if m.ok else None
+
+    best = measure(state.best["group_devices"])
+    singles = {d: measure([i] * env.n_groups) for i, d in enumerate(env.devices)}
+    return {"best_step_time": best, "single_device_step_times": singles}
+
+
 def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state: TrainState, run_dir: Path,
-                   measurer: Measurer, interrupted: bool) -> TrainResult:
-    """placement.json (the best measured placement) and summary.json (it against single devices)."""
+                   measurer: Measurer, interrupted: bool, confirmed: dict[str, Any] | None = None) -> TrainResult:
+    """placement.json (the best placement) and summary.json (it against the single devices: the
+    side-by-side figures of the confirmation when there is one, else those of training)."""
     singles = {d: m.get("step_time") if m.get("ok") else None for d, m in state.single_device.items()}
-    ok_singles = {d: t for d, t in singles.items() if t is not None}
-    best_single = min(ok_singles.items(), key=lambda kv: kv[1]) if ok_singles else None
-    if state.best is None:
+    best = dict(state.best) if state.best else None
+    final = confirmed or {"best_step_time": best["step_time"] if best else None,
+                          "single_device_step_times": singles}
+    ok = {d: t for d, t in final["single_device_step_times"].items() if t is not None}
+    best_single = min(ok, key=ok.__getitem__) if ok else None
+    if best is not None and best_single is not None and (
+            final["best_step_time"] is None or ok[best_single] < final["best_step_time"]):
+        # Measured side by side, a single device won: that is the answer, never something slower.
+        d = env.devices.index(best_single)
+        best = {"group_devices": [d] * env.n_groups, "measurement": state.single_device[best_single],
+                "source": f"single device {best_single}"}
+        final = {**final, "best_step_time": ok[best_single]}
+    if best is None:
         placement = Placement.single_device(list(graph.nodes), env.devices[0], graph.sha256, env.devices)
-        best_time = None
     else:
-        placement = grouping.expand(state.best["group_devices"], env.devices, graph.sha256)
-        placement.measurement = state.best["measurement"]
-        placement.extra = {"source": state.best["source"]}
-        best_time = state.best["step_time"]
+        placement = grouping.expand(best["group_devices"], env.devices, graph.sha256)
+        placement.measurement = best["measurement"]
+        placement.extra = {"source": best["source"]}
         placement.save(run_dir / "placement.json")
+    best_time = final["best_step_time"]
     summary = {
         "graph": graph.source, "graph_sha256": graph.sha256, "devices": env.devices,
         "groups": env.n_groups, "grouping": grouping.method,
         "measurer": {"kind": type(measurer).__name__, "protocol": _protocol(measurer)},
         "samples": state.samples, "updates": state.updates, "wall_time_s": state.wall_time_s,
-        "best_step_time": best_time, "best_source": state.best["source"] if state.best else None,
-        "single_device_step_times": singles,
-        "best_single_device": best_single[0] if best_single else None,
-        "best_single_device_step_time": best_single[1] if best_single else None,
-        "speedup_vs_best_single_device": (best_single[1] / best_time) if best_single and best_time else None,
+        "confirmed_side_by_side": confirmed is not None,
+        "best_step_time": best_time, "best_source": best["source"] if best else None,
+        "single_device_step_times": final["single_device_step_times"],
+        "best_single_device": best_single,
+        "best_single_device_step_time": ok.get(best_single) if best_single else None,
+        "speedup_vs_best_single_device": ok[best_single] / best_time if best_single and best_time else None,
+        "during_training": {"best_step_time": state.best["step_time"] if state.best else None,
+                            "single_device_step_times": singles},
         "interrupted": interrupted,
         "learning_curve": [{k: h[k] for k in ("samples", "best_step_time", "sampled_step_time")}
                            for h in state.history],

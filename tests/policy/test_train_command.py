@@ -1,0 +1,71 @@
+"""`placer train` end to end: simulated for speed, and once for real on a small zoo model."""
+
+from __future__ import annotations
+
+import json
+
+from placer.cli import main
+from placer.commands.train import parse_budget
+from placer.placement import Placement
+
+FAST = ["--hidden-size", "16", "--no-progress", "--devices", "cpu:0,cpu:1"]
+
+
+def test_a_simulated_run_leaves_a_complete_run_folder(model_file, tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(["train", "--graph", str(model_file), "--measurer", "simulated", "--samples", "8",
+                 "--run-dir", str(run), "--groups", "4", *FAST])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "speedup over the best single device" in out and "single device cpu:0" in out
+    for name in ("checkpoint.pt", "placement.json", "summary.json"):
+        assert (run / name).is_file(), name
+    assert list(run.glob("events.out.tfevents.*"))
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["samples"] == 8 and summary["groups"] == 4 and summary["speedup_vs_best_single_device"] >= 1.0
+    assert Placement.load(run / "placement.json").graph_sha256 == summary["graph_sha256"]
+
+
+def test_resume_continues_a_run_to_its_sample_count(model_file, tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", "--graph", str(model_file), "--measurer", "simulated", "--run-dir", str(run), *FAST]
+    assert main(args + ["--samples", "4"]) == 0
+    assert main(args + ["--samples", "12", "--resume"]) == 0
+    assert json.loads((run / "summary.json").read_text())["samples"] == 12
+
+
+def test_user_mistakes_are_one_line_errors(model_file, tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["train", "--graph", str(model_file), "--measurer", "simulated", *FAST]
+    assert main(base + ["--run-dir", str(run), "--resume", "--samples", "4"]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+    assert main(base + ["--run-dir", str(run), "--samples", "4"]) == 0
+    assert main(base + ["--run-dir", str(run), "--samples", "4"]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert main(base + ["--run-dir", str(tmp_path / "b"), "--budget", "soon"]) == 2
+    assert "budget" in capsys.readouterr().err
+    assert main(base + ["--run-dir", str(tmp_path / "c"), "--samples", "4", "--grouping", "nodes",
+                        "--groups", "0"]) == 2
+
+
+def test_budgets_read_seconds_minutes_and_hours():
+    assert parse_budget("90s") == 90 and parse_budget("10m") == 600 and parse_budget("1.5h") == 5400
+    assert parse_budget("42") == 42
+
+
+def test_a_real_run_on_a_small_zoo_model_measures_and_confirms(tmp_path, capsys):
+    """Real measurement: the executor runs every placement on two virtual CPU devices."""
+    import graphs
+
+    model = graphs.export("rnnlm", tmp_path / "rnnlm.onnx", batch=2, seq_len=3, vocab=50)
+    run = tmp_path / "run"
+    code = main(["train", "--graph", str(model), "--samples", "4", "--warmup", "0", "--repeats", "1",
+                 "--run-dir", str(run), *FAST])
+    assert code == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["measurer"]["kind"] == "RealMeasurer" and summary["confirmed_side_by_side"]
+    times = list(summary["single_device_step_times"].values())
+    assert all(t is not None and t > 0 for t in times)
+    assert 0 < summary["best_step_time"] <= min(times)
+    placement = Placement.load(run / "placement.json")
+    assert placement.measurement["ok"] and placement.measurement["protocol"]["repeats"] == 1
