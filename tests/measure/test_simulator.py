@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -13,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from placer.graph.load import load_graph
 from placer.measure.devices import parse_device
 from placer.measure.measurement import INVALID, OOM
-from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
+from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator, simulate_batch
 from placer.placement import Placement
 
 DEVICES = ["cpu:0", "cpu:1"]
@@ -191,3 +192,18 @@ def test_the_simulator_handles_a_zoo_sized_graph_quickly_enough_to_count():
     longest = max(max(row) for row in sim.op_time)
     assert all(math.isfinite(r.step_time) and r.step_time >= longest for r in results)
     assert elapsed > 0
+
+
+def test_the_batch_simulation_gives_exactly_the_one_at_a_time_results():
+    g = load_graph(fork())
+    devices = ["cpu:0", "cpu:1", "cuda:0"]
+    g.nodes["b"].device_kinds = frozenset({"cpu"})          # so some placements are invalid
+    sim = Simulator(g, devices, AnalyticCostModel(devices), [3 * WEIGHT, None, None])
+    every = np.array(list(itertools.product(range(3), repeat=len(g.nodes))))
+    batch = simulate_batch(sim, every)
+    assert {"oom", "invalid", None} == set(batch.failure)
+    for row, step, peaks, failure in zip(every, batch.step_time, batch.peak_memory, batch.failure):
+        one = sim.simulate(row.tolist())
+        assert one.failure == failure
+        if failure != INVALID:
+            assert one.step_time == step and one.peak_memory == peaks.tolist()
