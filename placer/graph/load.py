@@ -170,7 +170,15 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     bound = shapes.bind_input_shapes(graph, input_shapes, weights)
     _validate(slim, source)
     del graph.value_info[:]  # exporters' hints may carry unbound symbols; inference redoes them
+    # Declared output shapes are hints too, and sometimes wrong: shapes come from the ops, and
+    # a declared static shape is used only where inference cannot say (e.g. Loop outputs).
+    declared = shapes.declared_output_infos(graph)
+    for value in graph.output:
+        if value.type.HasField("tensor_type"):
+            value.type.tensor_type.ClearField("shape")
     infos, missing = shapes.infer_static(slim, _opsets(slim))
+    infos.update({n: declared[n] for n in missing if n in declared})
+    missing = [n for n in missing if n not in infos]
     # A file read here is ours to reuse; a caller's ModelProto is copied, not changed.
     model = with_weights(slim, original, moved, owned=not isinstance(path_or_model, onnx.ModelProto))
     inputs = [infos[i.name] if i.name in infos else TensorInfo(i.name, bound[i.name], "float32")

@@ -196,6 +196,17 @@ def static_infos(model: onnx.ModelProto) -> tuple[dict[str, TensorInfo], list[st
     return infos, missing
 
 
+def declared_output_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
+    """The graph outputs whose declared type is a complete static shape and dtype."""
+    result = {}
+    for value in graph.output:
+        tt = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tt is not None and tt.elem_type and tt.HasField("shape") and all(_is_static(d) for d in tt.shape.dim):
+            result[value.name] = TensorInfo(value.name, tuple(d.dim_value for d in tt.shape.dim),
+                                            dtype_name(tt.elem_type))
+    return result
+
+
 def example_feeds(inputs: Iterable[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
     """Deterministic inputs of the given shapes: standard normal floats, zero integers."""
     rng = np.random.default_rng(seed)

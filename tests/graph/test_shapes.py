@@ -92,3 +92,12 @@ def test_every_tensor_of_the_graph_has_an_info(paddle_style):
     for value in graph.model.graph.value_info:
         shape = value.type.tensor_type.shape
         assert value.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in shape.dim)
+
+
+def test_declared_output_shapes_do_not_override_the_ops():
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", f, [2, 3])], [helper.make_tensor_value_info("y", f, [7])])
+    loaded = load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert loaded.outputs[0].shape == (2, 3) == loaded.nodes["relu"].output_shapes[0]
