@@ -16,7 +16,7 @@ def test_list_shows_every_model_with_parameters_and_input_shapes(capsys):
     rows = {line.split()[0]: line for line in lines[1:]}
     assert list(rows) == graphs.names()
     assert "23.8M" in rows["inception_v3"] and "input=1x3x299x299" in rows["inception_v3"]
-    assert "src_tokens=32x20 tgt_tokens=32x20" in rows["nmt"]
+    assert "src_tokens=16x20 tgt_tokens=16x20" in rows["nmt"]
     assert "124.5M" in rows["transformer"] and "layers=12" in rows["transformer"]
 
 

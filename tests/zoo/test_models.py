@@ -92,7 +92,7 @@ def test_transformer_has_the_requested_number_of_blocks(small_export, small):
 
 def test_transformer_default_is_gpt2_small_shaped():
     assert graphs.parameter_count("transformer") == 124_490_065  # GPT-2 small's 124,439,808 + a head bias
-    assert graphs.input_shapes("transformer") == {"tokens": (1, 128)}
+    assert graphs.input_shapes("transformer") == {"tokens": (1, 64)}
 
 
 def test_transformer_refuses_more_steps_than_positions():
