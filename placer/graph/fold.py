@@ -54,6 +54,33 @@ def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray | None], opsets: Map
     return [np.asarray(v) for v in evaluator.run(None, feeds, attributes={})]
 
 
+_BROADCASTING = frozenset({"Add", "And", "Div", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual",
+                           "Max", "Min", "Mod", "Mul", "Or", "Sub", "Where"})
+
+
+def _output_too_big(node: onnx.NodeProto, inputs: list[np.ndarray | None]) -> bool:
+    """Whether a node that makes big tensors from small ones would exceed FOLD_LIMIT; checked
+    before evaluating, so that folding never allocates an activation-sized array."""
+    try:
+        op = node.op_type
+        if op == "ConstantOfShape":
+            size = int(np.prod(inputs[0], dtype=np.int64))
+        elif op == "Expand":
+            size = int(np.prod(np.broadcast_shapes(inputs[0].shape, tuple(int(d) for d in inputs[1])), dtype=np.int64))
+        elif op == "Tile":
+            size = int(np.prod(np.array(inputs[0].shape) * inputs[1], dtype=np.int64))
+        elif op == "Range":
+            start, limit, delta = (float(np.asarray(v)) for v in inputs[:3])
+            size = int(max(np.ceil((limit - start) / delta), 0)) if delta else FOLD_LIMIT + 1
+        elif op in _BROADCASTING:
+            size = int(np.prod(np.broadcast_shapes(*(v.shape for v in inputs if v is not None)), dtype=np.int64))
+        else:
+            return False
+    except (ValueError, TypeError, IndexError, AttributeError):
+        return False  # malformed: let the evaluator refuse it
+    return size > FOLD_LIMIT
+
+
 def fold_constants(model: onnx.ModelProto, infos: Mapping[str, TensorInfo],
                    opsets: Mapping[str, int]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """A copy of `model` in which every foldable node whose inputs are known (initializers,
@@ -92,6 +119,8 @@ def _fold_node(node: onnx.NodeProto, values: dict[str, np.ndarray], infos: Mappi
             return [np.array(info.numel, dtype=np.int64)]
         return [_shape_value(node, info)]
     if any(name and name not in values for name in node.input):
+        return None
+    if _output_too_big(node, [values.get(n) if n else None for n in node.input]):
         return None
     try:
         outputs = _evaluate(node, [values.get(n) if n else None for n in node.input], opsets)

@@ -101,3 +101,23 @@ def test_declared_output_shapes_do_not_override_the_ops():
         [helper.make_tensor_value_info("x", f, [2, 3])], [helper.make_tensor_value_info("y", f, [7])])
     loaded = load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     assert loaded.outputs[0].shape == (2, 3) == loaded.nodes["relu"].output_shapes[0]
+
+
+def test_folding_never_builds_big_tensors(monkeypatch):
+    """A ConstantOfShape whose shape is known but whose output is activation-sized is left to
+    shape inference instead of being evaluated."""
+    import placer.graph.fold as fold
+
+    evaluated = []
+    real = fold._evaluate
+    monkeypatch.setattr(fold, "_evaluate", lambda node, *a: evaluated.append(node.op_type) or real(node, *a))
+    graph = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]),
+         helper.make_node("ConstantOfShape", ["s"], ["zeros"]),
+         helper.make_node("Add", ["x", "zeros"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 1024])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    _, values = fold_constants(model, {"x": TensorInfo("x", (64, 1024), "float32")}, {"": 17})
+    assert "s" in values and "zeros" not in values and "ConstantOfShape" not in evaluated
+    assert values["s"].dtype == np.int64
