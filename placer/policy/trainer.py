@@ -188,6 +188,7 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
     session_start_wall = state.wall_time_s
     interrupted = False
     K = hp.samples_per_update
+    snapshot = None
     try:
         while True:
             elapsed = time.monotonic() - started
@@ -195,6 +196,8 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
                 break
             if budget_s is not None and elapsed >= budget_s:
                 break
+            # What a checkpoint must hold if Ctrl-C lands inside this batch: the state before it.
+            snapshot = (_rng_state(sampler, env), cache.hits, cache.misses, len(cache.entries))
             # 1. sample K placements from the current policy
             with torch.no_grad(), _policy_threads():
                 actions, _, _ = policy(features, adjacency, n_samples=K, generator=sampler)
@@ -247,6 +250,11 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
                        max(0, min(int(time.monotonic() - started), int(budget_s)) - bar.n))
     except KeyboardInterrupt:
         interrupted = True
+        if snapshot is not None:   # forget the unfinished batch, so that --resume redoes it exactly
+            _set_rng_state(snapshot[0], sampler, env)
+            cache.hits, cache.misses = snapshot[1], snapshot[2]
+            for key in list(cache.entries)[snapshot[3]:]:
+                del cache.entries[key]
         log.warning("interrupted: saving the run at %d samples", state.samples)
     finally:
         bar.close()

@@ -132,3 +132,31 @@ def test_the_run_folder_holds_the_placement_the_summary_and_the_curves(trained, 
     assert "charts/best_placement" in tags["images"]
     assert events.Scalars("charts/best_step_time")[-1].value == pytest.approx(problem.optimum, rel=1e-6)
     assert events.Scalars("charts/cache_hit_rate")[-1].value > 0     # a converged policy repeats itself
+
+
+class _InterruptAfter:
+    """A measurer that presses Ctrl-C (raises KeyboardInterrupt) on its n-th measurement."""
+
+    def __init__(self, inner, n: int) -> None:
+        self.inner, self.devices, self.left = inner, inner.devices, n
+
+    def measure(self, placement):
+        self.left -= 1
+        if self.left == 0:
+            raise KeyboardInterrupt
+        return self.inner.measure(placement)
+
+
+def test_an_interrupted_run_saves_and_resumes_exactly_where_it_stopped(problem, tmp_path):
+    kw = dict(hp=HP, seed=5)
+    whole = train(problem.graph, problem.measurer, problem.grouping, tmp_path / "whole", samples=20, **kw)
+    # 2 single-device measurements, then 4 per update: the 13th lands inside the third batch.
+    stopped = train(problem.graph, _InterruptAfter(problem.measurer, 13), problem.grouping, tmp_path / "cut",
+                    samples=20, **kw)
+    assert stopped.interrupted and stopped.summary["samples"] == 8
+    resumed = train(problem.graph, problem.measurer, problem.grouping, tmp_path / "cut", samples=20,
+                    resume=True, **kw)
+    a = torch.load(tmp_path / "whole" / FILENAME, weights_only=False)
+    b = torch.load(tmp_path / "cut" / FILENAME, weights_only=False)
+    assert a["state"]["losses"] == b["state"]["losses"] and a["state"]["history"] == b["state"]["history"]
+    assert whole.placement.nodes == resumed.placement.nodes and not resumed.interrupted
