@@ -45,7 +45,7 @@ def register(subparsers) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     # Advanced: learn against the analytic simulator instead of the real devices (fast, for tests).
     parser.add_argument("--measurer", default="real", choices=["real", "simulated"], help=argparse.SUPPRESS)
-    hp = parser.add_argument_group("learning (defaults: the published hierarchical placer)")
+    hp = parser.add_argument_group("learning (defaults and where they come from: placer/policy/hparams.py)")
     for f in fields(Hyperparameters):
         hp.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                         metavar=f.type.upper() if isinstance(f.type, str) else None, help=f.metadata["help"] + " (default %(default)s)")
