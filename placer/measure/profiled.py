@@ -2,9 +2,10 @@
 
 It wraps a `placer.measure.profile.Profile` (each node timed on each device alone, transfers
 timed per ordered device pair) and caches it on disk, keyed by everything that changes the
-figures: the graph (hash and bound input shapes), the device specs (threads and caps
-included), the torch version and the machine's accelerators. A second run on the same graph
-and devices reads the file instead of profiling again.
+figures: the graph (hash and bound input shapes), the device specs (threads included), the
+torch version and the machine. A second run on the same graph and devices reads the file
+instead of profiling again. Memory caps are left out of both the profiling and the key: they
+constrain placements, not speed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import math
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +64,9 @@ class ProfiledCostModel:
         """
         from placer.measure.profile import profile_graph
 
-        devs = [d if isinstance(d, Device) else parse_device(d) for d in devices]
+        # Caps constrain placements, not speed: each device runs the whole graph alone when
+        # profiled, which a cap meant for a share of the graph would refuse.
+        devs = [replace(d if isinstance(d, Device) else parse_device(d), mem_cap=None) for d in devices]
         path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         path = path / f"{cache_key(graph, devs)}.json"
         if path.is_file() and not refresh:
@@ -104,7 +107,8 @@ def cache_key(graph: OpGraph, devices: list[Device]) -> str:
         if torch.cuda.is_available() else []
     key = {"version": CACHE_VERSION, "graph": graph.sha256,
            "inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
-           "nodes": len(graph.nodes), "devices": [str(d) for d in devices], "torch": torch.__version__,
+           "nodes": len(graph.nodes), "devices": [str(replace(d, mem_cap=None)) for d in devices],
+           "torch": torch.__version__,
            "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from placer.placers.base import Caps, Placer, caps_from_devices, node_memory, static_memory
+from placer.placers.base import (Caps, Placer, book_peak_memory, caps_from_devices, executor_peak_memory,
+                                 node_memory)
 from placer.placers.heft import heft
 from placer.placers.m_etf import m_etf
 from placer.placers.m_sct import m_sct
@@ -40,6 +41,7 @@ PLACERS: dict[str, PlacerSpec] = {spec.name: spec for spec in [
     PlacerSpec("heft", heft, True, True, "HEFT critical-path list scheduling"),
 ]}
 
-__all__ = ["PLACERS", "PlacerSpec", "Placer", "Caps", "caps_from_devices", "node_memory", "static_memory",
+__all__ = ["PLACERS", "PlacerSpec", "Placer", "Caps", "caps_from_devices", "node_memory", "book_peak_memory",
+           "executor_peak_memory",
            "single_device", "random_placement", "round_robin", "metis", "m_topo", "m_etf", "m_sct",
            "memory_greedy", "heft"]

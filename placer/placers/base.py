@@ -31,64 +31,123 @@ def caps_from_devices(devices: Sequence[Device]) -> Caps:
 
 
 def node_memory(node: OpNode) -> int:
-    """Bytes a node holds on its device if nothing is freed: its weights plus its outputs."""
+    """A node's weights plus its outputs: its size when sharing memory out evenly (m-TOPO)."""
     return node.param_bytes + node.output_bytes
 
 
 class MemoryBook:
-    """The memory budget the cap-respecting placers keep, device by device.
+    """The memory the cap-respecting placers budget, device by device, as nodes are placed.
 
-    A node placed on a device costs its weights and outputs (Baechi's persistent + output
-    memory), plus a copy of each input that is not there yet: a graph input, or a tensor made
-    on another device. Nothing is freed unless a placer calls `release`, so the book
-    over-estimates the executor's tensor-lifetime peak and a placement within it fits.
+    It follows the executor's accounting (`placer.measure.memory`) in placement order: a device
+    holds each weight and graph input its nodes read (once, for the whole step), each output its
+    nodes make, and a copy of each tensor its nodes read from another device. An output (and its
+    copies) is freed once every node that reads it has been placed; graph outputs stay.
+    When nodes are placed in the order they run (topological fill) this bounds the executor's
+    estimate from above; list schedulers place out of that order, so they check their result
+    with `executor_peak_memory` and fall back to ``frees=False`` (nothing freed: safe in any
+    order). The real measurement has the last word: an over-cap placement fails as out-of-memory.
     """
 
-    def __init__(self, graph: OpGraph, devices: list[str], caps: Caps | None) -> None:
+    def __init__(self, graph: OpGraph, devices: list[str], caps: Caps | None, frees: bool = True) -> None:
         self.graph = graph
+        self.frees = frees   # False: nothing is ever freed, a bound on any order of execution
         self.caps = {d: float((caps or {}).get(d, math.inf)) for d in devices}
-        self.used = {d: 0 for d in devices}
-        self.peak = {d: 0 for d in devices}
+        # Weights and graph inputs stay for the whole step, so they add to the peak of
+        # activations whenever they arrive: peak = resident + the largest live activation set.
+        self.resident = {d: 0 for d in devices}
+        self.live = {d: 0 for d in devices}
+        self.live_peak = {d: 0 for d in devices}
         self._present: dict[str, set[str]] = {d: set() for d in devices}  # tensors held on d
+        self._kept = {t.name for t in graph.inputs} | set(graph.initializers)
+        self._outputs = {t.name for t in graph.outputs}
+        self._readers_left = {t: len(readers) for t, readers in graph.consumers.items()}
 
-    def need(self, node: str, device: str, place: dict[str, str]) -> int:
-        """Bytes `node` would add on `device`, given where its producers went (`place`)."""
+    @property
+    def peak(self) -> dict[str, int]:
+        """Device -> resident bytes plus the largest set of live activations so far."""
+        return {d: self.resident[d] + self.live_peak[d] for d in self.resident}
+
+    def _size(self, tensor: str) -> int:
+        info = self.graph.tensors.get(tensor)
+        return info.nbytes if info is not None else 0
+
+    def _new_tensors(self, node: str, device: str) -> list[str]:
+        """Tensors placing `node` on `device` would add there: missing inputs, then outputs."""
         op = self.graph.nodes[node]
         have = self._present[device]
-        copies = sum(self.graph.tensors[t].nbytes for t in self._arriving(op, device, place) if t not in have)
-        return node_memory(op) + copies
+        reads = [t for t in dict.fromkeys(op.inputs) if t and t not in have]
+        return reads + [t for t in op.outputs if t and t not in have]
 
-    def fits(self, node: str, device: str, place: dict[str, str]) -> bool:
+    def _split(self, tensors: list[str]) -> tuple[int, int]:
+        """(resident bytes, activation bytes) of `tensors`."""
+        kept = sum(self._size(t) for t in tensors if t in self._kept)
+        return kept, sum(self._size(t) for t in tensors) - kept
+
+    def need(self, node: str, device: str) -> int:
+        """How much `node` would raise `device`'s peak if placed there now."""
+        kept, act = self._split(self._new_tensors(node, device))
+        return kept + max(self.live_peak[device], self.live[device] + act) - self.live_peak[device]
+
+    def fits(self, node: str, device: str) -> bool:
         if self.caps[device] == math.inf:
             return True   # no cap: skip the accounting, the list schedulers ask this very often
-        return self.used[device] + self.need(node, device, place) <= self.caps[device]
+        return self.peak[device] + self.need(node, device) <= self.caps[device]
 
-    def add(self, node: str, device: str, place: dict[str, str]) -> None:
-        """Charge `node` to `device` (call before recording it in `place`)."""
+    def add(self, node: str, device: str) -> None:
+        """Charge `node` to `device`, then free what no unplaced node will read any more."""
+        new = self._new_tensors(node, device)
+        kept, act = self._split(new)
+        self.resident[device] += kept
+        self.live[device] += act
+        self.live_peak[device] = max(self.live_peak[device], self.live[device])
+        self._present[device].update(new)
+        if not self.frees:
+            return
         op = self.graph.nodes[node]
-        self.used[device] += self.need(node, device, place)
-        self._present[device].update(self._arriving(op, device, place))
-        self._present[device].update(t for t in op.outputs if t)
-        self.peak[device] = max(self.peak[device], self.used[device])
+        done = []
+        for t in dict.fromkeys(op.inputs):
+            if t and t in self._readers_left:
+                self._readers_left[t] -= 1
+                if self._readers_left[t] == 0:
+                    done.append(t)
+        done += [t for t in op.outputs if t and t not in self._readers_left]   # read by nobody
+        for t in done:
+            if t in self._kept or t in self._outputs:
+                continue
+            for d, have in self._present.items():
+                if t in have:
+                    have.discard(t)
+                    self.live[d] -= self._size(t)
 
-    def release(self, device: str, nbytes: int) -> None:
-        self.used[device] -= nbytes
 
-    def _arriving(self, op: OpNode, device: str, place: dict[str, str]) -> list[str]:
-        producer = self.graph.producer
-        feeds = {t.name for t in self.graph.inputs}
-        return [t for t in dict.fromkeys(op.inputs) if t and t in self.graph.tensors and
-                (t in feeds or (t in producer and place.get(producer[t]) not in (None, device)))]
+def executor_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]:
+    """Per-device peak the executor predicts for `placement` (the accounting that refuses an
+    over-cap placement before running: `placer.measure.memory`), without preparing kernels.
+
+    Every node counts as a step; the executor folds constant subgraphs out of its steps, so
+    this is a little above its own figure, never below."""
+    from placer.measure.memory import predict_peak_memory
+    from placer.measure.schedule import Step, build_schedule
+
+    steps = [Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()]
+    schedule = build_schedule(steps, placement.nodes, list(placement.devices), set(graph.initializers),
+                              {t.name for t in graph.inputs}, [t.name for t in graph.outputs])
+    size = lambda t: graph.tensors[t].nbytes if t in graph.tensors else 0  # noqa: E731
+    return {d: e.peak for d, e in predict_peak_memory(schedule, size).items()}
 
 
-def static_memory(graph: OpGraph, placement: Placement) -> dict[str, int]:
-    """Per-device memory of `placement` as the `MemoryBook` counts it (every device listed)."""
+def over_caps(graph: OpGraph, placement: Placement, caps: Caps | None) -> list[str]:
+    """Devices whose `executor_peak_memory` exceeds their cap."""
+    peaks = executor_peak_memory(graph, placement)
+    return [d for d, cap in (caps or {}).items() if d in peaks and peaks[d] > cap]
+
+
+def book_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]:
+    """Per-device peak of `placement` as the `MemoryBook` counts it, nodes in topological order."""
     book = MemoryBook(graph, placement.devices, None)
-    place: dict[str, str] = {}
     for name in graph.nodes:
-        book.add(name, placement.nodes[name], place)
-        place[name] = placement.nodes[name]
-    return book.used
+        book.add(name, placement.nodes[name])
+    return book.peak
 
 
 def require_cost(cost: CostModel | None, placer: str) -> CostModel:
@@ -106,10 +165,10 @@ def require_devices(devices: list[str]) -> None:
 def does_not_fit(placer: str, graph: OpGraph, caps: Caps, node: str | None = None) -> PlacerError:
     """The error a cap-respecting placer raises when the graph cannot fit under the caps."""
     total = sum(node_memory(n) for n in graph.nodes.values())
-    where = f" (stuck at node {node!r})" if node else ""
+    where = f"; stuck at node {node!r}" if node else ""
     capped = ", ".join(f"{d}={human_bytes(c)}" for d, c in caps.items())
-    return PlacerError(f"{placer}: the graph needs about {human_bytes(total)} but the memory caps ({capped}) "
-                       f"leave too little{where}; raise the mem= caps or add devices")
+    return PlacerError(f"{placer}: the graph ({human_bytes(total)} of weights and outputs) does not fit under "
+                       f"the memory caps {capped}{where}; raise the mem= caps or add devices")
 
 
 def human_bytes(n: float) -> str:

@@ -16,7 +16,7 @@ from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps, does_not_fit, make_placement, require_cost, require_devices
-from placer.placers.scheduling import ScheduleState
+from placer.placers.scheduling import ScheduleState, schedule_within_caps
 
 
 def upward_ranks(state: ScheduleState) -> dict[str, float]:
@@ -38,15 +38,11 @@ def upward_ranks(state: ScheduleState) -> dict[str, float]:
     return rank
 
 
-def heft(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
-         caps: Caps | None = None, *, seed: int = 0) -> Placement:
-    """Each node, by decreasing upward rank, on the device giving it the earliest finish time."""
-    require_devices(devices)
-    state = ScheduleState(graph, devices, require_cost(cost, "heft"), caps)
-    rank = upward_ranks(state)
-    for node in sorted(graph.nodes, key=lambda n: (-rank[n], state.topo_index[n])):
+def _schedule(state: ScheduleState, order: list[str]) -> ScheduleState:
+    """Each node in `order` to the device where it finishes earliest (gaps may be filled)."""
+    for node in order:
         best: tuple[float, int, str, float] | None = None
-        for i, device in enumerate(devices):
+        for i, device in enumerate(state.devices):
             if not state.can_run(node, device):
                 continue
             start = state.insertion_start(node, device, state.arrival(node, device))
@@ -54,7 +50,21 @@ def heft(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
             if best is None or key < best:
                 best = key
         if best is None:
-            raise does_not_fit("heft", graph, {d: int(c) for d, c in state.caps.items() if math.isfinite(c)}, node)
+            raise does_not_fit("heft", state.graph, {d: int(c) for d, c in state.caps.items() if math.isfinite(c)},
+                               node)
         _, _, device, start = best
         state.commit(node, device, start)
+    return state
+
+
+def heft(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+         caps: Caps | None = None, *, seed: int = 0) -> Placement:
+    """Each node, by decreasing upward rank, on the device giving it the earliest finish time."""
+    require_devices(devices)
+    cost = require_cost(cost, "heft")
+    rank = upward_ranks(ScheduleState(graph, devices, cost, None))
+    topo_index = {n: i for i, n in enumerate(graph.nodes)}
+    order = sorted(graph.nodes, key=lambda n: (-rank[n], topo_index[n]))
+    state = schedule_within_caps(graph, devices, caps, lambda frees: _schedule(
+        ScheduleState(graph, devices, cost, caps, frees), order))
     return make_placement(graph, devices, state.place, "heft", predicted_makespan=state.makespan)

@@ -15,7 +15,7 @@ from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps, does_not_fit, make_placement, require_cost, require_devices
-from placer.placers.scheduling import ScheduleState
+from placer.placers.scheduling import ScheduleState, schedule_within_caps
 
 # gate(node, device, start, starts) -> may this pair be scheduled now? `starts` maps every ready
 # node to its feasible devices' start times.
@@ -60,5 +60,7 @@ def m_etf(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
           caps: Caps | None = None, *, seed: int = 0) -> Placement:
     """Earliest-task-first list scheduling under memory caps."""
     require_devices(devices)
-    state = etf_schedule(ScheduleState(graph, devices, require_cost(cost, "m_etf"), caps, dynamic_memory=True), "m_etf")
+    cost = require_cost(cost, "m_etf")
+    state = schedule_within_caps(graph, devices, caps, lambda frees: etf_schedule(
+        ScheduleState(graph, devices, cost, caps, frees), "m_etf"))
     return make_placement(graph, devices, state.place, "m_etf", predicted_makespan=state.makespan)

@@ -17,7 +17,7 @@ from placer.measure.costmodel import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps, make_placement, require_cost, require_devices
 from placer.placers.m_etf import etf_schedule
-from placer.placers.scheduling import ScheduleState
+from placer.placers.scheduling import ScheduleState, schedule_within_caps
 
 
 def favourite_children(state: ScheduleState) -> dict[str, str]:
@@ -46,8 +46,8 @@ def m_sct(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
           caps: Caps | None = None, *, seed: int = 0) -> Placement:
     """SCT list scheduling with greedy favourite children, under memory caps."""
     require_devices(devices)
-    state = ScheduleState(graph, devices, require_cost(cost, "m_sct"), caps, dynamic_memory=True)
-    favourite = favourite_children(state)
+    cost = require_cost(cost, "m_sct")
+    favourite = favourite_children(ScheduleState(graph, devices, cost, caps))
     last_on: dict[str, str] = {}   # device -> the node it ran last
 
     def gate(node: str, device: str, start: float, starts: dict[str, dict[str, float]]) -> bool:
@@ -60,6 +60,11 @@ def m_sct(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
             return True  # the child starts earlier elsewhere: no reason to wait for it here
         return max(starts[node].values()) <= start  # only an urgent node may jump in
 
-    state = etf_schedule(state, "m_sct", gate=gate, on_commit=lambda node, device: last_on.__setitem__(device, node))
+    def schedule(frees: bool) -> ScheduleState:
+        last_on.clear()
+        return etf_schedule(ScheduleState(graph, devices, cost, caps, frees), "m_sct", gate=gate,
+                            on_commit=lambda node, device: last_on.__setitem__(device, node))
+
+    state = schedule_within_caps(graph, devices, caps, schedule)
     return make_placement(graph, devices, state.place, "m_sct", predicted_makespan=state.makespan,
                           favourite_children="greedy")

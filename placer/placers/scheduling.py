@@ -12,22 +12,23 @@ import math
 
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
-from placer.placers.base import Caps, MemoryBook
+from collections.abc import Callable
+
+from placer.placement import Placement
+from placer.placers.base import Caps, MemoryBook, over_caps
 
 
 class ScheduleState:
     """A partial schedule: placed nodes, their finish times, device timelines and memory.
 
-    Memory is a `MemoryBook`; `dynamic_memory` also frees a node's outputs once its last
-    consumer is placed (Baechi's m-ETF accounting), otherwise everything stays counted.
+    Memory is kept by a `MemoryBook` in placement order.
     """
 
     def __init__(self, graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None,
-                 dynamic_memory: bool = False) -> None:
+                 frees: bool = True) -> None:
         self.graph, self.devices, self.cost = graph, list(devices), cost
-        self.memory = MemoryBook(graph, devices, caps)
+        self.memory = MemoryBook(graph, devices, caps, frees)
         self.caps = self.memory.caps
-        self.dynamic_memory = dynamic_memory
         self.topo_index = {n: i for i, n in enumerate(graph.nodes)}
         self.preds: dict[str, list[tuple[str, int]]] = {
             n: [(u, int(graph.dag.edges[u, n].get("bytes", 0))) for u in graph.dag.predecessors(n)]
@@ -40,8 +41,6 @@ class ScheduleState:
         self.finish: dict[str, float] = {}
         self.free_at = {d: 0.0 for d in devices}            # end of the device's last node
         self.busy: dict[str, list[tuple[float, float]]] = {d: [] for d in devices}  # sorted intervals
-        self._waiting_consumers = {n: len(self.succs[n]) for n in graph.nodes}
-        self._graph_outputs = {t.name for t in graph.outputs}
 
     def arrival(self, node: str, device: str) -> float:
         """When all of `node`'s inputs can be on `device` (its producers must be placed)."""
@@ -54,7 +53,7 @@ class ScheduleState:
 
     def can_run(self, node: str, device: str) -> bool:
         """The device can execute the node and has memory left for it."""
-        return math.isfinite(self.times[node][device]) and self.memory.fits(node, device, self.place)
+        return math.isfinite(self.times[node][device]) and self.memory.fits(node, device)
 
     def insertion_start(self, node: str, device: str, ready: float) -> float:
         """Earliest start >= `ready` in a gap of the device's timeline long enough for the node."""
@@ -69,20 +68,22 @@ class ScheduleState:
     def commit(self, node: str, device: str, start: float) -> None:
         """Place `node` on `device` starting at `start`, updating timelines and memory."""
         finish = start + self.times[node][device]
-        self.memory.add(node, device, self.place)
+        self.memory.add(node, device)
         self.place[node], self.start[node], self.finish[node] = device, start, finish
         self.free_at[device] = max(self.free_at[device], finish)
         self.busy[device].append((start, finish))
         self.busy[device].sort()
-        if self.dynamic_memory:
-            for u, _ in self.preds[node]:
-                self._waiting_consumers[u] -= 1
-                if self._waiting_consumers[u] == 0 and not self._is_graph_output(u):
-                    self.memory.release(self.place[u], self.graph.nodes[u].output_bytes)
-
-    def _is_graph_output(self, node: str) -> bool:
-        return any(t in self._graph_outputs for t in self.graph.nodes[node].outputs)
 
     @property
     def makespan(self) -> float:
         return max(self.finish.values(), default=0.0)
+
+
+def schedule_within_caps(graph: OpGraph, devices: list[str], caps: Caps | None,
+                         schedule: Callable[[bool], ScheduleState]) -> ScheduleState:
+    """Run `schedule(frees)` with memory freed as consumers are placed; if the executor would
+    find the result over a cap, run it again with nothing freed (safe in any order)."""
+    state = schedule(True)
+    if caps and over_caps(graph, Placement(list(devices), dict(state.place)), caps):
+        state = schedule(False)
+    return state

@@ -1,7 +1,7 @@
 """Placers that walk the nodes in topological order and fill devices one after another.
 
 - `m_topo` (Baechi, SoCC 2020): each device takes nodes until it holds its even share of the
-  graph's memory (total / devices + the largest node), or its cap if that is smaller. Unlike
+  graph's weights and outputs (total / devices + the largest node) or reaches its cap. Unlike
   Baechi, the share is recomputed over the devices left, so memory a capped device could not
   take spreads over the rest instead of failing.
 - `memory_greedy`: each device takes nodes until its memory cap is reached, as
@@ -20,20 +20,23 @@ from placer.placers.base import Caps, MemoryBook, does_not_fit, make_placement, 
 
 def _fill(graph: OpGraph, devices: list[str], budget: Callable[[str, int, int], float], placer: str,
           caps: Caps) -> dict[str, str]:
-    """Topological fill: the current device takes nodes while they fit its budget, then the next.
-    `budget(device, bytes not yet placed, devices left)` is asked once per device."""
+    """Topological fill: the current device takes nodes while its share (the sum of the nodes'
+    weights and outputs) stays within `budget(device, share not yet placed, devices left)` and
+    its memory, as the `MemoryBook` tracks it, within its cap; then the next device."""
     nodes: dict[str, str] = {}
     book = MemoryBook(graph, devices, caps)
     order = list(graph.nodes)
     left = sum(node_memory(n) for n in graph.nodes.values())
     i = 0
     for k, device in enumerate(devices):
-        limit = min(budget(device, left, len(devices) - k), book.caps[device])
-        while i < len(order) and book.used[device] + book.need(order[i], device, nodes) <= limit:
-            left -= node_memory(graph.nodes[order[i]])
-            book.add(order[i], device, nodes)
+        share, limit = 0, budget(device, left, len(devices) - k)
+        while i < len(order) and book.fits(order[i], device) and \
+                share + node_memory(graph.nodes[order[i]]) <= limit:
+            share += node_memory(graph.nodes[order[i]])
+            book.add(order[i], device)
             nodes[order[i]] = device
             i += 1
+        left -= share
     if i < len(order):
         raise does_not_fit(placer, graph, caps, order[i])
     return nodes
@@ -47,7 +50,7 @@ def m_topo(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
     largest = max((node_memory(n) for n in graph.nodes.values()), default=0)
 
     def budget(device: str, left: int, devices_left: int) -> float:
-        # The last device takes whatever is left (its cap still applies in `_fill`).
+        # The last device takes whatever is left (its cap still applies).
         return left / devices_left + largest if devices_left > 1 else float("inf")
 
     return make_placement(graph, devices, _fill(graph, devices, budget, "m_topo", caps), "m_topo")
@@ -58,5 +61,5 @@ def memory_greedy(graph: OpGraph, devices: list[str], cost: CostModel | None = N
     """Fill devices in the given order up to their caps, nodes in topological order."""
     require_devices(devices)
     caps = caps or {}
-    nodes = _fill(graph, devices, lambda d, left, k: float(caps.get(d, float("inf"))), "memory_greedy", caps)
+    nodes = _fill(graph, devices, lambda d, left, k: float("inf"), "memory_greedy", caps)
     return make_placement(graph, devices, nodes, "memory_greedy")

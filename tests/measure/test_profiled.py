@@ -62,3 +62,11 @@ def test_the_profiled_costs_drive_the_simulator_and_bound_it_from_below(profiled
     for assign in ([0] * len(graph.nodes), [i % 2 for i in range(len(graph.nodes))]):
         step = sim.simulate(assign).step_time
         assert math.isfinite(step) and step >= bound * (1 - 1e-9)
+
+
+def test_memory_caps_neither_stop_the_profiling_nor_change_the_cache_key(branchy, tmp_path):
+    _, graph = branchy
+    capped = parse_devices("cpu:0[threads=1,mem=1KiB],cpu:1[threads=1,mem=1KiB]")
+    cost = ProfiledCostModel.for_graph(graph, capped, cache_dir=tmp_path, protocol=QUICK)
+    assert not cost.profile.failures
+    assert cost.path.name == f"{cache_key(graph, parse_devices(DEVICES))}.json"

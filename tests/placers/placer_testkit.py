@@ -11,6 +11,8 @@ from onnx import TensorProto, helper
 
 from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
 
+DOMAIN = "placer.test"
+
 
 class LinearCost:
     """op time = flops / speed[device]; transfer = latency + bytes / bandwidth across devices."""
@@ -33,25 +35,30 @@ class LinearCost:
 def make_graph(spec: list[tuple[str, list[str], float]], numel: int = 1000,
                params: dict[str, int] | None = None) -> OpGraph:
     """`spec`: (node name, producer names, flops) in topological order. Every node outputs one
-    float32 tensor of `numel` elements; nodes without producers read the graph input `x`.
-    A node's weight bytes come from `params` (default 0)."""
+    float32 tensor of `numel` elements; nodes without producers read the graph input `x`; a node
+    in `params` also reads its own weight initializer of that many bytes. The nodes are an opaque
+    op of a test domain: these graphs exercise placement logic and are never run."""
     params = params or {}
-    shape = (numel,)
-    info = lambda name: TensorInfo(name, shape, "float32")  # noqa: E731
+    info = lambda name, n=numel: TensorInfo(name, (n,), "float32")  # noqa: E731
     consumed = {p for _, producers, _ in spec for p in producers}
-    protos, nodes = [], {}
+    protos, nodes, weights = [], {}, {}
     for name, producers, flops in spec:
         inputs = [f"{p}_out" for p in producers] or ["x"]
-        proto = helper.make_node("Sum" if len(inputs) > 1 else "Identity", inputs, [f"{name}_out"], name=name)
+        if name in params:
+            weights[f"{name}_w"] = info(f"{name}_w", params[name] // 4)
+            inputs.append(f"{name}_w")
+        proto = helper.make_node("Op", inputs, [f"{name}_out"], name=name, domain=DOMAIN)
         protos.append(proto)
-        nodes[name] = OpNode(name=name, op_type=proto.op_type, domain="", opset=17, inputs=tuple(inputs),
+        nodes[name] = OpNode(name=name, op_type="Op", domain=DOMAIN, opset=1, inputs=tuple(inputs),
                              outputs=(f"{name}_out",), proto=proto, output_info=(info(f"{name}_out"),),
                              param_bytes=params.get(name, 0), flops=flops)
     outputs = [f"{name}_out" for name, _, _ in spec if name not in consumed]
     model = helper.make_model(helper.make_graph(
-        protos, "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-        [helper.make_tensor_value_info(o, TensorProto.FLOAT, list(shape)) for o in outputs]),
-        opset_imports=[helper.make_opsetid("", 17)])
+        protos, "test", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [numel])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [numel]) for o in outputs],
+        initializer=[helper.make_tensor(w.name, TensorProto.FLOAT, w.shape, [0.0] * w.numel)
+                     for w in weights.values()]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(DOMAIN, 1)])
     onnx.checker.check_model(model)
     dag = nx.DiGraph()
     for name, node in nodes.items():
@@ -59,7 +66,7 @@ def make_graph(spec: list[tuple[str, list[str], float]], numel: int = 1000,
     for name, producers, _ in spec:
         for p in producers:
             dag.add_edge(p, name, tensors=[f"{p}_out"], bytes=info(p).nbytes)
-    tensors = {"x": info("x"), **{t.name: t for n in nodes.values() for t in n.output_info}}
+    tensors = {"x": info("x"), **weights, **{t.name: t for n in nodes.values() for t in n.output_info}}
     return OpGraph(model=model, nodes=nodes, tensors=tensors, inputs=[info("x")],
-                   outputs=[tensors[o] for o in outputs], initializers={}, opsets={"": 17},
+                   outputs=[tensors[o] for o in outputs], initializers=weights, opsets={"": 17, DOMAIN: 1},
                    sha256=hashlib.sha256(model.SerializeToString()).hexdigest(), dag=dag, source="test")
