@@ -4,7 +4,7 @@
 node's inputs (torch tensors, None for omitted optional inputs) on every step and returns its
 outputs. `unsupported_ops` / `check_supported` report every op without a kernel before anything
 runs. Modules by family: elementwise, activation, conv, pool, norm, linalg, reduce, shape, index,
-generate, pad, resize, rnn.
+generate, pad, resize, rnn, vision, quant.
 """
 
 from placer.measure.kernels import (  # noqa: F401  (importing registers the kernels)
@@ -17,10 +17,12 @@ from placer.measure.kernels import (  # noqa: F401  (importing registers the ker
     norm,
     pad,
     pool,
+    quant,
     reduce,
     resize,
     rnn,
     shape,
+    vision,
 )
 from placer.measure.kernels.registry import (
     BoundKernel,

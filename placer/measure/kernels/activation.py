@@ -134,3 +134,11 @@ def _softmax1(node: Node):
 def _softmax13(node: Node):
     fn, axis = _SOFTMAX[node.op_type], node.attr("axis", -1)
     return lambda xs: [fn(xs[0], axis)]
+
+
+@register("Swish", since=24)
+def _swish(node: Node):
+    alpha = node.attr("alpha", 1.0)
+    if alpha == 1.0:
+        return lambda xs: [F.silu(xs[0])]
+    return lambda xs: [xs[0] * torch.sigmoid(alpha * xs[0])]

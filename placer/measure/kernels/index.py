@@ -155,3 +155,50 @@ def _compress(node: Node):
         keep = torch.nonzero(cond.reshape(-1)[: x.shape[a]]).reshape(-1)
         return [torch.index_select(x, a, keep.to(x.device))]
     return compress
+
+
+@register("ReverseSequence", since=10)
+def _reverse_sequence(node: Node):
+    batch_axis, time_axis = node.attr("batch_axis", 1), node.attr("time_axis", 0)
+
+    def reverse(xs):
+        x, lengths = xs
+        steps = x.shape[time_axis]
+        t = torch.arange(steps, device=x.device)
+        L = lengths.to(x.device).long()
+        shape = [1] * x.dim()
+        shape[time_axis], shape[batch_axis] = steps, x.shape[batch_axis]
+        tt = t.reshape([steps if i == time_axis else 1 for i in range(x.dim())])
+        LL = L.reshape([x.shape[batch_axis] if i == batch_axis else 1 for i in range(x.dim())])
+        index = torch.where(tt < LL, LL - 1 - tt, tt).expand(x.shape)
+        return [torch.gather(x, time_axis, index)]
+    return reverse
+
+
+@register("Unique", since=11)
+def _unique(node: Node):
+    axis, sort = node.attr("axis"), bool(node.attr("sorted", 1))
+
+    def unique(xs):
+        x = xs[0]
+        if axis is None:
+            flat = x.reshape(-1)
+            y, inverse, counts = torch.unique(flat, sorted=True, return_inverse=True,
+                                              return_counts=True)
+            n = flat.shape[0]
+        else:
+            a = axis + x.dim() if axis < 0 else axis
+            y, inverse, counts = torch.unique(x, sorted=True, return_inverse=True,
+                                              return_counts=True, dim=a)
+            n = x.shape[a]
+        # First occurrence of each unique value: the smallest position that maps to it.
+        first = torch.full((counts.shape[0],), n, dtype=torch.int64, device=x.device)
+        first = first.scatter_reduce(0, inverse, torch.arange(n, device=x.device), "amin")
+        if not sort:
+            order = torch.argsort(first)
+            rank = torch.empty_like(order)
+            rank[order] = torch.arange(order.shape[0], device=x.device)
+            y = y[order] if axis is None else torch.index_select(y, a, order)
+            first, counts, inverse = first[order], counts[order], rank[inverse]
+        return [y, first, inverse, counts]
+    return unique

@@ -41,3 +41,8 @@ def _matmul(node: Node):
 def _einsum(node: Node):
     equation = node.attr("equation").replace(" ", "")
     return lambda xs: [torch.einsum(equation, *xs)]
+
+
+@register("Det", since=11)
+def _det(node: Node):
+    return lambda xs: [torch.linalg.det(xs[0])]

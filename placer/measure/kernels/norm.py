@@ -100,3 +100,18 @@ def _mvn(node: Node):
         var = (x * x).mean(axes, keepdim=True) - mean * mean
         return [(x - mean) / (var.sqrt() + 1e-9)]
     return mvn
+
+
+@register("RMSNormalization", since=23)
+def _rmsnorm(node: Node):
+    axis, eps = node.attr("axis", -1), node.attr("epsilon", 1e-5)
+
+    def rms(xs):
+        x, scale = xs
+        a = axis + x.dim() if axis < 0 else axis
+        dims = tuple(range(a, x.dim()))
+        # stash_type 1: statistics in float32 even for half inputs.
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        y = xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + eps)
+        return [(y * scale).to(x.dtype)]
+    return rms

@@ -165,3 +165,26 @@ def _glppool(node: Node):
     p = node.attr("p", 2)
     return lambda xs: [xs[0].abs().pow(p).sum(dim=tuple(range(2, xs[0].dim())), keepdim=True)
                        .pow(1.0 / p)]
+
+
+@register("MaxUnpool", since=9, host_inputs=(2,))
+def _maxunpool(node: Node):
+    kernel = list(node.attr("kernel_shape"))
+    n = len(kernel)
+    strides = list(node.attr("strides") or [1] * n)
+    begins, ends = fixed_pads(node.attr("pads"), n)
+
+    def unpool(xs):
+        x, idx = xs[0], xs[1]
+        spatial = [(s - 1) * st + k - b - e for s, st, k, b, e in
+                   zip(x.shape[2:], strides, kernel, begins, ends)]
+        shape = list(x.shape[:2]) + spatial
+        # MaxPool's indices address the whole flattened tensor, so one flat scatter does it.
+        y = torch.zeros(math.prod(shape), dtype=x.dtype, device=x.device)
+        y = y.scatter(0, idx.reshape(-1).to(x.device), x.reshape(-1)).reshape(shape)
+        if len(xs) > 2 and xs[2] is not None:
+            # A larger output_shape extends the inferred one with zeros at the end.
+            target = [int(v) for v in xs[2].tolist()]
+            y = pad_input(y, [0] * n, [t - s for t, s in zip(target[2:], spatial)])
+        return [y]
+    return unpool

@@ -159,3 +159,23 @@ def _topk10(node: Node):
         values, indices = torch.sort(x, dim=axis, descending=largest, stable=True)
         return [values.narrow(axis, 0, k), indices.narrow(axis, 0, k)]
     return topk
+
+
+@register("CumProd", since=26, host_inputs=(1,))
+def _cumprod(node: Node):
+    exclusive, reverse = bool(node.attr("exclusive", 0)), bool(node.attr("reverse", 0))
+
+    def cumprod(xs):
+        x = xs[0]
+        axis = int(xs[1].reshape(-1).tolist()[0])
+        axis = axis + x.dim() if axis < 0 else axis
+        if reverse:
+            x = x.flip(axis)
+        y = torch.cumprod(x, axis, dtype=x.dtype)
+        if exclusive:
+            y = torch.cat([torch.ones_like(y.narrow(axis, 0, 1)),
+                           y.narrow(axis, 0, y.shape[axis] - 1)], axis)
+        if reverse:
+            y = y.flip(axis)
+        return [y]
+    return cumprod

@@ -217,3 +217,25 @@ def _space_to_depth(node: Node):
         y = x.reshape(b, c, h // bs, bs, w // bs, bs).permute(perm)
         return [y.reshape(b, c * bs * bs, h // bs, w // bs)]
     return s2d
+
+
+@register("CenterCropPad", since=18, host_inputs=(1,))
+def _center_crop_pad(node: Node):
+    axes_attr = node.attr("axes")
+
+    def center(xs):
+        x, target = xs[0], _ints(xs[1])
+        axes = list(range(x.dim())) if axes_attr is None else \
+            [a + x.dim() if a < 0 else a for a in axes_attr]
+        for a, size in zip(axes, target):
+            dim = x.shape[a]
+            if size < dim:       # crop: the extra element, if any, comes off the end
+                x = x.narrow(a, (dim - size) // 2, size)
+            elif size > dim:     # pad with zeros: the extra element, if any, goes at the end
+                before = (size - dim) // 2
+                pads = [0] * (2 * x.dim())
+                pads[2 * (x.dim() - 1 - a)] = before
+                pads[2 * (x.dim() - 1 - a) + 1] = size - dim - before
+                x = torch.nn.functional.pad(x, pads)
+        return [x]
+    return center
