@@ -71,7 +71,21 @@ def run(args: argparse.Namespace) -> int:
                        "protocol": protocol.to_dict(), "devices": [str(d) for d in devices]}
 
     print(format_table(comparison))
+    _warn_if_profile_drifted(comparison, cost)
     out = Path(args.out) if args.out else Path("runs") / f"compare-{Path(args.graph).stem}"
     paths = write_outputs(comparison, out, plot=not args.no_plot)
     print(f"saved {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def _warn_if_profile_drifted(comparison, cost) -> None:
+    """The lower bound and predictions come from the profile: say so when the machine now runs
+    the graph at a clearly different speed than when it was profiled."""
+    for row in comparison.rows:
+        device = row.name.removeprefix("single:")
+        profiled = cost.profile.step_times.get(device)
+        if row.placer == "single" and row.step_time and profiled and not 0.8 < row.step_time / profiled < 1.25:
+            print(f"note: {device} ran the whole graph in {row.step_time * 1e3:.1f} ms now but "
+                  f"{profiled * 1e3:.1f} ms when profiled{' (cached profile)' if cost.from_cache else ''}; "
+                  "the lower bound and predictions assume the profiled speed (--refresh-profile measures again)",
+                  file=sys.stderr)

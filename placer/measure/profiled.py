@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import platform
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,19 +35,40 @@ CACHE_VERSION = 1
 
 @dataclass
 class ProfiledCostModel:
-    """Op and transfer times read from a measured `Profile` (inf where a node failed)."""
+    """Op and transfer times read from a measured `Profile` (inf where a node failed).
+
+    With `calibrate`, each running node on a device also carries an equal share of the gap
+    between that device's whole-graph step time and the sum of its node times: the executor's
+    per-node cost (dispatch, hand-over, bookkeeping) that timing the kernels alone misses, so
+    a simulated single-device step equals the profiled one.
+    """
 
     profile: Profile
     path: Path | None = None      # the cache file it came from or went to, if any
     from_cache: bool = False
+    calibrate: bool = True
+    overhead: dict[str, float] = field(default_factory=dict, init=False)   # device -> seconds per node
+
+    def __post_init__(self) -> None:
+        if not self.calibrate:
+            return
+        folded = set(self.profile.folded_nodes)
+        for d in self.profile.devices:
+            times = [per.get(d, math.inf) for n, per in self.profile.op_times.items() if n not in folded]
+            step = self.profile.step_times.get(d)
+            if step is None or not times or not all(math.isfinite(t) for t in times):
+                continue
+            self.overhead[d] = max(0.0, step - sum(times)) / len(times)
 
     @property
     def devices(self) -> list[str]:
         return list(self.profile.devices)
 
     def op_time(self, node: OpNode, device: str) -> float:
-        """Median measured seconds of `node` on `device` (0 for nodes folded into constants)."""
-        return self.profile.op_time(node.name, device)
+        """Median measured seconds of `node` on `device` plus its share of the per-node overhead
+        (0 for nodes folded into constants: they do not run each step)."""
+        t = self.profile.op_time(node.name, device)
+        return t if t == 0.0 or not math.isfinite(t) else t + self.overhead.get(device, 0.0)
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Fitted latency + bytes / bandwidth of the src -> dst link (0 on one device)."""

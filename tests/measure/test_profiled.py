@@ -70,3 +70,12 @@ def test_memory_caps_neither_stop_the_profiling_nor_change_the_cache_key(branchy
     cost = ProfiledCostModel.for_graph(graph, capped, cache_dir=tmp_path, protocol=QUICK)
     assert not cost.profile.failures
     assert cost.path.name == f"{cache_key(graph, parse_devices(DEVICES))}.json"
+
+
+def test_calibration_makes_a_simulated_single_device_step_match_the_profiled_one(profiled):
+    graph, cost = profiled
+    for i, d in enumerate(cost.devices):
+        step = Simulator(graph, cost.devices, cost).simulate([i] * len(graph.nodes)).step_time
+        raw = ProfiledCostModel(cost.profile, calibrate=False)
+        raw_step = Simulator(graph, cost.devices, raw).simulate([i] * len(graph.nodes)).step_time
+        assert step == pytest.approx(max(cost.profile.step_times[d], raw_step), rel=1e-6)
