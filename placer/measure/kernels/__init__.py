@@ -4,11 +4,12 @@
 node's inputs (torch tensors, None for omitted optional inputs) on every step and returns its
 outputs. `unsupported_ops` / `check_supported` report every op without a kernel before anything
 runs. Modules by family: elementwise, activation, conv, pool, norm, linalg, reduce, shape, index,
-generate, pad, resize, rnn, vision, quant.
+generate, pad, resize, rnn, vision, quant, attention.
 """
 
 from placer.measure.kernels import (  # noqa: F401  (importing registers the kernels)
     activation,
+    attention,
     conv,
     elementwise,
     generate,
