@@ -165,6 +165,17 @@ def main(argv: list[str] | None = None) -> int:
                         "round_medians_s": rounds[label], "relative_error": rel})
         print(f"{label:16s} {predicted * 1e3:12.2f} {measured * 1e3:12.2f} {spread * 1e3:9.2f} {rel:8.1%}")
 
+    # Load-normalised: each step time over the first device's single-device time of the same
+    # round, simulated and measured alike, so a machine that slowed down as a whole cancels out.
+    ref = f"single:{names[0]}"
+    if ref in rounds and len(rounds[ref]) == args.rounds:
+        sim_ref = sim.simulate([0] * len(graph.nodes)).step_time
+        for r in results:
+            ratios = [t / t_ref for t, t_ref in zip(r["round_medians_s"], rounds[ref])]
+            if len(ratios) == args.rounds:
+                r["measured_ratio"] = float(np.median(ratios))
+                r["simulated_ratio"] = r["simulated_s"] / sim_ref
+                r["ratio_relative_error"] = abs(r["simulated_ratio"] - r["measured_ratio"]) / r["measured_ratio"]
     fresh = results
     sim_t = [r["simulated_s"] for r in fresh]
     real_t = [r["measured_s"] for r in fresh]
@@ -178,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
                "mean_relative_error": float(np.mean([r["relative_error"] for r in fresh])) if fresh else None,
                "median_relative_error": float(np.median([r["relative_error"] for r in fresh])) if fresh else None,
                "round_to_round_spearman": self_rho,
+               "normalised_to": ref,
+               "mean_relative_error_normalised": (float(np.mean([r["ratio_relative_error"] for r in fresh]))
+                                                  if fresh and all("ratio_relative_error" in r for r in fresh)
+                                                  else None),
                "simulations_per_s": sims_per_s, "load_average_at_start": load, "cpus": os.cpu_count(), "protocol": {"warmup": args.warmup, "repeats": args.repeats, "rounds": args.rounds},
                "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "results": results}
     if load is not None:
@@ -185,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{summary['placements']} distinct placements: Spearman {summary['spearman']:.3f}, mean relative "
           f"error {summary['mean_relative_error']:.1%} (median {summary['median_relative_error']:.1%}); "
           f"simulator {sims_per_s:,.0f} placements/s")
+    if summary["mean_relative_error_normalised"] is not None:
+        print(f"normalised to {ref} of the same round: mean relative error "
+              f"{summary['mean_relative_error_normalised']:.1%}")
     if self_rho is not None:
         print(f"noise floor: one round of real measurements ranks the placements like another with "
               f"Spearman {self_rho:.3f}")
