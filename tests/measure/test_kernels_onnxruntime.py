@@ -240,3 +240,74 @@ def test_detector_and_ocr_style_ops():
                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
                       helper.make_tensor_value_info("rampf", TensorProto.FLOAT, None)], inits)
     assert_same_as_onnxruntime(model, {"x": f32(rng, 1, 4, 5, 6)})
+
+
+@pytest.mark.parametrize("case", ["causal_gqa_past", "bool_mask_3d"])
+def test_attention_op_of_opset_23(case):
+    rng = np.random.default_rng(7)
+    if case == "causal_gqa_past":
+        q, k, v = f32(rng, 2, 4, 3, 8), f32(rng, 2, 2, 3, 8), f32(rng, 2, 2, 3, 8)
+        pk, pv = f32(rng, 2, 2, 5, 8), f32(rng, 2, 2, 5, 8)
+        node = helper.make_node("Attention", ["q", "k", "v", "", "pk", "pv"],
+                                ["y", "present_k", "present_v"], is_causal=1)
+        feeds = {"q": q, "k": k, "v": v, "pk": pk, "pv": pv}
+        outs = ["y", "present_k", "present_v"]
+    else:
+        q, k, v = f32(rng, 2, 4, 12), f32(rng, 2, 6, 12), f32(rng, 2, 6, 12)
+        mask = rng.random((4, 6)) > 0.3
+        mask[:, 0] = True
+        node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], q_num_heads=3,
+                                kv_num_heads=3, scale=0.2)
+        feeds = {"q": q, "k": k, "v": v, "mask": mask}
+        outs = ["y"]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.BOOL if n == "mask" else TensorProto.FLOAT,
+                                            list(a.shape)) for n, a in feeds.items()]
+    model = model_of([node], inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                      for o in outs], opset=23)
+    model.ir_version = 10
+    assert_same_as_onnxruntime(model, feeds)
+
+
+def test_non_max_suppression_on_random_boxes():
+    rng = np.random.default_rng(8)
+    corners = rng.random((2, 40, 2)).astype(np.float32) * 10
+    sizes = rng.random((2, 40, 2)).astype(np.float32) * 4 + 0.5
+    boxes = np.concatenate([corners, corners + sizes], -1)[..., [1, 0, 3, 2]]   # y1 x1 y2 x2
+    scores = rng.random((2, 3, 40)).astype(np.float32)
+    inits = [numpy_helper.from_array(np.array([7], np.int64), "max_out"),
+             numpy_helper.from_array(np.array([0.3], np.float32), "iou"),
+             numpy_helper.from_array(np.array([0.2], np.float32), "score")]
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score"], ["sel"])
+    model = model_of([node], [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [2, 40, 4]),
+                              helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 3, 40])],
+                     [helper.make_tensor_value_info("sel", TensorProto.INT64, None)], inits)
+    assert_same_as_onnxruntime(model, {"boxes": boxes, "scores": scores}, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode,ratio", [("avg", 0), ("avg", 2), ("max", 2)])
+def test_roi_align_adaptive_and_fixed_sampling(mode, ratio):
+    rng = np.random.default_rng(9)
+    x = f32(rng, 2, 3, 12, 10)
+    xy = rng.random((6, 2)).astype(np.float32) * 14 - 2
+    rois = np.concatenate([xy, xy + rng.random((6, 2)).astype(np.float32) * 9 + 0.5], 1)
+    batch = np.array([0, 1, 1, 0, 1, 0], np.int64)
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], mode=mode, output_height=3,
+                            output_width=4, sampling_ratio=ratio, spatial_scale=0.8)
+    model = model_of([node], [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape)),
+                              helper.make_tensor_value_info("rois", TensorProto.FLOAT, [6, 4]),
+                              helper.make_tensor_value_info("batch", TensorProto.INT64, [6])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=16)
+    assert_same_as_onnxruntime(model, {"x": x, "rois": rois, "batch": batch})
+
+
+def test_quantize_dequantize_per_axis_round_trip():
+    rng = np.random.default_rng(10)
+    x = f32(rng, 2, 4, 3)
+    inits = [numpy_helper.from_array(np.array([0.02, 0.05, 0.1, 0.03], np.float32), "scale"),
+             numpy_helper.from_array(np.array([3, -2, 0, 1], np.int8), "zp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"], axis=1)]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 3])],
+                     [helper.make_tensor_value_info("q", TensorProto.INT8, None),
+                      helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits, opset=13)
+    assert_same_as_onnxruntime(model, {"x": x})
