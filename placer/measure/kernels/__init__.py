@@ -4,7 +4,7 @@
 node's inputs (torch tensors, None for omitted optional inputs) on every step and returns its
 outputs. `unsupported_ops` / `check_supported` report every op without a kernel before anything
 runs. Modules by family: elementwise, activation, conv, pool, norm, linalg, reduce, shape, index,
-generate, pad, resize, rnn, vision, quant, attention.
+generate, pad, resize, rnn, vision, quant, attention, losses.
 """
 
 from placer.measure.kernels import (  # noqa: F401  (importing registers the kernels)
@@ -15,6 +15,7 @@ from placer.measure.kernels import (  # noqa: F401  (importing registers the ker
     generate,
     index,
     linalg,
+    losses,
     norm,
     pad,
     pool,
