@@ -10,8 +10,15 @@ import torch
 from torch import nn
 
 
+def on_meta(model: nn.Module) -> bool:
+    """True for a model built on the meta device (to count parameters): there is nothing to fill."""
+    return any(p.is_meta for p in model.parameters())
+
+
 def init_conv_net(model: nn.Module) -> None:
     """He-normal convolutions, small linear layers, random but well-scaled batch-norm statistics."""
+    if on_meta(model):
+        return
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
             # fan_in keeps activations O(1) through ~100 layers, so float32 comparisons stay tight
@@ -31,6 +38,8 @@ def init_conv_net(model: nn.Module) -> None:
 
 def init_uniform(model: nn.Module, scale: float) -> None:
     """Every parameter uniform in [-scale, scale] (the classic LSTM language-model init)."""
+    if on_meta(model):
+        return
     with torch.no_grad():
         for param in model.parameters():
             param.uniform_(-scale, scale)

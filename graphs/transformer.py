@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from graphs.init import on_meta
 from graphs.spec import ZooModel
 from placer.errors import PlacerError
 
@@ -85,6 +86,8 @@ class GPT(nn.Module):
         # GPT-2's scheme: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers). Biases and
         # norm gains get a little noise, as trained ones have: identical all-zero (all-one) tensors
         # would be deduplicated by the exporter into Identity nodes no real model has.
+        if on_meta(self):
+            return
         for name, param in self.named_parameters():
             if param.dim() >= 2:
                 std = 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
