@@ -26,6 +26,8 @@ _EXCLUDED = {
     r"training_mode|_training|dropout_default_mask|dropout_default_ratio|"
     r"batchnorm_.*training|batchnorm_epsilon_training":
         "training-mode Dropout/BatchNormalization: the kernels run inference only",
+    r"^test_bernoulli": "random draws cannot reproduce the reference generator's numbers "
+        "(the distribution is checked in test_kernels.py)",
     r"^test_identity_(opt|sequence)_": "optional and sequence types: the kernels run tensors only",
     r"(?i)bfloat16|_bf16": "bfloat16 reference data is stored as float32 bit patterns by the suite",
 }
@@ -36,6 +38,9 @@ XFAIL: dict[str, str] = {
     "test_attention_4d_causal_fp16_expanded":
         "torch's float16 softmax accumulates in float32; numpy's reference rounds each step to "
         "float16, 2 of 192 outputs end one float16 ulp apart (beyond the test's rtol)",
+    "test_dft_inverse": "the reference's imaginary parts carry 1.9e-7 of rounding noise where "
+        "torch.fft gives exact zeros; the test's atol is 1e-7",
+    "test_dft_inverse_opset19": "same rounding noise in the reference as test_dft_inverse",
     "test_attention_4d_causal_fp16":
         "same float16 rounding difference as test_attention_4d_causal_fp16_expanded",
 }

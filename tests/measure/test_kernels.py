@@ -230,3 +230,15 @@ def test_kernels_on_cuda_match_the_cpu():
     cpu = run_model(model, feeds)["y"]
     gpu = run_model(model, feeds, device="cuda")["y"]
     np.testing.assert_allclose(gpu, cpu, rtol=1e-3, atol=1e-4)
+
+
+def test_random_ops_draw_the_asked_distribution_reproducibly_when_seeded():
+    p = torch.full((20000,), 0.25)
+    bern = bind_node(helper.make_node("Bernoulli", ["p"], ["y"], seed=3.0), 15)
+    y = bern([p])[0]
+    assert set(y.unique().tolist()) <= {0.0, 1.0} and abs(y.mean().item() - 0.25) < 0.02
+    again = bind_node(helper.make_node("Bernoulli", ["p"], ["y"], seed=3.0), 15)([p])[0]
+    assert torch.equal(y, again)
+    normal = bind_node(helper.make_node("RandomNormal", [], ["y"], shape=[20000], mean=2.0,
+                                        scale=0.5), 1)([])[0]
+    assert abs(normal.mean().item() - 2.0) < 0.02 and abs(normal.std().item() - 0.5) < 0.02

@@ -4,7 +4,7 @@
 node's inputs (torch tensors, None for omitted optional inputs) on every step and returns its
 outputs. `unsupported_ops` / `check_supported` report every op without a kernel before anything
 runs. Modules by family: elementwise, activation, conv, pool, norm, linalg, reduce, shape, index,
-generate, pad, resize, rnn, vision, quant, attention, losses.
+generate, pad, resize, rnn, vision, quant, attention, losses, spectral, random.
 """
 
 from placer.measure.kernels import (  # noqa: F401  (importing registers the kernels)
@@ -20,10 +20,12 @@ from placer.measure.kernels import (  # noqa: F401  (importing registers the ker
     pad,
     pool,
     quant,
+    random,
     reduce,
     resize,
     rnn,
     shape,
+    spectral,
     vision,
 )
 from placer.measure.kernels.registry import (

@@ -167,3 +167,21 @@ def _dropout(node: Node):
 def _dropout12(node: Node):
     # ratio and training_mode became inputs; a training_mode input that is true cannot run here.
     return _dropout(node)
+
+
+@register("BitCast", since=26)
+def _bitcast(node: Node):
+    dtype = torch_dtype(node.attr("to"))
+
+    def bitcast(xs):
+        x = xs[0]
+        if x.element_size() != torch.empty((), dtype=dtype).element_size():
+            raise ValueError("BitCast between types of different widths")
+        return [x.view(dtype)]
+    return bitcast
+
+
+@register("SwiGLU", since=28)
+def _swiglu(node: Node):
+    alpha = node.attr("alpha", 1.0)
+    return lambda xs: [xs[0] * torch.sigmoid(alpha * xs[0]) * xs[1]]

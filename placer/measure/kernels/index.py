@@ -202,3 +202,24 @@ def _unique(node: Node):
             first, counts, inverse = first[order], counts[order], rank[inverse]
         return [y, first, inverse, counts]
     return unique
+
+
+@register("TensorScatter", since=24)
+def _tensor_scatter(node: Node):
+    axis_attr, circular = node.attr("axis", -2), node.attr("mode", "linear") == "circular"
+
+    def tensor_scatter(xs):
+        past, update = xs[0], xs[1]
+        write = xs[2] if len(xs) > 2 and xs[2] is not None else None
+        axis = axis_attr % past.dim()
+        steps = update.shape[axis]
+        shape = [1] * past.dim()
+        shape[axis] = steps
+        index = torch.arange(steps, device=past.device).reshape(shape)
+        if write is not None:
+            # One write offset per batch entry (dim 0).
+            index = index + write.to(past.device).long().reshape([-1] + [1] * (past.dim() - 1))
+        if circular:
+            index = index % past.shape[axis]
+        return [torch.scatter(past, axis, index.expand(update.shape), update)]
+    return tensor_scatter
