@@ -311,3 +311,17 @@ def test_quantize_dequantize_per_axis_round_trip():
                      [helper.make_tensor_value_info("q", TensorProto.INT8, None),
                       helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits, opset=13)
     assert_same_as_onnxruntime(model, {"x": x})
+
+
+def test_deform_conv_with_offset_groups_mask_and_bias():
+    rng = np.random.default_rng(11)
+    x, w, b = f32(rng, 2, 4, 7, 6), f32(rng, 6, 2, 3, 3), f32(rng, 6)
+    offset = f32(rng, 2, 2 * 2 * 9, 4, 3) * 1.5
+    mask = rng.random((2, 2 * 9, 4, 3)).astype(np.float32)
+    node = helper.make_node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], group=2,
+                            offset_group=2, pads=[1, 1, 1, 1], strides=[2, 2], kernel_shape=[3, 3])
+    feeds = {"x": x, "w": w, "offset": offset, "b": b, "mask": mask}
+    model = model_of([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape))
+                              for n, a in feeds.items()],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=19)
+    assert_same_as_onnxruntime(model, feeds)

@@ -90,3 +90,56 @@ def _conv_transpose(node: Node):
             y = y + b.reshape([1, -1] + [1] * n)
         return [y]
     return conv_t
+
+
+@register("DeformConv", since=19)
+def _deform_conv(node: Node):
+    """Deformable convolution: bilinear samples at offset positions (zero outside the input),
+    optionally scaled by a mask, then one grouped matrix product with the weights."""
+    group, offset_group = node.attr("group", 1), node.attr("offset_group", 1)
+    a_kernel, a_pads, a_strides, a_dil = (node.attr("kernel_shape"), node.attr("pads"),
+                                          node.attr("strides"), node.attr("dilations"))
+
+    def deform(xs):
+        xs = list(xs) + [None] * (5 - len(xs))
+        x, w, offset, b, mask = xs[:5]
+        N, C, H, W = x.shape
+        oc, kh, kw = w.shape[0], w.shape[2], w.shape[3]
+        if a_kernel:
+            kh, kw = a_kernel
+        sh, sw = a_strides or (1, 1)
+        dh, dw = a_dil or (1, 1)
+        ph, pw = (a_pads or (0, 0, 0, 0))[:2]
+        oh, ow = offset.shape[2], offset.shape[3]
+        K, G = kh * kw, offset_group
+        dev, dt = x.device, x.dtype
+        # Base sampling position of kernel tap (i, j) for output (y, x), in input pixels.
+        ki = torch.arange(kh, device=dev, dtype=dt).repeat_interleave(kw) * dh      # (K,)
+        kj = torch.arange(kw, device=dev, dtype=dt).repeat(kh) * dw
+        oy = torch.arange(oh, device=dev, dtype=dt) * sh - ph
+        ox = torch.arange(ow, device=dev, dtype=dt) * sw - pw
+        off = offset.reshape(N, G, K, 2, oh, ow)
+        py = ki.reshape(1, 1, K, 1, 1) + oy.reshape(1, 1, 1, oh, 1) + off[:, :, :, 0]
+        px = kj.reshape(1, 1, K, 1, 1) + ox.reshape(1, 1, 1, 1, ow) + off[:, :, :, 1]
+        # Bilinear sampling with zero outside the input, weights taken straight from the positions
+        # (grid_sample's normalised coordinates would add rounding to exact integer positions).
+        y0, x0 = py.floor(), px.floor()
+        ly, lx = py - y0, px - x0
+        flat = x.reshape(N, G, C // G, H * W)
+        sampled = torch.zeros(N, G, C // G, K * oh * ow, dtype=dt, device=dev)
+        for cy, wy in ((y0, 1 - ly), (y0 + 1, ly)):
+            for cx, wx in ((x0, 1 - lx), (x0 + 1, lx)):
+                inside = (cy >= 0) & (cy <= H - 1) & (cx >= 0) & (cx <= W - 1)
+                idx = (cy.clamp(0, H - 1) * W + cx.clamp(0, W - 1)).long().reshape(N, G, 1, -1)
+                weight = torch.where(inside, wy * wx, torch.zeros_like(wy)).reshape(N, G, 1, -1)
+                sampled = sampled + torch.gather(flat, 3, idx.expand(N, G, C // G, idx.shape[-1])) * weight
+        sampled = sampled.reshape(N, G, C // G, K, oh, ow)
+        if mask is not None:
+            sampled = sampled * mask.reshape(N, G, 1, K, oh, ow)
+        cols = sampled.reshape(N, group, (C // group) * K, oh * ow)
+        wg = w.reshape(group, oc // group, (C // group) * K)
+        y = torch.einsum("gok,ngkl->ngol", wg, cols).reshape(N, oc, oh, ow)
+        if b is not None:
+            y = y + b.reshape(1, -1, 1, 1)
+        return [y]
+    return deform
