@@ -95,24 +95,24 @@ class BoundKernel:
     host_inputs: frozenset[int] = field(default_factory=frozenset)
 
     def __call__(self, inputs: Tensors) -> list[torch.Tensor]:
-        device = None
-        mixed = False
-        host = self.host_inputs
-        for i, t in enumerate(inputs):
-            if t is None or i in host:
-                continue
-            if device is None:
-                device = t.device
-            elif t.device != device:
-                mixed = True
-        if mixed:
-            inputs = _align(inputs, host)
+        if len(inputs) > 1:
+            # Cheap check (is_cuda is a C attribute): only a CPU/accelerator mix needs work.
+            host = self.host_inputs
+            first = None
+            for i, t in enumerate(inputs):
+                if t is None or i in host:
+                    continue
+                if first is None:
+                    first = t.is_cuda
+                elif t.is_cuda != first:
+                    inputs = _align(inputs, host)
+                    break
         return self.fn(inputs)
 
 
 def _align(inputs: Tensors, host: frozenset[int]) -> Tensors:
     target = next(t.device for i, t in enumerate(inputs)
-                  if t is not None and i not in host and t.device.type != "cpu")
+                  if t is not None and i not in host and t.is_cuda)
     return [t if t is None or i in host else t.to(target, non_blocking=True)
             for i, t in enumerate(inputs)]
 
