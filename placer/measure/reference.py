@@ -86,7 +86,16 @@ def iter_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray | torch.Tens
         # Trailing omitted inputs are dropped so kernels can test len(inputs).
         while inputs and inputs[-1] is None:
             inputs.pop()
-        outputs = kernel(inputs)
+        try:
+            outputs = kernel(inputs)
+        except (RuntimeError, ValueError, IndexError, TypeError, NotImplementedError) as e:
+            # A kernel failing on this model's data: name the node so the user can find it.
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            shapes = ", ".join("-" if t is None else "x".join(map(str, t.shape)) or "scalar"
+                               for t in inputs)
+            raise PlacerError(f"node {node.name or node.op_type!r} ({node.op_type}) failed on inputs "
+                              f"of shape [{shapes}]: {reason}; check the model and its input shapes"
+                              ) from e
         for name, value in zip(node.output, outputs):
             if name:
                 values[name] = value

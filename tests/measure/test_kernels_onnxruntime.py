@@ -12,6 +12,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from placer.measure.kernels import rnn as rnn_kernels
 from placer.measure.reference import run_model
 
 ort = pytest.importorskip("onnxruntime")
@@ -132,21 +133,28 @@ def _rnn_inputs(rng, kind: str, dirs: int, hidden: int, steps: int, batch: int, 
     return arrays
 
 
+@pytest.mark.parametrize("lengths", [[6, 2, 4], None], ids=["sequence_lens", "full"])
 @pytest.mark.parametrize("kind,direction,attrs", [
     ("LSTM", "reverse", {"clip": 2.0}),
     ("LSTM", "bidirectional", {}),
     ("LSTM", "forward", {"input_forget": 1}),
     ("GRU", "bidirectional", {"linear_before_reset": 0}),
     ("GRU", "forward", {"linear_before_reset": 1}),
+    ("GRU", "bidirectional", {"linear_before_reset": 1}),
+    ("LSTM", "reverse", {}),
     ("GRU", "reverse", {"activations": ["HardSigmoid", "Tanh"]}),
     ("RNN", "bidirectional", {"activations": ["Relu", "Tanh"]}),
 ])
-def test_onnx_recurrent_nodes_with_sequence_lengths_states_and_options(kind, direction, attrs):
+def test_onnx_recurrent_nodes_with_sequence_lengths_states_and_options(kind, direction, attrs, lengths,
+                                                                     monkeypatch):
+    """Without sequence_lens and with default options this runs torch's fused path."""
     rng = np.random.default_rng(3)
     dirs, hidden, steps, batch, size = (2 if direction == "bidirectional" else 1), 4, 6, 3, 5
     arrays = _rnn_inputs(rng, kind, dirs, hidden, steps, batch, size)
+    if lengths is None:
+        arrays.pop("P", None)   # peepholes also need the step-by-step path
     names = ["X", "W", "R", "B", "sequence_lens", "initial_h"] + (
-        ["initial_c", "P"] if kind == "LSTM" else [])
+        ["initial_c", "P" if "P" in arrays else ""] if kind == "LSTM" else [])
     outputs = ["Y", "Y_h"] + (["Y_c"] if kind == "LSTM" else [])
     node = helper.make_node(kind, names, outputs, hidden_size=hidden, direction=direction, **attrs)
     inits = [numpy_helper.from_array(v, k) for k, v in arrays.items()]
@@ -154,8 +162,15 @@ def test_onnx_recurrent_nodes_with_sequence_lengths_states_and_options(kind, dir
                               helper.make_tensor_value_info("sequence_lens", TensorProto.INT32, [batch])],
                      [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
     feeds = {"X": f32(rng, steps, batch, size),
-             "sequence_lens": np.array([6, 2, 4], np.int32)}
+             "sequence_lens": np.array(lengths or [steps] * batch, np.int32)}
+    fused = []
+    original = rnn_kernels._RnnKernel._fused
+    monkeypatch.setattr(rnn_kernels._RnnKernel, "_fused",
+                        lambda self, *a: fused.append(1) or original(self, *a))
     assert_same_as_onnxruntime(model, feeds)
+    default = not attrs or attrs == {"linear_before_reset": 1} or (
+        kind == "LSTM" and attrs == {})
+    assert bool(fused) == (lengths is None and default and kind != "RNN")
 
 
 def test_lstm_batch_first_layout_equals_the_time_first_layout():

@@ -74,3 +74,13 @@ def test_outputs_do_not_alias_the_models_weights():
     out = run_model(model, {"x": np.ones((1, 4), np.float32)}, outputs=["w"])
     out["w"][:] = 0
     assert numpy_helper.to_array(model.graph.initializer[0]).any()
+
+
+def test_a_kernel_failing_on_the_data_names_the_node():
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["y"], name="proj")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, None),
+                                           helper.make_tensor_value_info("b", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(PlacerError, match=r"'proj' \(MatMul\) failed on inputs of shape \[2x3, 4x5\]"):
+        run_model(model, {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)})
