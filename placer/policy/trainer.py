@@ -46,9 +46,14 @@ class TrainState:
     baseline: float | None = None
     wall_time_s: float = 0.0              # training time over all sessions of this run
     best: dict[str, Any] | None = None    # {"step_time", "group_devices", "measurement", "source"}
+    top: list[dict[str, Any]] = field(default_factory=list)   # the TOP_K fastest distinct, like `best`
     single_device: dict[str, dict[str, Any]] = field(default_factory=dict)  # device -> measurement
     history: list[dict[str, Any]] = field(default_factory=list)   # one entry per update
     losses: list[float] = field(default_factory=list)             # policy loss of every update
+
+
+# Placements measured again at the end: the fastest of a noisy lot is often just the luckiest.
+TOP_K = 5
 
 
 @dataclass
@@ -155,10 +160,15 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
                                                           **(run_info or {})}))
 
     def consider(group_devices: list[int], measurement: Measurement, source: str) -> None:
-        """Keep the fastest successful placement seen so far."""
-        if measurement.ok and (state.best is None or measurement.step_time < state.best["step_time"]):
-            state.best = {"step_time": measurement.step_time, "group_devices": list(group_devices),
-                          "measurement": measurement.to_dict(), "source": source}
+        """Keep the fastest successful placements seen so far."""
+        if not measurement.ok:
+            return
+        entry = {"step_time": measurement.step_time, "group_devices": list(group_devices),
+                 "measurement": measurement.to_dict(), "source": source}
+        if all(t["group_devices"] != entry["group_devices"] for t in state.top):
+            state.top = sorted(state.top + [entry], key=lambda t: t["step_time"])[:TOP_K]
+        if state.best is None or measurement.step_time < state.best["step_time"]:
+            state.best = entry
             node_devices = grouping.node_assignment(group_devices, list(graph.nodes))
             writer.add_image("charts/best_placement", placement_image(node_devices, env.n_devices),
                              state.samples, dataformats="HWC")
@@ -181,9 +191,11 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
 
     from tqdm import tqdm
 
-    bar = tqdm(total=samples if samples is not None else int(budget_s), initial=state.samples if samples else 0,
-               unit="sample" if samples is not None else "s", disable=not progress, dynamic_ncols=True,
-               desc="training")
+    by_time = samples is None
+    bar = tqdm(total=int(budget_s) if by_time else samples, initial=0 if by_time else state.samples,
+               unit="sample", disable=not progress, dynamic_ncols=True, desc="training",
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}/" + f"{int(budget_s)}s" + "{postfix}"
+               if by_time else None)
     started = time.monotonic()
     session_start_wall = state.wall_time_s
     interrupted = False
@@ -245,7 +257,7 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
             writer.add_scalar("losses/grad_norm", stats.grad_norm, step)
             if state.updates % checkpoint_every == 0:
                 checkpoint()
-            bar.set_postfix(best=f"{best * 1e3:.2f}ms" if best is not None else "-")
+            bar.set_postfix(samples=state.samples, best=f"{best * 1e3:.2f}ms" if best is not None else "-")
             bar.update(K if samples is not None else
                        max(0, min(int(time.monotonic() - started), int(budget_s)) - bar.n))
     except KeyboardInterrupt:
@@ -262,7 +274,7 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
         writer.flush()
         writer.close()
 
-    confirmed = _confirm(confirm, grouping, env, state) if confirm is not None and state.best else None
+    confirmed = _confirm(confirm, grouping, env, state) if confirm is not None and state.single_device else None
     result = _write_outputs(graph, grouping, env, state, run_dir, measurer, interrupted, confirmed)
     result.policy, result.env = policy, env
     return result
@@ -274,34 +286,44 @@ def _protocol(measurer: Measurer) -> Any:
 
 
 def _confirm(confirm: Measurer, grouping: Grouping, env: PlacementEnv, state: TrainState) -> dict[str, Any]:
-    """Measure the best placement and each single device again, one after the other, so that the
-    comparison is not skewed by when each was first measured (a cold process runs slower)."""
-    def measure(group_devices: list[int]) -> float | None:
-        m = confirm.measure(grouping.expand(group_devices, env.devices, env.graph.sha256))
-        return m.step_time if m.ok else None
+    """Measure the fastest placements of training and each single device again, one after the
+    other: training's figures were taken at different times under different load, and the
+    fastest of many noisy measurements is biased low."""
+    def measure(group_devices: list[int]) -> dict[str, Any]:
+        return confirm.measure(grouping.expand(group_devices, env.devices, env.graph.sha256)).to_dict()
 
-    best = measure(state.best["group_devices"])
-    singles = {d: measure([i] * env.n_groups) for i, d in enumerate(env.devices)}
-    return {"best_step_time": best, "single_device_step_times": singles}
+    singles = {d: [i] * env.n_groups for i, d in enumerate(env.devices)}
+    candidates = [{**t, "training_step_time": t["step_time"], "measurement": measure(t["group_devices"])}
+                  for t in state.top if t["group_devices"] not in singles.values()]
+    single_measurements = {d: measure(a) for d, a in singles.items()}
+    for c in candidates:
+        c["step_time"] = c["measurement"]["step_time"] if c["measurement"]["ok"] else None
+    return {"candidates": candidates, "single_devices": single_measurements}
 
 
 def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state: TrainState, run_dir: Path,
                    measurer: Measurer, interrupted: bool, confirmed: dict[str, Any] | None = None) -> TrainResult:
     """placement.json (the best placement) and summary.json (it against the single devices: the
     side-by-side figures of the confirmation when there is one, else those of training)."""
-    singles = {d: m.get("step_time") if m.get("ok") else None for d, m in state.single_device.items()}
-    best = dict(state.best) if state.best else None
-    final = confirmed or {"best_step_time": best["step_time"] if best else None,
-                          "single_device_step_times": singles}
-    ok = {d: t for d, t in final["single_device_step_times"].items() if t is not None}
+    def time_of(m: dict[str, Any]) -> float | None:
+        return m.get("step_time") if m.get("ok") else None
+
+    singles = {d: time_of(m) for d, m in state.single_device.items()}
+    if confirmed is None:
+        best = dict(state.best) if state.best else None
+        single_measurements = state.single_device
+    else:
+        ran = [c for c in confirmed["candidates"] if c["step_time"] is not None]
+        best = min(ran, key=lambda c: c["step_time"]) if ran else None
+        single_measurements = confirmed["single_devices"]
+    final_singles = {d: time_of(m) for d, m in single_measurements.items()}
+    ok = {d: t for d, t in final_singles.items() if t is not None}
     best_single = min(ok, key=ok.__getitem__) if ok else None
-    if best is not None and best_single is not None and (
-            final["best_step_time"] is None or ok[best_single] < final["best_step_time"]):
-        # Measured side by side, a single device won: that is the answer, never something slower.
+    if best_single is not None and (best is None or ok[best_single] <= best["step_time"]):
+        # A single device is as fast as anything found: that is the answer, never something slower.
         d = env.devices.index(best_single)
-        best = {"group_devices": [d] * env.n_groups, "measurement": state.single_device[best_single],
-                "source": f"single device {best_single}"}
-        final = {**final, "best_step_time": ok[best_single]}
+        best = {"group_devices": [d] * env.n_groups, "measurement": single_measurements[best_single],
+                "step_time": ok[best_single], "source": f"single device {best_single}"}
     if best is None:
         placement = Placement.single_device(list(graph.nodes), env.devices[0], graph.sha256, env.devices)
     else:
@@ -309,7 +331,7 @@ def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state:
         placement.measurement = best["measurement"]
         placement.extra = {"source": best["source"]}
         placement.save(run_dir / "placement.json")
-    best_time = final["best_step_time"]
+    best_time = best["step_time"] if best else None
     summary = {
         "graph": graph.source, "graph_sha256": graph.sha256, "devices": env.devices,
         "groups": env.n_groups, "grouping": grouping.method,
@@ -317,12 +339,15 @@ def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state:
         "samples": state.samples, "updates": state.updates, "wall_time_s": state.wall_time_s,
         "confirmed_side_by_side": confirmed is not None,
         "best_step_time": best_time, "best_source": best["source"] if best else None,
-        "single_device_step_times": final["single_device_step_times"],
+        "single_device_step_times": final_singles,
         "best_single_device": best_single,
         "best_single_device_step_time": ok.get(best_single) if best_single else None,
         "speedup_vs_best_single_device": ok[best_single] / best_time if best_single and best_time else None,
         "during_training": {"best_step_time": state.best["step_time"] if state.best else None,
                             "single_device_step_times": singles},
+        "confirmed_candidates": [{"source": c["source"], "training_step_time": c["training_step_time"],
+                                  "step_time": c["step_time"]} for c in confirmed["candidates"]]
+        if confirmed else None,
         "interrupted": interrupted,
         "learning_curve": [{k: h[k] for k in ("samples", "best_step_time", "sampled_step_time")}
                            for h in state.history],

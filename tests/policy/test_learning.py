@@ -160,3 +160,21 @@ def test_an_interrupted_run_saves_and_resumes_exactly_where_it_stopped(problem, 
     b = torch.load(tmp_path / "cut" / FILENAME, weights_only=False)
     assert a["state"]["losses"] == b["state"]["losses"] and a["state"]["history"] == b["state"]["history"]
     assert whole.placement.nodes == resumed.placement.nodes and not resumed.interrupted
+
+
+def test_the_side_by_side_confirmation_decides_and_a_single_device_wins_ties_or_better(tmp_path, make_branches):
+    """Training finds a split faster than one device; measured again where transfers turn out
+    to be very slow, the split loses, and the run's answer is the single device."""
+    from placer.measure.simulator import AnalyticCostModel
+
+    graph = load_graph(make_branches(4, 2))
+    devices = ["cpu:0", "cpu:1"]
+    slow_links = AnalyticCostModel(devices, links={("cpu:0", "cpu:1"): (1.0, 1e3), ("cpu:1", "cpu:0"): (1.0, 1e3)})
+    result = train(graph, SimulatedMeasurer(graph, devices), group_graph(graph, 4, 2), tmp_path, HP, samples=16,
+                   seed=0, confirm=SimulatedMeasurer(graph, devices, slow_links))
+    s = result.summary
+    assert s["confirmed_side_by_side"] and s["during_training"]["best_step_time"] < min(
+        s["during_training"]["single_device_step_times"].values())
+    assert s["confirmed_candidates"] and all(c["step_time"] > s["best_step_time"] for c in s["confirmed_candidates"])
+    assert s["best_source"].startswith("single device") and s["speedup_vs_best_single_device"] == 1.0
+    assert len(set(result.placement.nodes.values())) == 1
