@@ -116,8 +116,9 @@ def train(graph: OpGraph, measurer: Measurer, grouping: Grouping, run_dir: str |
     """Learn a placement of `graph` on `measurer`'s devices; stop after `samples` sampled
     placements (whole updates) or `budget_s` seconds of this session, whichever comes first.
 
-    With `confirm` (a fresh measurer, no cache), the best placement and every single device are
-    measured again side by side at the end; those figures decide the result and the speedup."""
+    With `confirm` (a fresh measurer, no cache), the `TOP_K` fastest placements of training and
+    every single device are measured again side by side at the end; those figures decide the
+    result and the speedup."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if samples is None and budget_s is None:
