@@ -137,6 +137,5 @@ def tensor_shapes(model: onnx.ModelProto, feeds: dict[str, np.ndarray]
     shapes: dict[str, tuple[tuple[int, ...], str]] = {}
     with torch.inference_mode():
         for name, value in iter_values(model, feeds):
-            dtype = str(value.dtype).removeprefix("torch.")
-            shapes[name] = (tuple(value.shape), "float32" if dtype == "bfloat16" else dtype)
+            shapes[name] = (tuple(value.shape), str(value.dtype).removeprefix("torch."))
     return shapes

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from placer.measure.kernels.dtypes import torch_dtype
+from placer.measure.kernels.dtypes import FLOAT8, to_float8, torch_dtype
 from placer.measure.kernels.registry import Node, register
 
 _UNARY = {
@@ -137,15 +137,24 @@ def _where(node: Node):
     return lambda xs: [torch.where(xs[0], xs[1], xs[2])]
 
 
+def _cast_to(x: torch.Tensor, dtype: torch.dtype, saturate: bool) -> torch.Tensor:
+    if dtype in FLOAT8 and x.dtype.is_floating_point:
+        return to_float8(x, dtype, saturate)
+    return x.to(dtype)
+
+
 @register("Cast", since=6)
 def _cast(node: Node):
-    dtype = torch_dtype(node.attr("to"))
+    dtype, saturate = torch_dtype(node.attr("to")), bool(node.attr("saturate", 1))
+    if dtype in FLOAT8:
+        return lambda xs: [_cast_to(xs[0], dtype, saturate)]
     return lambda xs: [xs[0].to(dtype)]
 
 
 @register("CastLike", since=15)
 def _castlike(node: Node):
-    return lambda xs: [xs[0].to(xs[1].dtype)]
+    saturate = bool(node.attr("saturate", 1))
+    return lambda xs: [_cast_to(xs[0], xs[1].dtype, saturate)]
 
 
 @register("Identity", since=1)

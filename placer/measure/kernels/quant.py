@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from placer.measure.kernels.dtypes import torch_dtype
+from placer.measure.kernels.dtypes import FLOAT8, to_float8, torch_dtype
 from placer.measure.kernels.registry import Node, register
 
 _RANGES = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int16: (-32768, 32767),
@@ -42,16 +42,21 @@ def _dequantize(node: Node):
 @register("QuantizeLinear", since=10)
 def _quantize(node: Node):
     axis, block = node.attr("axis", 1), node.attr("block_size", 0)
-    out_attr = node.attr("output_dtype", 0)
+    out_attr, saturate = node.attr("output_dtype", 0), bool(node.attr("saturate", 1))
 
     def q(xs):
         x, scale = xs[0], xs[1]
         zp = xs[2] if len(xs) > 2 else None
         dtype = zp.dtype if zp is not None else (torch_dtype(out_attr) if out_attr else torch.uint8)
+        s = _broadcast(scale, x, axis, block)
+        if dtype in FLOAT8:
+            y = x.to(torch.float32) / s.to(torch.float32)
+            if zp is not None:
+                y = y + _broadcast(zp, x, axis, block).to(torch.float32)
+            return [to_float8(y, dtype, saturate)]
         if dtype not in _RANGES:
             raise NotImplementedError(f"QuantizeLinear to {dtype}")
         lo, hi = _RANGES[dtype]
-        s = _broadcast(scale, x, axis, block)
         # Round half to even, as ONNX specifies; computed in float32 like the reference.
         y = torch.round(x.to(torch.float32) / s.to(torch.float32))
         if zp is not None:
