@@ -52,8 +52,10 @@ def _supported_tests() -> list[str]:
     return [c.name for c in cases if not unsupported_ops(c.model)]
 
 
-backend_test = onnx.backend.test.BackendTest(TorchKernelsBackend, __name__)
 _names = _supported_tests()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")     # numpy warnings of the suite's own case generators
+    backend_test = onnx.backend.test.BackendTest(TorchKernelsBackend, __name__)
 backend_test.include("^(" + "|".join(re.escape(n) for n in _names) + ")_cpu$")
 for _pattern in _EXCLUDED:
     backend_test.exclude(_pattern)

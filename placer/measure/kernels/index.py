@@ -87,8 +87,8 @@ def _scatter_nd(node: Node):
         elif reduction == "add":
             flat.index_add_(0, lin, u)
         else:
-            flat.index_reduce_(0, lin, u, _REDUCE[reduction] if reduction != "mul" else "prod",
-                               include_self=True)
+            idx = lin.reshape((-1,) + (1,) * len(rest)).expand_as(u)
+            flat.scatter_reduce_(0, idx, u, _REDUCE[reduction], include_self=True)
         return [flat.reshape(x.shape)]
     return scatter_nd
 
