@@ -1,16 +1,18 @@
-"""ONNX backend conformance: the node tests of `onnx.backend.test` for every supported op, run on
-the CPU through placer's own backend (`placer.measure.onnx_backend`).
+"""ONNX backend conformance: the node tests of `onnx.backend.test` for every supported op, and its
+small stored models, run on the CPU through placer's own backend (`placer.measure.onnx_backend`).
 
-A node test is collected when every op of its model has a kernel; the few that still fail are
+A test is collected when every op of its model has a kernel; the few that still fail are
 marked xfail below, each with its reason. Whole categories are left out only where torch itself
 lacks what the test needs (see `_EXCLUDED`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 
+import onnx
 import onnx.backend.test
 from onnx.backend.test.loader import load_model_tests
 
@@ -45,11 +47,22 @@ XFAIL: dict[str, str] = {
 }
 
 
+# Besides the node tests, the small stored models of the suite (torch-converted layers and
+# operators, simple graphs) run too; the "real" models need a download and are left out.
+_STORED_KINDS = ("simple", "pytorch-converted", "pytorch-operator")
+
+
 def _supported_tests() -> list[str]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = load_model_tests(kind="node")
-    return [c.name for c in cases if not unsupported_ops(c.model)]
+        names = [c.name for c in cases if not unsupported_ops(c.model)]
+        for kind in _STORED_KINDS:
+            for case in load_model_tests(kind=kind):
+                model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+                if not unsupported_ops(model):
+                    names.append(case.name)
+    return names
 
 
 _names = _supported_tests()
@@ -63,13 +76,15 @@ for _name in XFAIL:
     backend_test.xfail(f"^{re.escape(_name)}_cpu$")
 
 
-# Keep only the selected CPU tests: the runner also makes a skipped test for every other case
-# (unsupported ops, CUDA variants, excluded categories), which would only be noise here.
-_selected = {f"{n}_cpu" for n in _names
-             if not any(re.search(p, f"{n}_cpu") for p in _EXCLUDED)}
-_cases = backend_test.test_cases
-for _case in _cases.values():
-    for _attr in [a for a in vars(_case) if a.startswith("test_") and a not in _selected]:
-        delattr(_case, _attr)
+def _keep_selected(cases: dict[str, type]) -> dict[str, type]:
+    """Only the selected CPU tests: the runner also makes a skipped test for every other case
+    (unsupported ops, CUDA variants, excluded categories), which would only be noise here."""
+    selected = {f"{n}_cpu" for n in _names if not any(re.search(p, f"{n}_cpu") for p in _EXCLUDED)}
+    kept = {k: v for k, v in cases.items() if k != "OnnxBackendRealModelTest"}
+    for case in kept.values():
+        for attr in [a for a in vars(case) if a.startswith("test_") and a not in selected]:
+            delattr(case, attr)
+    return kept
 
-globals().update(_cases)
+
+globals().update(_keep_selected(backend_test.test_cases))

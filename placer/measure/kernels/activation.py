@@ -31,7 +31,18 @@ def _leaky(node: Node):
     return lambda xs: [F.leaky_relu(xs[0], alpha)]
 
 
-@register("PRelu")
+@register("PRelu", since=1)
+def _prelu1(node: Node):
+    def prelu(xs):
+        x, slope = xs
+        if slope.dim() == 1 and x.dim() > 2 and slope.numel() == x.shape[1]:
+            # Before opset 7 a (C,) slope was per channel, not numpy-broadcast.
+            slope = slope.reshape([-1] + [1] * (x.dim() - 2))
+        return [torch.where(x >= 0, x, x * slope)]
+    return prelu
+
+
+@register("PRelu", since=7)
 def _prelu(node: Node):
     # The slope broadcasts unidirectionally to X (any shape), which F.prelu does not accept.
     return lambda xs: [torch.where(xs[0] >= 0, xs[0], xs[0] * xs[1])]

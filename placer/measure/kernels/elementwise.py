@@ -64,6 +64,22 @@ def _arith(node: Node):
     return div
 
 
+@register("Add", "Sub", "Mul", "Div", "Pow", since=1)
+def _arith_legacy(node: Node):
+    """Before opset 7: B broadcast only when `broadcast` is set, aligned at `axis` if given."""
+    axis = node.attr("axis")
+    fn = _pow(node) if node.op_type == "Pow" else _arith(node)
+    if not node.attr("broadcast", 0) or axis is None:
+        return fn
+
+    def legacy(xs):
+        a, b = xs
+        start = axis + a.dim() if axis < 0 else axis
+        shape = [1] * start + list(b.shape) + [1] * (a.dim() - start - b.dim())
+        return fn([a, b.reshape(shape)])
+    return legacy
+
+
 @register("Pow", since=7)
 def _pow(node: Node):
     def pow_(xs):

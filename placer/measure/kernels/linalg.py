@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from placer.measure.kernels.registry import Node, register
 
 
-@register("Gemm", since=7)
+@register("Gemm", since=1)   # before 7 only `broadcast` differed, which torch does anyway
 def _gemm(node: Node):
     alpha, beta = node.attr("alpha", 1.0), node.attr("beta", 1.0)
     ta, tb = node.attr("transA", 0), node.attr("transB", 0)
