@@ -84,3 +84,20 @@ def test_a_kernel_failing_on_the_data_names_the_node():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(PlacerError, match=r"'proj' \(MatMul\) failed on inputs of shape \[2x3, 4x5\]"):
         run_model(model, {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 5), np.float32)})
+
+
+def test_bfloat16_and_float8_tensors_cross_the_numpy_boundary_as_ml_dtypes():
+    import ml_dtypes
+
+    nodes = [helper.make_node("Mul", ["x", "x"], ["sq"]),
+             helper.make_node("Cast", ["sq"], ["f8"], to=TensorProto.FLOAT8E4M3FN),
+             helper.make_node("Cast", ["f8"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [3])],
+                              [helper.make_tensor_value_info("sq", TensorProto.BFLOAT16, [3]),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    x = np.array([1.5, -3.0, 30.0], dtype=ml_dtypes.bfloat16)
+    out = run_model(model, {"x": x})
+    assert out["sq"].dtype == ml_dtypes.bfloat16
+    assert out["sq"].astype(np.float32).tolist() == [2.25, 9.0, 900.0]
+    assert out["y"].tolist() == [2.25, 9.0, 448.0]     # float8 e4m3fn saturates at 448
