@@ -242,3 +242,31 @@ def test_random_ops_draw_the_asked_distribution_reproducibly_when_seeded():
     normal = bind_node(helper.make_node("RandomNormal", [], ["y"], shape=[20000], mean=2.0,
                                         scale=0.5), 1)([])[0]
     assert abs(normal.mean().item() - 2.0) < 0.02 and abs(normal.std().item() - 0.5) < 0.02
+
+
+def test_kernels_are_differentiable_so_a_training_step_can_run_through_them():
+    """Gradients through Conv, BatchNormalization, Gemm and the fused LSTM equal torch's own."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 6, 6)
+    conv_w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    fc = torch.randn(5, 4 * 36, requires_grad=True)
+    stats = [torch.ones(4), torch.zeros(4), torch.zeros(4), torch.ones(4)]
+    conv = bind_node(helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), 17)
+    bn = bind_node(helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]), 15)
+    gemm = bind_node(helper.make_node("Gemm", ["f", "w"], ["y"], transB=1), 13)
+    y = gemm([bn([conv([x, conv_w])[0], *stats])[0].flatten(1), fc])[0]
+    y.sum().backward()
+    cw, fw = conv_w.detach().requires_grad_(), fc.detach().requires_grad_()
+    F.linear(F.batch_norm(F.conv2d(x, cw, padding=1), stats[2], stats[3], stats[0], stats[1])
+             .flatten(1), fw).sum().backward()
+    torch.testing.assert_close(conv_w.grad, cw.grad)
+    torch.testing.assert_close(fc.grad, fw.grad)
+
+    lstm = bind_node(helper.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=3), 14)
+    w = torch.randn(1, 12, 2, requires_grad=True)
+    r = torch.randn(1, 12, 3, requires_grad=True)
+    seq = torch.randn(4, 2, 2)
+    for step in range(2):   # twice: reordered weights must not be reused across graphs
+        w.grad = None
+        lstm([seq, w, r])[0].sum().backward()
+        assert w.grad is not None and torch.isfinite(w.grad).all() and w.grad.abs().sum() > 0

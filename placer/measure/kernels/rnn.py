@@ -196,6 +196,7 @@ class _RnnKernel:
         self.n_outputs = n_outputs
         self._key: tuple | None = None
         self._params: list[torch.Tensor] = []
+        self._held: tuple = ()
 
     def _fast_ok(self, lengths, p) -> bool:
         s = self.spec
@@ -208,8 +209,12 @@ class _RnnKernel:
         return False
 
     def _torch_params(self, w, r, b) -> list[torch.Tensor]:
-        key = (w, r, b)
-        if self._key is not None and all(a is k for a, k in zip(key, self._key)):
+        # Reordered weights are reused while the very same, unmodified tensors come in. Not
+        # while autograd records: each step then needs its own graph back to the weights.
+        tracked = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (w, r, b))
+        key = tuple(None if t is None else (id(t), 0 if t.is_inference() else t._version)
+                    for t in (w, r, b))
+        if not tracked and self._key == key:
             return self._params
         s, H = self.spec, self.spec.hidden
         order = [0, 2, 3, 1] if s.kind == "LSTM" else [1, 0, 2]
@@ -222,8 +227,11 @@ class _RnnKernel:
             else:
                 zeros = torch.zeros(s.gates * H, dtype=w.dtype, device=w.device)
                 params += [wd, rd, zeros, zeros]
-        self._key, self._params = key, [p.contiguous() for p in params]
-        return self._params
+        params = [p.contiguous() for p in params]
+        if not tracked:
+            # Holding the inputs keeps their ids from being reused by other tensors.
+            self._key, self._params, self._held = key, params, (w, r, b)
+        return params
 
     def __call__(self, xs: list[torch.Tensor | None]) -> list[torch.Tensor]:
         s, H = self.spec, self.spec.hidden
