@@ -101,3 +101,19 @@ def test_bfloat16_and_float8_tensors_cross_the_numpy_boundary_as_ml_dtypes():
     assert out["sq"].dtype == ml_dtypes.bfloat16
     assert out["sq"].astype(np.float32).tolist() == [2.25, 9.0, 900.0]
     assert out["y"].tolist() == [2.25, 9.0, 448.0]     # float8 e4m3fn saturates at 448
+
+
+def test_local_functions_are_inlined_and_checked_by_their_bodies():
+    from placer.measure.kernels import unsupported_ops
+
+    body = [helper.make_node("Mul", ["a", "a"], ["sq"]), helper.make_node("Add", ["sq", "a"], ["out"])]
+    fn = helper.make_function("local", "SquarePlus", ["a"], ["out"], body,
+                              [helper.make_opsetid("", 17)])
+    graph = helper.make_graph([helper.make_node("SquarePlus", ["x"], ["y"], domain="local")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, functions=[fn], opset_imports=[
+        helper.make_opsetid("", 17), helper.make_opsetid("local", 1)])
+    assert unsupported_ops(model) == []
+    out = run_model(model, {"x": np.array([1.0, 2.0, -1.0], np.float32)})
+    assert out["y"].tolist() == [2.0, 6.0, 0.0]

@@ -201,8 +201,14 @@ def unsupported_ops(model_or_nodes: onnx.ModelProto | Sequence[onnx.NodeProto],
     With a list of nodes, `opset` is the default-domain opset (default: the newest known).
     """
     if isinstance(model_or_nodes, onnx.ModelProto):
-        nodes: Iterable[onnx.NodeProto] = model_or_nodes.graph.node
-        opsets = _opsets(model_or_nodes)
+        model = model_or_nodes
+        if model.functions:
+            # Calls of the model's local functions stand for their bodies, which are what runs.
+            from onnx import inliner
+
+            model = inliner.inline_local_functions(model)
+        nodes: Iterable[onnx.NodeProto] = model.graph.node
+        opsets = _opsets(model)
     else:
         nodes = model_or_nodes
         opsets = {"": opset or onnx.defs.onnx_opset_version()}
