@@ -149,3 +149,60 @@ def _rotary(node: Node):
         y = y.reshape(shape) if len(shape) == 3 else y.transpose(1, 2)
         return [y]
     return rotary
+
+
+@register("CausalConvWithState", since=27)
+def _causal_conv(node: Node):
+    """Depthwise causal 1-D convolution that carries its last k-1 inputs as state."""
+    act = node.attr("activation", "none")
+
+    def causal(xs):
+        xs = list(xs) + [None] * (4 - len(xs))
+        x, w, b, past = xs[:4]
+        k = w.shape[2]
+        if past is None:
+            past = torch.zeros(x.shape[0], x.shape[1], k - 1, dtype=x.dtype, device=x.device)
+        padded = torch.cat([past, x], 2)
+        y = torch.nn.functional.conv1d(padded, w, b, groups=x.shape[1])
+        if act in ("silu", "swish"):
+            y = torch.nn.functional.silu(y.float()).to(x.dtype)
+        return [y, padded[:, :, padded.shape[2] - (k - 1):]]
+    return causal
+
+
+@register("LinearAttention", since=27)
+def _linear_attention(node: Node):
+    """Linear attention with a (d_k x d_v) state per KV head; update rules linear, gated
+    (decay), delta (beta) and gated_delta. The loop runs over time steps, as the recurrence
+    asks; each step is batched over batch and heads."""
+    rule = node.attr("update_rule", "gated_delta")
+    q_heads, kv_heads, scale_attr = node.attr("q_num_heads"), node.attr("kv_num_heads"), node.attr("scale")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+
+    def linear_attention(xs):
+        xs = list(xs) + [None] * (6 - len(xs))
+        q, k, v, past, decay, beta = xs[:6]
+        b, t, _ = q.shape
+        dk, dv = q.shape[-1] // q_heads, v.shape[-1] // kv_heads
+        q4 = _heads(q.float(), q_heads)
+        k4, v4 = _heads(k.float(), kv_heads), _heads(v.float(), kv_heads)
+        if decay is not None:
+            g4 = decay.float().reshape(b, t, kv_heads, -1).transpose(1, 2)     # (b, h, t, 1|dk)
+        if beta is not None:
+            beta4 = beta.float().reshape(b, t, beta.shape[-1], 1).transpose(1, 2)
+        state = past.float() if past is not None else torch.zeros(b, kv_heads, dk, dv, device=q.device)
+        scale = scale_attr if scale_attr else 1 / math.sqrt(dk)
+        group = q_heads // kv_heads
+        outs = []
+        for i in range(t):
+            kt, vt = k4[:, :, i], v4[:, :, i]
+            if gating:
+                state = state * torch.exp(g4[:, :, i]).unsqueeze(-1)
+            if delta:
+                vt = beta4[:, :, i] * (vt - torch.einsum("bhdm,bhd->bhm", state, kt))
+            state = state + kt.unsqueeze(-1) * vt.unsqueeze(-2)
+            read = state.repeat_interleave(group, 1) if group > 1 else state
+            outs.append(scale * torch.einsum("bhd,bhdm->bhm", q4[:, :, i], read))
+        y = torch.stack(outs, 2).transpose(1, 2).reshape(b, t, q_heads * dv).to(q.dtype)
+        return [y, state.to(past.dtype if past is not None else q.dtype)]
+    return linear_attention
