@@ -270,3 +270,14 @@ def test_kernels_are_differentiable_so_a_training_step_can_run_through_them():
         w.grad = None
         lstm([seq, w, r])[0].sum().backward()
         assert w.grad is not None and torch.isfinite(w.grad).all() and w.grad.abs().sum() > 0
+
+
+def test_opsets_before_7_use_their_legacy_attributes():
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    y = bind_node(helper.make_node("Reshape", ["x"], ["y"], shape=[0, -1]), 4)([x])[0]
+    assert tuple(y.shape) == (2, 12)
+    # Legacy broadcasting aligns B at `axis`, which numpy-style broadcasting would not.
+    z = bind_node(helper.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=1), 6)(
+        [x, torch.tensor([100.0, 200.0, 300.0])])[0]
+    assert z[1, :, 3].tolist() == [115.0, 219.0, 323.0]
+    assert tuple(bind_node(helper.make_node("Concat", ["a", "b"], ["y"]), 3)([x, x])[0].shape) == (2, 6, 4)

@@ -67,8 +67,11 @@ def _arith(node: Node):
 @register("Add", "Sub", "Mul", "Div", "Pow", since=1)
 def _arith_legacy(node: Node):
     """Before opset 7: B broadcast only when `broadcast` is set, aligned at `axis` if given."""
+    return _legacy_broadcast(node, _pow(node) if node.op_type == "Pow" else _arith(node))
+
+
+def _legacy_broadcast(node: Node, fn):
     axis = node.attr("axis")
-    fn = _pow(node) if node.op_type == "Pow" else _arith(node)
     if not node.attr("broadcast", 0) or axis is None:
         return fn
 
@@ -109,6 +112,12 @@ def _compare(node: Node):
     return lambda xs: [op(xs[0], xs[1])]
 
 
+@register("Equal", "Less", "Greater", "And", "Or", "Xor", since=1)
+def _compare_legacy(node: Node):
+    """Before opset 7: the legacy `broadcast`/`axis` attributes, as for arithmetic."""
+    return _legacy_broadcast(node, _compare(node))
+
+
 @register("BitShift", since=11)
 def _bitshift(node: Node):
     if node.attr("direction") == "LEFT":
@@ -116,7 +125,7 @@ def _bitshift(node: Node):
     return lambda xs: [torch.bitwise_right_shift(xs[0], xs[1])]
 
 
-@register("Min", "Max", "Sum", "Mean", since=6)
+@register("Min", "Max", "Sum", "Mean", since=1)   # before 6: consumed_inputs only
 def _variadic(node: Node):
     op = {"Min": torch.minimum, "Max": torch.maximum, "Sum": torch.add, "Mean": torch.add}[node.op_type]
     mean = node.op_type == "Mean"
@@ -127,7 +136,7 @@ def _variadic(node: Node):
     return run
 
 
-@register("Clip", since=6)
+@register("Clip", since=1)   # before 6: consumed_inputs only
 def _clip6(node: Node):
     lo, hi = node.attr("min", -math.inf), node.attr("max", math.inf)
     return lambda xs: [torch.clamp(xs[0], lo, hi)]
@@ -178,7 +187,7 @@ def _identity(node: Node):
     return lambda xs: [xs[0]]
 
 
-@register("Dropout", since=7)
+@register("Dropout", since=1)   # before 7: is_test/consumed_inputs only
 def _dropout(node: Node):
     """Inference: identity, and an all-true mask when the mask output is asked for."""
     if node.attr("training_mode", 0):

@@ -20,6 +20,15 @@ def _ints(t: torch.Tensor | None) -> list[int] | None:
     return None if t is None else [int(v) for v in t.reshape(-1).tolist()]
 
 
+@register("Reshape", since=1)
+def _reshape1(node: Node):
+    """Before opset 5 the shape was an attribute."""
+    shape = list(node.attr("shape"))
+    fn = _reshape(node)
+    target = torch.tensor(shape, dtype=torch.int64)
+    return lambda xs: fn([xs[0], target])
+
+
 @register("Reshape", since=5, host_inputs=(1,))
 def _reshape(node: Node):
     allowzero = node.attr("allowzero", 0)
@@ -89,9 +98,9 @@ def _unsqueeze13(node: Node):
     return lambda xs: [_unsqueeze(xs[0], _ints(xs[1]))]
 
 
-@register("Concat", since=4)
+@register("Concat", since=1)
 def _concat(node: Node):
-    axis = node.attr("axis")
+    axis = node.attr("axis", 1)     # optional (default 1) before opset 4
     return lambda xs: [torch.cat([x for x in xs if x is not None], axis)]
 
 
