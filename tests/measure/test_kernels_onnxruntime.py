@@ -340,3 +340,87 @@ def test_deform_conv_with_offset_groups_mask_and_bias():
                               for n, a in feeds.items()],
                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=19)
     assert_same_as_onnxruntime(model, feeds)
+
+
+class _MobileBlock(torch.nn.Module):
+    """MobileNet-v3 style: hardswish, depthwise conv, squeeze-excite, classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem, self.bn = torch.nn.Conv2d(3, 16, 3, 2, 1), torch.nn.BatchNorm2d(16)
+        self.dw = torch.nn.Conv2d(16, 16, 3, 1, 1, groups=16)
+        self.se1, self.se2 = torch.nn.Linear(16, 4), torch.nn.Linear(4, 16)
+        self.pw, self.fc = torch.nn.Conv2d(16, 24, 1), torch.nn.Linear(24, 5)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        x = F.hardswish(self.bn(self.stem(x)))
+        y = F.relu6(self.dw(x))
+        w = F.hardsigmoid(self.se2(F.relu(self.se1(F.adaptive_avg_pool2d(y, 1).flatten(1)))))
+        y = self.pw(y * w[:, :, None, None])
+        return F.softmax(self.fc(F.adaptive_avg_pool2d(y, 1).flatten(1)), -1)
+
+
+class _UNetBlock(torch.nn.Module):
+    """Segmentation style: group/instance norm, transposed conv, upsampling, reflect pad, skip."""
+
+    def __init__(self):
+        super().__init__()
+        self.down, self.up = torch.nn.Conv2d(3, 8, 3, 2, 1), torch.nn.ConvTranspose2d(8, 8, 2, 2)
+        self.gn, self.inorm = torch.nn.GroupNorm(2, 8), torch.nn.InstanceNorm2d(8, affine=True)
+        self.out = torch.nn.Conv2d(11, 2, 1)
+
+    def forward(self, x):
+        F = torch.nn.functional
+        a = F.leaky_relu(self.gn(self.down(x)), 0.1)
+        b = F.interpolate(a, scale_factor=2, mode="bilinear", align_corners=False)
+        c = self.inorm(self.up(a)) + b + F.interpolate(a, size=x.shape[-2:], mode="nearest")
+        c = F.pad(c, (1, 1, 1, 1), mode="reflect")[..., 1:-1, 1:-1]
+        return torch.sigmoid(self.out(torch.cat([c, x], 1)))
+
+
+class _CRNN(torch.nn.Module):
+    """OCR style: conv features read column by column by a bidirectional LSTM and a GRU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3, 1, 1)
+        self.lstm = torch.nn.LSTM(32, 16, bidirectional=True, batch_first=True)
+        self.gru, self.fc = torch.nn.GRU(32, 16, batch_first=True), torch.nn.Linear(32, 11)
+
+    def forward(self, x):
+        y = torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2)
+        b, c, h, w = y.shape
+        y, _ = self.lstm(y.permute(0, 3, 1, 2).reshape(b, w, c * h))
+        return torch.log_softmax(self.fc(y), -1), self.gru(y)[0]
+
+
+class _DetectionHead(torch.nn.Module):
+    """Anchor-free detector head: decode boxes on a grid, best class, top-k, gather."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 6, 1)
+
+    def forward(self, x):
+        p = self.conv(x)
+        b, _, h, w = p.shape
+        cls = p[:, :2].sigmoid().flatten(2)
+        box = p[:, 2:].flatten(2).transpose(1, 2)
+        ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        centers = torch.stack([xs, ys], -1).reshape(1, -1, 2).float()
+        boxes = torch.cat([centers - box[..., :2].exp(), centers + box[..., 2:].exp()], -1)
+        score, label = cls.max(1)
+        top, idx = score.topk(10, dim=1)
+        picked = torch.gather(boxes, 1, idx[..., None].expand(-1, -1, 4))
+        return top, picked, label.cumsum(1), torch.where(score > 0.5, score, torch.zeros_like(score))
+
+
+@pytest.mark.parametrize("module,shape", [
+    (_MobileBlock, (2, 3, 32, 32)), (_UNetBlock, (1, 3, 16, 16)), (_CRNN, (2, 1, 8, 20)),
+    (_DetectionHead, (2, 8, 6, 7))], ids=["mobilenet", "unet", "crnn", "detector"])
+def test_common_model_family_exports(module, shape):
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    model = export(module(), x)
+    assert_same_as_onnxruntime(model, {"in0": x.numpy()})
