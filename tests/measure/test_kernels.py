@@ -196,9 +196,19 @@ def test_an_op_newer_than_the_models_opset_is_unsupported():
         bind_node(helper.make_node("Gelu", ["x"], ["y"]), 17)
 
 
-def test_training_mode_dropout_is_refused_with_a_placer_error():
+def test_training_mode_dropout_zeroes_about_ratio_and_rescales_the_rest():
+    fn = bind_node(helper.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=1), 13)
+    x = torch.ones(20000)
+    y, mask = fn([x, torch.tensor(0.3), torch.tensor(True)])
+    assert abs((~mask).float().mean().item() - 0.3) < 0.02
+    assert torch.allclose(y[mask], torch.full_like(y[mask], 1 / 0.7)) and not y[~mask].any()
+    assert torch.equal(fn([x, torch.tensor(0.3), torch.tensor(False)])[0], x)
+
+
+def test_batchnorm_before_opset_14_refuses_training_outputs():
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"])
     with pytest.raises(PlacerError, match="training"):
-        bind_node(helper.make_node("Dropout", ["x"], ["y"], training_mode=1), 12)
+        bind_node(node, 9)
 
 
 def test_data_inputs_on_different_devices_are_brought_together_and_host_inputs_are_left_alone():

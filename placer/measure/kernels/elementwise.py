@@ -197,10 +197,26 @@ def _dropout(node: Node):
     return lambda xs: [xs[0]]
 
 
-@register("Dropout", since=12)
+@register("Dropout", since=12, host_inputs=(1, 2))
 def _dropout12(node: Node):
-    # ratio and training_mode became inputs; a training_mode input that is true cannot run here.
-    return _dropout(node)
+    """ratio and training_mode became inputs: identity unless training_mode is true."""
+    seed = node.attr("seed")
+    gen = None
+    if seed is not None:
+        gen = torch.Generator()
+        gen.manual_seed(int(seed))
+    want_mask = node.n_outputs > 1
+
+    def dropout(xs):
+        x = xs[0]
+        training = len(xs) > 2 and xs[2] is not None and bool(xs[2].reshape(-1).tolist()[0])
+        if not training:
+            return [x, torch.ones_like(x, dtype=torch.bool)] if want_mask else [x]
+        ratio = float(xs[1].reshape(-1).tolist()[0]) if len(xs) > 1 and xs[1] is not None else 0.5
+        keep = torch.rand(x.shape, generator=gen).to(x.device) >= ratio
+        y = torch.where(keep, x / (1 - ratio), torch.zeros_like(x)) if ratio < 1 else torch.zeros_like(x)
+        return [y, keep] if want_mask else [y]
+    return dropout
 
 
 @register("BitCast", since=26)

@@ -11,17 +11,30 @@ from placer.measure.kernels.registry import Node, register
 @register("BatchNormalization", since=1)
 def _batchnorm(node: Node):
     eps = node.attr("epsilon", 1e-5)
-    if node.attr("training_mode", 0) or (node.opset < 14 and node.n_outputs > 1 and node.opset >= 9
-                                         and any(node.outputs_used[1:])):
-        raise NotImplementedError("training-mode BatchNormalization is not supported")
-    if node.attr("is_test", 1) == 0 and node.opset < 7:
-        raise NotImplementedError("training-mode BatchNormalization is not supported")
+    if node.opset >= 14 and node.attr("training_mode", 0):
+        return _batchnorm_training(node, eps, node.attr("momentum", 0.9))
+    if (node.opset < 14 and node.n_outputs > 1 and any(node.outputs_used[1:])) or \
+            (node.opset < 7 and node.attr("is_test", 0) == 0):
+        raise NotImplementedError("training-mode BatchNormalization before opset 14")
 
     def bn(xs):
         x, scale, bias, mean, var = xs[:5]
         if x.dim() == 1:
             raise ValueError("BatchNormalization of a 1-D input")
         return [F.batch_norm(x, mean, var, scale, bias, False, 0.0, eps)]
+    return bn
+
+
+def _batchnorm_training(node: Node, eps: float, momentum: float):
+    """Opset 14+ training mode: normalise with the batch statistics and return the updated
+    running mean and (population) variance."""
+    def bn(xs):
+        x, scale, bias, mean, var = xs[:5]
+        dims = [d for d in range(x.dim()) if d != 1]
+        batch_var, batch_mean = torch.var_mean(x, dims, correction=0)
+        y = F.batch_norm(x, batch_mean, batch_var, scale, bias, False, 0.0, eps)
+        return [y, mean * momentum + batch_mean * (1 - momentum),
+                var * momentum + batch_var * (1 - momentum)]
     return bn
 
 
