@@ -291,3 +291,12 @@ def test_opsets_before_7_use_their_legacy_attributes():
         [x, torch.tensor([100.0, 200.0, 300.0])])[0]
     assert z[1, :, 3].tolist() == [115.0, 219.0, 323.0]
     assert tuple(bind_node(helper.make_node("Concat", ["a", "b"], ["y"]), 3)([x, x])[0].shape) == (2, 6, 4)
+
+
+def test_check_supported_also_reports_attributes_a_kernel_cannot_run():
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "rm", "rv"])
+    model = model_of([node], [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                              for n in ["x", "s", "b", "m", "v"]],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], opset=9)
+    with pytest.raises(PlacerError, match=r"BatchNormalization \(training-mode"):
+        check_supported(model)

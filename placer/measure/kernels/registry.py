@@ -221,8 +221,27 @@ def unsupported_ops(model_or_nodes: onnx.ModelProto | Sequence[onnx.NodeProto],
 
 
 def check_supported(model: onnx.ModelProto) -> None:
-    """Raise one `PlacerError` naming every op of `model` that has no kernel."""
+    """Raise one `PlacerError` naming every op of `model` that has no kernel, or whose
+    attributes its kernel cannot run (e.g. training-mode BatchNormalization before opset 14)."""
     missing = unsupported_ops(model)
+    if not missing:
+        missing = _unbindable(model)
     if missing:
         raise PlacerError(f"the model uses {len(missing)} unsupported operator(s): "
                           f"{', '.join(missing)}; re-export it without them (or with another opset)")
+
+
+def _unbindable(model: onnx.ModelProto) -> list[str]:
+    """`Op (reason)` for each distinct bind-time refusal among the model's nodes."""
+    opsets = _opsets(model)
+    refused: dict[str, None] = {}
+    for n in model.graph.node:
+        domain = "" if n.domain == "ai.onnx" else n.domain
+        if n.op_type == "Constant":
+            continue    # binding copies its value; a Constant always binds
+        try:
+            bind_node(n, opsets.get(domain, 1))
+        except PlacerError as e:
+            reason = str(e).split(": ", 1)[-1].split("; ")[0]
+            refused[f"{_op_label(domain, n.op_type)} ({reason})"] = None
+    return list(refused)
