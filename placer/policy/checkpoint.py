@@ -27,10 +27,11 @@ def save_checkpoint(run_dir: Path, data: dict[str, Any]) -> Path:
     return path
 
 
-def load_checkpoint(run_dir: Path, expect: dict[str, Any]) -> dict[str, Any]:
+def load_checkpoint(run_dir: Path, expect: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read the run folder's checkpoint; refuse a corrupt one or one made for something else.
 
-    `expect` maps keys (graph hash, devices, grouping, policy shape) to the values this run has.
+    `expect` maps keys (graph hash, devices, grouping, policy shape) to the values this run has;
+    `defaults` gives the value of a key that checkpoints written by older versions lack.
     """
     path = Path(run_dir) / FILENAME
     if not path.is_file():
@@ -42,6 +43,8 @@ def load_checkpoint(run_dir: Path, expect: dict[str, Any]) -> dict[str, Any]:
                           "delete it or train into a new --run-dir") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PlacerError(f"{path} is not a placer checkpoint; delete it or train into a new --run-dir")
+    for key, value in (defaults or {}).items():
+        data.setdefault(key, value)
     for key, value in expect.items():
         if data.get(key) != value:
             raise PlacerError(f"checkpoint {path} was made with a different {key.replace('_', ' ')} "

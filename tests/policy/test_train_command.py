@@ -13,7 +13,7 @@ FAST = ["--hidden-size", "16", "--no-progress", "--devices", "cpu:0,cpu:1"]
 
 def test_a_simulated_run_leaves_a_complete_run_folder(model_file, tmp_path, capsys):
     run = tmp_path / "run"
-    code = main(["train", "--graph", str(model_file), "--measurer", "simulated", "--samples", "8",
+    code = main(["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic", "--samples", "8",
                  "--run-dir", str(run), "--groups", "4", *FAST])
     out = capsys.readouterr().out
     assert code == 0
@@ -28,7 +28,7 @@ def test_a_simulated_run_leaves_a_complete_run_folder(model_file, tmp_path, caps
 
 def test_resume_continues_a_run_to_its_sample_count(model_file, tmp_path, capsys):
     run = tmp_path / "run"
-    args = ["train", "--graph", str(model_file), "--measurer", "simulated", "--run-dir", str(run), *FAST]
+    args = ["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic", "--run-dir", str(run), *FAST]
     assert main(args + ["--samples", "4"]) == 0
     assert main(args + ["--samples", "12", "--resume"]) == 0
     assert json.loads((run / "summary.json").read_text())["samples"] == 12
@@ -36,7 +36,7 @@ def test_resume_continues_a_run_to_its_sample_count(model_file, tmp_path, capsys
 
 def test_user_mistakes_are_one_line_errors(model_file, tmp_path, capsys):
     run = tmp_path / "run"
-    base = ["train", "--graph", str(model_file), "--measurer", "simulated", *FAST]
+    base = ["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic", *FAST]
     assert main(base + ["--run-dir", str(run), "--resume", "--samples", "4"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
     assert main(base + ["--run-dir", str(run), "--samples", "4"]) == 0
@@ -69,3 +69,47 @@ def test_a_real_run_on_a_small_zoo_model_measures_and_confirms(tmp_path, capsys)
     assert 0 < summary["best_step_time"] <= min(times)
     placement = Placement.load(run / "placement.json")
     assert placement.measurement["ok"] and placement.measurement["protocol"]["repeats"] == 1
+
+
+def test_simulated_reward_reports_real_measurements(model_file, tmp_path, capsys):
+    """Learning in the (analytic) simulator; the printed and saved figures are real measurements."""
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic",
+                 "--samples", "16", "--warmup", "0", "--repeats", "1", "--run-dir", str(run), *FAST]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["reward"] == "simulated" and summary["simulator"]["protocol"]["cost_model"] == "AnalyticCostModel"
+    assert summary["measurer"]["kind"] == "RealMeasurer" and summary["confirmed_side_by_side"]
+    assert summary["during_training"]["reward"] == "simulated" and summary["simulated_phase"]["samples"] == 16
+    placement = Placement.load(run / "placement.json")
+    assert placement.measurement["protocol"]["repeats"] == 1 and placement.measurement["step_time"] == \
+        summary["best_step_time"]
+    # The simulator's figures (analytic: microseconds apart from the real ones) are not the ones reported.
+    simulated = summary["simulated_phase"]["simulated_single_device_step_times"]
+    assert all(summary["single_device_step_times"][d] != t for d, t in simulated.items())
+    assert "16 simulated + 0 real samples" in capsys.readouterr().out
+
+
+def test_profiled_hybrid_profiles_once_and_reuses_the_cached_profile(model_file, tmp_path, capsys, monkeypatch):
+    """The default cost model, end to end: the first run profiles the devices and caches the
+    profile; a second run on the same graph and devices reads it back."""
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    base = ["train", "--graph", str(model_file), "--samples", "16", "--warmup", "0", "--repeats", "1", *FAST]
+    assert main(base + ["--reward", "simulated", "--run-dir", str(tmp_path / "a")]) == 0
+    assert "profiled every op on every device" in capsys.readouterr().out
+    profiles = list((tmp_path / "cache" / "profiles").glob("*.json"))
+    assert len(profiles) == 1
+    written = profiles[0].stat().st_mtime_ns
+    assert main(base + ["--reward", "hybrid", "--real-fraction", "0.5", "--run-dir", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert f"profiled costs read from {profiles[0]}" in out and "8 simulated + 8 real samples" in out
+    assert profiles[0].stat().st_mtime_ns == written
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["simulator"]["protocol"]["cost_model"] == "ProfiledCostModel"
+    assert summary["switched_to_real_at_sample"] == 8 and summary["samples_by_reward"] == {"simulated": 8, "real": 8}
+    assert [h["phase"] for h in summary["learning_curve"]] == ["simulated"] * 2 + ["real"] * 2
+
+
+def test_a_bad_real_fraction_is_a_one_line_error(model_file, tmp_path, capsys):
+    assert main(["train", "--graph", str(model_file), "--reward", "hybrid", "--real-fraction", "1.5",
+                 "--samples", "4", "--run-dir", str(tmp_path / "r"), *FAST]) == 2
+    assert "--real-fraction" in capsys.readouterr().err

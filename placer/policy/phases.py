@@ -1,0 +1,104 @@
+"""Where the reward comes from: real measurement, the simulator, or the simulator then the real devices.
+
+`--reward real` measures every sampled placement on the real devices (slow, exact). `simulated`
+scores every sample with the simulator (thousands of samples a minute). `hybrid` learns in the
+simulator for the first part of the budget and fine-tunes with real measurement for the rest,
+carrying the policy, the optimiser and the learning-rate schedule across. Whatever the mode, the
+figures a run reports are real measurements: the trainer measures its best placements and every
+single device again, side by side, on the real devices at the end.
+
+At the switch the policy, the Adam state and the learning-rate schedule carry over; the reward
+baseline does not: it averages simulated rewards, whose scale differs from measured ones, so the
+first real batch is scored against its own mean and the moving average restarts from there.
+The single devices are measured for real at the switch and compete in the real phase.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from placer.errors import PlacerError
+from placer.measure.measurement import Measurement, Measurer
+from placer.placement import Placement
+
+REWARDS = ("real", "simulated", "hybrid")
+SIMULATED, REAL = "simulated", "real"
+DEFAULT_REAL_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class RewardPlan:
+    """Which reward each sample gets. In `hybrid`, the first `1 - real_fraction` of the sample
+    count (rounded down to whole updates) or of the time budget is simulated, the rest real."""
+
+    reward: str = REAL
+    real_fraction: float = DEFAULT_REAL_FRACTION
+
+    def __post_init__(self) -> None:
+        if self.reward not in REWARDS:
+            raise PlacerError(f"unknown reward {self.reward!r}; use one of {', '.join(REWARDS)}")
+        if self.reward == "hybrid" and not 0.0 < self.real_fraction < 1.0:
+            raise PlacerError(f"--real-fraction must be between 0 and 1 (exclusive) for --reward hybrid, "
+                              f"not {self.real_fraction}")
+
+    @property
+    def first_phase(self) -> str:
+        """The reward the first samples get."""
+        return REAL if self.reward == REAL else SIMULATED
+
+    def switch_sample(self, samples: int, per_update: int) -> int | None:
+        """With a sample count: the sample number at which hybrid turns to real measurement."""
+        if self.reward != "hybrid":
+            return None
+        return per_update * math.floor(samples * (1.0 - self.real_fraction) / per_update)
+
+    def switch_time(self, budget_s: float) -> float | None:
+        """With a time budget: the seconds of the session after which hybrid turns real."""
+        return budget_s * (1.0 - self.real_fraction) if self.reward == "hybrid" else None
+
+    def identity(self) -> dict[str, Any]:
+        """What a checkpoint must match to be resumed under this plan."""
+        return {"reward": self.reward, "real_fraction": self.real_fraction if self.reward == "hybrid" else None}
+
+
+class DigestCache:
+    """Like `placer.env.cache.CachingMeasurer`, keyed by a 16-byte digest of the placement.
+
+    The simulated phase meets thousands of distinct placements; keying them by every node name
+    (as the real phase's cache does) would make each checkpoint tens of megabytes on Inception-v3.
+    """
+
+    def __init__(self, measurer: Measurer) -> None:
+        self.inner = measurer
+        self.devices = list(measurer.devices)
+        self.entries: dict[bytes, dict[str, Any]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def digest(placement: Placement) -> bytes:
+        return hashlib.blake2b("\n".join(placement.key()).encode(), digest_size=16).digest()
+
+    def measure(self, placement: Placement) -> Measurement:
+        """The remembered measurement of `placement` (marked ``cached``), or a fresh one."""
+        key = self.digest(placement)
+        entry = self.entries.get(key)
+        if entry is not None:
+            self.hits += 1
+            return Measurement.from_dict({**entry, "cached": True})
+        self.misses += 1
+        measurement = self.inner.measure(placement)
+        self.entries[key] = {**measurement.to_dict(), "cached": False}
+        return measurement
+
+    def state(self) -> dict[str, Any]:
+        """Everything needed to restore the cache exactly (for checkpoints)."""
+        return {"entries": list(self.entries.items()), "hits": self.hits, "misses": self.misses}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what `state` returned."""
+        self.entries = dict(state["entries"])
+        self.hits, self.misses = int(state["hits"]), int(state["misses"])
