@@ -57,10 +57,11 @@ def register(subparsers) -> None:
              "0.2 under load); hybrid is meant to become the default once it does")
     parser.add_argument("--real-fraction", type=float, default=DEFAULT_REAL_FRACTION, metavar="F",
                         help="hybrid: share of the budget (or of --samples, in whole updates) measured for "
-                             "real at the end (default %(default)s)")
+                             "real at the end; --resume with the same --samples continues exactly "
+                             "(default %(default)s)")
     parser.add_argument("--cost-model", default="profiled", choices=["profiled", "analytic"],
                         help="costs of the simulator: profiled (each op and transfer timed on these devices "
-                             "once, cached under $PLACER_CACHE/profiles) or analytic (from FLOPs and bytes: "
+                             "once, cached in $PLACER_CACHE or ~/.cache/placer) or analytic (from FLOPs and bytes: "
                              "deterministic, for tests) (default %(default)s)")
     parser.add_argument("--refresh-profile", action="store_true",
                         help="profile the devices again even when a cached profile exists")
