@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from placer.errors import PlacerError
 from placer.graph.grouping import METHODS, colocate, default_group_count, group_graph
 from placer.graph.load import load_graph
+import testgraphs
 
 W = 32
 
@@ -21,19 +22,7 @@ def _model(nodes, inits, out_shape) -> onnx.ModelProto:
 
 
 def branches(n: int, depth: int) -> onnx.ModelProto:
-    """x -> n independent chains of MatMul+Relu -> Concat."""
-    rng = np.random.default_rng(0)
-    nodes, inits, ends = [], [], []
-    for b in range(n):
-        x = "x"
-        for k in range(depth):
-            inits.append(numpy_helper.from_array(rng.standard_normal((W, W)).astype(np.float32), f"w{b}_{k}"))
-            nodes.append(helper.make_node("MatMul", [x, f"w{b}_{k}"], [f"m{b}_{k}"], name=f"mm{b}_{k}"))
-            nodes.append(helper.make_node("Relu", [f"m{b}_{k}"], [f"r{b}_{k}"], name=f"relu{b}_{k}"))
-            x = f"r{b}_{k}"
-        ends.append(x)
-    nodes.append(helper.make_node("Concat", ends, ["y"], name="concat", axis=1))
-    return _model(nodes, inits, [8, W * n])
+    return testgraphs.branches(n, depth, width=W, batch=8)
 
 
 def shape_subgraph() -> onnx.ModelProto:

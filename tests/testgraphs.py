@@ -1,0 +1,25 @@
+"""Small real ONNX models that several test packages build their cases on."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def branches(n: int, depth: int, width: int = 64, batch: int = 16) -> onnx.ModelProto:
+    """x -> n independent chains of `depth` MatMul+Relu -> Concat: the heavy work splits cleanly."""
+    rng = np.random.default_rng(0)
+    nodes, inits, ends = [], [], []
+    for b in range(n):
+        x = "x"
+        for k in range(depth):
+            inits.append(numpy_helper.from_array(rng.standard_normal((width, width)).astype(np.float32), f"w{b}_{k}"))
+            nodes.append(helper.make_node("MatMul", [x, f"w{b}_{k}"], [f"m{b}_{k}"], name=f"mm{b}_{k}"))
+            nodes.append(helper.make_node("Relu", [f"m{b}_{k}"], [f"r{b}_{k}"], name=f"relu{b}_{k}"))
+            x = f"r{b}_{k}"
+        ends.append(x)
+    nodes.append(helper.make_node("Concat", ends, ["y"], name="concat", axis=1))
+    graph = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, width * n])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
