@@ -55,7 +55,7 @@ def four_branches(make_branches_module):
 
 @pytest.fixture(scope="module")
 def make_branches_module():
-    from tests.policy.conftest import branches
+    from testgraphs import branches
 
     return branches
 
