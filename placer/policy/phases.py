@@ -20,8 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from placer.env.cache import CachingMeasurer
 from placer.errors import PlacerError
-from placer.measure.measurement import Measurement, Measurer
 from placer.placement import Placement
 
 REWARDS = ("real", "simulated", "hybrid")
@@ -64,41 +64,20 @@ class RewardPlan:
         return {"reward": self.reward, "real_fraction": self.real_fraction if self.reward == "hybrid" else None}
 
 
-class DigestCache:
-    """Like `placer.env.cache.CachingMeasurer`, keyed by a 16-byte digest of the placement.
+class DigestCache(CachingMeasurer):
+    """A `CachingMeasurer` keyed by a 16-byte digest of the placement.
 
     The simulated phase meets thousands of distinct placements; keying them by every node name
     (as the real phase's cache does) would make each checkpoint tens of megabytes on Inception-v3.
     """
 
-    def __init__(self, measurer: Measurer) -> None:
-        self.inner = measurer
-        self.devices = list(measurer.devices)
-        self.entries: dict[bytes, dict[str, Any]] = {}
-        self.hits = 0
-        self.misses = 0
-
-    @staticmethod
-    def digest(placement: Placement) -> bytes:
+    def key(self, placement: Placement) -> bytes:
         return hashlib.blake2b("\n".join(placement.key()).encode(), digest_size=16).digest()
 
-    def measure(self, placement: Placement) -> Measurement:
-        """The remembered measurement of `placement` (marked ``cached``), or a fresh one."""
-        key = self.digest(placement)
-        entry = self.entries.get(key)
-        if entry is not None:
-            self.hits += 1
-            return Measurement.from_dict({**entry, "cached": True})
-        self.misses += 1
-        measurement = self.inner.measure(placement)
-        self.entries[key] = {**measurement.to_dict(), "cached": False}
-        return measurement
+    @staticmethod
+    def _key_to_state(key: bytes) -> bytes:
+        return key
 
-    def state(self) -> dict[str, Any]:
-        """Everything needed to restore the cache exactly (for checkpoints)."""
-        return {"entries": list(self.entries.items()), "hits": self.hits, "misses": self.misses}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Restore what `state` returned."""
-        self.entries = dict(state["entries"])
-        self.hits, self.misses = int(state["hits"]), int(state["misses"])
+    @staticmethod
+    def _key_from_state(item: bytes) -> bytes:
+        return item
