@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_graph_args
+from placer.commands.common import add_graph_args, add_placement_args
 
 
 def register(subparsers) -> None:
@@ -16,11 +16,7 @@ def register(subparsers) -> None:
                     "the ONNX multi-device configuration, ONNX Runtime layer annotations). Without "
                     "--placement or --device, the placement already stored in the model is used.")
     add_graph_args(parser)
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--placement", metavar="P.json", help="placement file (format placer.placement/1)")
-    group.add_argument("--device", metavar="D", help="put every node on this one device, e.g. cpu or cuda:0")
-    parser.add_argument("--map", action="append", default=[], metavar="FROM=TO",
-                        help="rename a device of the placement, e.g. cuda:1=cuda:0 (repeatable)")
+    add_placement_args(parser)
     parser.add_argument("-o", "--output", metavar="PLACED.onnx", help="where to write the annotated model")
     parser.add_argument("--split", metavar="DIR",
                         help="also write one ONNX model per device stage into DIR, chained by DIR/split.json")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from placer.errors import PlacerError
 
 
 def add_graph_args(parser: argparse.ArgumentParser) -> None:

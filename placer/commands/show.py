@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_graph_args
+from placer.commands.common import add_graph_args, add_placement_args
 
 
 def register(subparsers) -> None:
@@ -15,11 +15,7 @@ def register(subparsers) -> None:
         description="Per device: nodes, FLOPs, parameter bytes, bytes sent to and received from other "
                     "devices; with -o, a picture of the graph coloured by device.")
     add_graph_args(parser)
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--placement", metavar="P.json", help="show this placement file instead of the stored one")
-    group.add_argument("--device", metavar="D", help="show everything on this one device")
-    parser.add_argument("--map", action="append", default=[], metavar="FROM=TO",
-                        help="rename a device of the placement, e.g. cuda:1=cuda:0 (repeatable)")
+    add_placement_args(parser)
     parser.add_argument("-o", "--output", metavar="PICTURE.png", help="draw the placement into this image file")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
