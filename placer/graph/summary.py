@@ -121,7 +121,7 @@ def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> s
     lines = [
         f"graph       {s.source}",
         f"sha256      {s.sha256}",
-        f"opsets      " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(s.opsets.items())),
+        "opsets      " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(s.opsets.items())),
         f"nodes       {s.node_count}",
         f"parameters  {s.param_count:,} ({_bytes(s.param_bytes)})",
         f"FLOPs       {_si(s.flops, 'FLOP')} per step",

@@ -150,7 +150,8 @@ def _topk1(node: Node):
 @register("TopK", since=10, host_inputs=(1,))
 def _topk10(node: Node):
     axis = node.attr("axis", -1)
-    largest, sort = bool(node.attr("largest", 1)), bool(node.attr("sorted", 1))
+    # `sorted=0` allows any order, so always returning sorted values is valid for both settings.
+    largest = bool(node.attr("largest", 1))
 
     def topk(xs):
         k = int(xs[1].reshape(-1).tolist()[0])
