@@ -26,14 +26,16 @@ def same_pads(auto_pad: str, sizes: Sequence[int], kernel: Sequence[int], stride
             continue
         out = math.ceil(size / s)
         total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
-        small = total // 2
-        if auto_pad == "SAME_UPPER":
-            begins.append(small)
-            ends.append(total - small)
-        else:
-            begins.append(total - small)
-            ends.append(small)
+        begin, end = split_same(auto_pad, total)
+        begins.append(begin)
+        ends.append(end)
     return begins, ends
+
+
+def split_same(auto_pad: str, total: int) -> tuple[int, int]:
+    """Split `total` padding into (begin, end): SAME_UPPER puts the odd one at the end, SAME_LOWER at the begin."""
+    half = total // 2
+    return (half, total - half) if auto_pad == "SAME_UPPER" else (total - half, half)
 
 
 def torch_pad(begins: Sequence[int], ends: Sequence[int]) -> list[int]:

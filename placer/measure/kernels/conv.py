@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from placer.measure.kernels._padding import fixed_pads, pad_input, same_pads
+from placer.measure.kernels._padding import fixed_pads, pad_input, same_pads, split_same
 from placer.measure.kernels.registry import Node, register
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
@@ -71,13 +71,9 @@ def _conv_transpose(node: Node):
             for i in range(n):
                 total = (strides[i] * (sizes[i] - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1
                          - target[i])
-                half = total // 2
-                if auto_pad == "SAME_UPPER":
-                    begins.append(half)
-                    ends.append(total - half)
-                else:
-                    begins.append(total - half)
-                    ends.append(half)
+                begin, end = split_same(auto_pad, total)
+                begins.append(begin)
+                ends.append(end)
         elif auto_pad == "VALID":
             begins, ends = [0] * n, [0] * n
         if begins == ends and all(min(s, d) > o for s, d, o in zip(strides, dil, outpad)):
