@@ -1,11 +1,14 @@
 """Per-node profiling: the time of each op on each device and of transfers between devices.
 
-This is the data a cost model and a simulator need (`placer.measure.costmodel.CostModel`). Each
-device runs the whole graph alone (so every op sees its real inputs and that device's threads),
-with every node timed; the median over the repeats is kept. Transfers are timed per ordered pair
-of devices for a few sizes and fitted as ``latency + bytes / bandwidth``. Between virtual CPU
-devices nothing is copied (they share memory): the cost is the hand-over between two worker
-threads, a latency with no bandwidth term.
+This is the data a cost model and a simulator need (`placer.measure.costmodel.CostModel`).
+Identical devices (the same spec but for the index, e.g. `cpu:0[threads=1]` and `cpu:1[threads=1]`)
+form a class that is profiled once, so that noise never shows up as a difference between them:
+the whole graph runs alone (every op sees its real inputs and the device's threads) for several
+rounds, interleaved across the class's members so that a burst of load does not land on one of
+them only, and the median per node is kept. Transfers are timed for a few sizes on a few pairs
+of devices per (source class, destination class), fitted as ``latency + bytes / bandwidth``, and
+the median fit is kept. Between virtual CPU devices nothing is copied (they share memory): the
+cost is the hand-over between two worker threads, a latency with no bandwidth term.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import math
 import statistics
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,7 @@ import torch
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.devices import Device, parse_device
-from placer.measure.executor import ExecutionFailure, PlacedExecutor, StepProfile
+from placer.measure.executor import ExecutionFailure, PlacedExecutor, StepProfile, cpu_threads
 from placer.measure.measurer import MeasureProtocol, random_feeds
 from placer.measure.prepare import PreparedGraph, prepare
 from placer.placement import Placement
@@ -35,6 +39,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = "placer.profile/1"
 TRANSFER_SIZES = (4 * 2**10, 2**20, 16 * 2**20)
+TRANSFER_PAIRS = 3   # device pairs timed per (source class, destination class)
 
 
 @dataclass
@@ -115,52 +120,115 @@ def profile_graph(graph: OpGraph, devices: list[Device] | list[str],
                   feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
                   prepared: PreparedGraph | None = None,
                   transfer_sizes: tuple[int, ...] = TRANSFER_SIZES) -> Profile:
-    """Time every node on every device, and transfers between every ordered pair of devices."""
+    """Time every node on each class of identical devices, and transfers between the classes;
+    every member of a class gets the class's figures."""
     devs = [d if isinstance(d, Device) else parse_device(d) for d in devices]
     prepared = prepared if prepared is not None else prepare(graph)
     feeds = {**random_feeds(graph, seed), **(feeds or {})}
+    classes = device_classes(devs)
     op_times: dict[str, dict[str, float]] = {n: {} for n in graph.nodes}
     step_times: dict[str, float] = {}
     failures: dict[str, str] = {}
-    for dev in devs:
-        times, step, failure = _profile_device(graph, prepared, dev, devs, feeds, protocol)
-        for node in graph.nodes:
-            op_times[node][dev.name] = 0.0 if node in prepared.folded else times.get(node, math.inf)
-        if failure:
-            failures[dev.name] = failure
-        else:
-            step_times[dev.name] = step
+    for members in _members(devs, classes).values():
+        times, step, failure = _profile_class(graph, prepared, members, devs, feeds, protocol)
+        for dev in members:
+            for node in graph.nodes:
+                op_times[node][dev.name] = 0.0 if node in prepared.folded else times.get(node, math.inf)
+            if failure:
+                failures[dev.name] = failure
+            else:
+                step_times[dev.name] = step
     for node in prepared.folded_nodes:
         op_times[node] = {d.name: 0.0 for d in devs}
-    transfers = [measure_transfer(a, b, transfer_sizes) for a in devs for b in devs if a.name != b.name]
-    return Profile(devices=[d.name for d in devs], op_times=op_times, transfers=transfers,
+    return Profile(devices=[d.name for d in devs], op_times=op_times,
+                   transfers=_class_transfers(devs, classes, transfer_sizes),
                    folded_nodes=list(prepared.folded_nodes), step_times=step_times, failures=failures,
                    graph_sha256=graph.sha256,
-                   protocol={**protocol.to_dict(), "devices": [str(d) for d in devs],
+                   protocol={**protocol.to_dict(), "devices": [str(d) for d in devs], "classes": classes,
                              "transfer_sizes": list(transfer_sizes)})
 
 
-def _profile_device(graph: OpGraph, prepared: PreparedGraph, dev: Device, devs: list[Device],
-                    feeds: dict[str, np.ndarray], protocol: MeasureProtocol
-                    ) -> tuple[dict[str, float], float, str | None]:
-    placement = Placement.single_device(list(graph.nodes), dev.name, graph.sha256,
-                                        devices=[d.name for d in devs])
+def device_class(dev: Device, devices: list[Device]) -> str:
+    """What makes devices identical for profiling: the spec without the index, with the threads a
+    CPU device really runs with (its share of the cores by default) and the model of a GPU."""
+    if dev.kind == "cpu":
+        return str(replace(dev, index=None, threads=cpu_threads(dev, devices)))
+    return f"{replace(dev, index=None)} {torch.cuda.get_device_name(dev.index)}"
+
+
+def device_classes(devices: list[Device]) -> dict[str, str]:
+    """Device name -> its class (`device_class`)."""
+    return {d.name: device_class(d, devices) for d in devices}
+
+
+def _members(devs: list[Device], classes: dict[str, str]) -> dict[str, list[Device]]:
+    """Class -> its devices, in the order given."""
+    members: dict[str, list[Device]] = {}
+    for d in devs:
+        members.setdefault(classes[d.name], []).append(d)
+    return members
+
+
+def _profile_class(graph: OpGraph, prepared: PreparedGraph, members: list[Device], devs: list[Device],
+                   feeds: dict[str, np.ndarray], protocol: MeasureProtocol
+                   ) -> tuple[dict[str, float], float, str | None]:
+    """Per-node and whole-graph medians of the class, each timed round on the next member in turn."""
+    used = members[:protocol.repeats]   # a member that would get no timed round is not started
     samples: dict[str, list[float]] = {}
     steps: list[float] = []
     try:
-        with PlacedExecutor(graph, placement, devs, prepared=prepared) as executor:
-            for i in range(protocol.warmup + protocol.repeats):
-                prof = StepProfile()
-                start = time.perf_counter()
-                executor.run(feeds, timeout_s=protocol.timeout_s, profile=prof)
-                if i >= protocol.warmup:
-                    steps.append(time.perf_counter() - start)
-                    for node, t in prof.node_times.items():
-                        samples.setdefault(node, []).append(t)
+        with ExitStack() as stack:
+            executors = [stack.enter_context(PlacedExecutor(graph, _alone(graph, d, devs), devs, prepared=prepared))
+                         for d in used]
+            for executor in executors:
+                for _ in range(protocol.warmup):
+                    _timed_run(executor, feeds, protocol)
+            for i in range(protocol.repeats):
+                step, node_times = _timed_run(executors[i % len(executors)], feeds, protocol)
+                steps.append(step)
+                for node, t in node_times.items():
+                    samples.setdefault(node, []).append(t)
     except ExecutionFailure as exc:
-        log.info("profiling on %s failed (%s): %s", dev.name, exc.failure, exc)
+        log.info("profiling on %s failed (%s): %s", [d.name for d in used], exc.failure, exc)
         return {}, math.inf, f"{exc.failure}: {exc}"
     return {n: statistics.median(v) for n, v in samples.items()}, statistics.median(steps), None
+
+
+def _timed_run(executor: PlacedExecutor, feeds: dict[str, np.ndarray], protocol: MeasureProtocol
+               ) -> tuple[float, dict[str, float]]:
+    """One profiled step (warm-ups too, so that they warm up the same path): seconds, node -> seconds."""
+    prof = StepProfile()
+    start = time.perf_counter()
+    executor.run(feeds, timeout_s=protocol.timeout_s, profile=prof)
+    return time.perf_counter() - start, prof.node_times
+
+
+def _alone(graph: OpGraph, dev: Device, devs: list[Device]) -> Placement:
+    """Every node on `dev`."""
+    return Placement.single_device(list(graph.nodes), dev.name, graph.sha256, devices=[d.name for d in devs])
+
+
+def _class_transfers(devs: list[Device], classes: dict[str, str], sizes: tuple[int, ...]) -> list[TransferStat]:
+    """One fit per (source class, destination class): the median of a few pairs' fits."""
+    pairs: dict[tuple[str, str], list[tuple[Device, Device]]] = {}
+    for a in devs:
+        for b in devs:
+            if a.name != b.name:
+                pairs.setdefault((classes[a.name], classes[b.name]), []).append((a, b))
+    fits = {key: _median_fit([measure_transfer(a, b, sizes) for a, b in some[:TRANSFER_PAIRS]])
+            for key, some in pairs.items()}
+    return spread_transfers([d.name for d in devs], classes, fits)
+
+
+def _median_fit(stats: list[TransferStat]) -> TransferStat:
+    """The fit whose 1 MiB copy time is the median (the lower one of an even count)."""
+    return sorted(stats, key=lambda t: t.time(2**20))[(len(stats) - 1) // 2]
+
+
+def spread_transfers(names: list[str], classes: dict[str, str],
+                     fits: dict[tuple[str, str], TransferStat]) -> list[TransferStat]:
+    """A copy of its class pair's fit for every ordered pair of `names` (KeyError if one is missing)."""
+    return [replace(fits[classes[a], classes[b]], src=a, dst=b) for a in names for b in names if a != b]
 
 
 def measure_transfer(src: Device, dst: Device, sizes: tuple[int, ...] = TRANSFER_SIZES,

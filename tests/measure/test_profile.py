@@ -1,10 +1,13 @@
-"""Per-node profile: every op timed on every device, transfers between every pair of devices."""
+"""Per-node profile: every op timed on every class of identical devices, transfers between every pair."""
 
 from __future__ import annotations
 
 import json
 import math
 
+from dataclasses import replace
+
+import placer.measure.profile as profile_module
 from placer.measure.measurer import MeasureProtocol
 from placer.measure.profile import Profile, TransferStat, profile_graph
 
@@ -51,3 +54,36 @@ def test_capped_device_failure_is_recorded_not_raised(branchy):
     assert profile.failures["cpu:0"].startswith("oom")
     assert all(math.isinf(per["cpu:0"]) for n, per in profile.op_times.items() if n not in profile.folded_nodes)
     assert "cpu:1" in profile.step_times
+
+
+def test_identical_devices_share_one_profile_and_a_different_one_gets_its_own(branchy):
+    _, graph = branchy
+    profile = profile_graph(graph, ["cpu:0[threads=1]", "cpu:1[threads=1]", "cpu:2[threads=2]"],
+                            protocol=MeasureProtocol(warmup=0, repeats=2), transfer_sizes=(4096,))
+    assert profile.protocol["classes"] == {"cpu:0": "cpu[threads=1]", "cpu:1": "cpu[threads=1]",
+                                           "cpu:2": "cpu[threads=2]"}
+    times = {d: {n: per[d] for n, per in profile.op_times.items()} for d in profile.devices}
+    assert times["cpu:0"] == times["cpu:1"] != times["cpu:2"]
+    assert profile.step_times["cpu:0"] == profile.step_times["cpu:1"] != profile.step_times["cpu:2"]
+    fit = {(t.src, t.dst): replace(t, src="", dst="") for t in profile.transfers}
+    assert len(fit) == 6 and fit["cpu:0", "cpu:1"] == fit["cpu:1", "cpu:0"]
+    assert fit["cpu:0", "cpu:2"] == fit["cpu:1", "cpu:2"] and fit["cpu:2", "cpu:0"] == fit["cpu:2", "cpu:1"]
+
+
+def test_rounds_alternate_between_identical_devices_and_the_median_takes_every_round(branchy, monkeypatch):
+    _, graph = branchy
+    runs, fake = [], iter([100.0, 100.0, 1.0, 9.0, 2.0, 8.0])   # node times of each run: warm-ups first
+
+    class Spy(profile_module.PlacedExecutor):
+        def run(self, feeds, timeout_s=None, profile=None):
+            runs.append(set(self.assignment.values()).pop())
+            outputs = super().run(feeds, timeout_s=timeout_s, profile=profile)
+            profile.node_times = dict.fromkeys(profile.node_times, next(fake))
+            return outputs
+
+    monkeypatch.setattr(profile_module, "PlacedExecutor", Spy)
+    profile = profile_graph(graph, ["cpu:0", "cpu:1"], protocol=MeasureProtocol(warmup=1, repeats=4),
+                            transfer_sizes=(4096,))
+    assert runs == ["cpu:0", "cpu:1"] * 3   # a warm-up on each, then the timed rounds in turn
+    # the median of the four timed rounds (5), not of one device's (1.5 or 8.5), nor of the warm-ups
+    assert profile.op_times["add"] == {"cpu:0": 5.0, "cpu:1": 5.0}
