@@ -1,11 +1,12 @@
 """`ProfiledCostModel`: a `CostModel` whose times were measured on the real devices.
 
-It wraps a `placer.measure.profile.Profile` (each node timed on each device alone, transfers
-timed per ordered device pair) and caches it on disk, keyed by everything that changes the
-figures: the graph (hash and bound input shapes), the device specs (threads included), the
-torch version and the machine. A second run on the same graph and devices reads the file
-instead of profiling again. Memory caps are left out of both the profiling and the key: they
-constrain placements, not speed.
+It wraps a `placer.measure.profile.Profile` (each node timed on each class of identical devices
+alone, transfers timed per pair of classes) and caches it on disk, keyed by everything that
+changes the figures: the graph (hash and bound input shapes), the device classes (threads
+included), the torch version and the machine. A second run on the same graph and classes reads
+the file instead of profiling again, even for other indices or more members of a class: the
+figures are the class's, copied to each device. Memory caps are left out of both the profiling
+and the key: they constrain placements, not speed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import logging
 import math
 import os
 import platform
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -25,12 +27,12 @@ import torch
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.measure.devices import Device, parse_device
-from placer.measure.profile import Profile
+from placer.measure.profile import Profile, device_classes, spread_transfers
 
 log = logging.getLogger(__name__)
 
 # Bump when the profile's meaning changes, so files written by older code are not reused.
-CACHE_VERSION = 1
+CACHE_VERSION = 2   # 2: one profile per class of identical devices
 
 
 @dataclass
@@ -91,7 +93,7 @@ class ProfiledCostModel:
         path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         path = path / f"{cache_key(graph, devs)}.json"
         if path.is_file() and not refresh:
-            profile = _read(path, graph)
+            profile = _read(path, graph, devs)
             if profile is not None:
                 log.info("profile of %s on %s read from %s", graph.source or "the graph", [d.name for d in devs], path)
                 return cls(profile, path, from_cache=True)
@@ -123,25 +125,45 @@ def default_cache_dir() -> Path:
 
 
 def cache_key(graph: OpGraph, devices: list[Device]) -> str:
-    """A digest of what the profile depends on: graph, bound input shapes, devices, software, machine."""
+    """A digest of what the profile depends on: graph, bound input shapes, device classes,
+    software, machine. Order and indices do not count, nor members past a class's second (the
+    second adds the transfers within the class)."""
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
         if torch.cuda.is_available() else []
+    counts = Counter(device_classes([replace(d, mem_cap=None) for d in devices]).values())
     key = {"version": CACHE_VERSION, "graph": graph.sha256,
            "inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
-           "nodes": len(graph.nodes), "devices": [str(replace(d, mem_cap=None)) for d in devices],
+           "nodes": len(graph.nodes), "classes": sorted([c, min(n, 2)] for c, n in counts.items()),
            "torch": torch.__version__,
            "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def _read(path: Path, graph: OpGraph) -> Profile | None:
-    """The cached profile, or None (with a warning) when it is unreadable or for another graph."""
+def _read(path: Path, graph: OpGraph, devices: list[Device]) -> Profile | None:
+    """The cached profile moved onto `devices`, or None (with a warning) when it is unreadable or
+    for another graph or other device classes."""
     try:
-        profile = Profile.load(path)
+        profile = _for_devices(Profile.load(path), devices)
     except (PlacerError, ValueError, KeyError, TypeError) as exc:
         log.warning("ignoring the unreadable cached profile %s (%s); profiling again", path, exc)
         return None
-    if profile.graph_sha256 != graph.sha256 or set(profile.op_times) != set(graph.nodes):
-        log.warning("cached profile %s does not match the graph; profiling again", path)
+    if profile is None or profile.graph_sha256 != graph.sha256 or set(profile.op_times) != set(graph.nodes):
+        log.warning("cached profile %s does not match the graph or devices; profiling again", path)
         return None
     return profile
+
+
+def _for_devices(profile: Profile, devices: list[Device]) -> Profile | None:
+    """`profile`'s class figures copied onto `devices`; None when it lacks one of their classes."""
+    classes = device_classes(devices)
+    stored = profile.protocol.get("classes", {})
+    source = {d: next((s for s, c in stored.items() if c == cls), None) for d, cls in classes.items()}
+    if None in source.values():
+        return None
+    fits = {(stored[t.src], stored[t.dst]): t for t in profile.transfers}
+    return replace(profile, devices=list(classes),
+                   op_times={n: {d: per[s] for d, s in source.items()} for n, per in profile.op_times.items()},
+                   transfers=spread_transfers(list(classes), classes, fits),
+                   step_times={d: profile.step_times[s] for d, s in source.items() if s in profile.step_times},
+                   failures={d: profile.failures[s] for d, s in source.items() if s in profile.failures},
+                   protocol={**profile.protocol, "devices": [str(d) for d in devices], "classes": classes})

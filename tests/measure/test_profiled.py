@@ -7,7 +7,8 @@ from placer.measure.lower_bound import lower_bound
 from placer.measure.measurer import MeasureProtocol
 from placer.measure.profiled import ProfiledCostModel, cache_key
 from placer.measure.devices import parse_devices
-from placer.measure.simulator import Simulator
+from placer.measure.simulator import SimulatedMeasurer, Simulator
+from placer.placement import Placement
 
 DEVICES = "cpu:0[threads=1],cpu:1[threads=1]"
 QUICK = MeasureProtocol(warmup=0, repeats=1)
@@ -42,10 +43,25 @@ def test_a_second_request_reads_the_cached_profile_without_running_anything(prof
     assert again.from_cache and again.profile.op_times == first.profile.op_times
 
 
-def test_the_cache_key_changes_with_the_device_specs(branchy):
+def test_the_cache_key_changes_with_the_device_classes_not_their_indices_or_order(branchy):
     _, graph = branchy
-    assert cache_key(graph, parse_devices(DEVICES)) != cache_key(graph, parse_devices("cpu:0,cpu:1"))
-    assert cache_key(graph, parse_devices(DEVICES)) == cache_key(graph, parse_devices(DEVICES))
+    key = cache_key(graph, parse_devices(DEVICES))
+    for other in ("cpu:0[threads=2],cpu:1[threads=2]", "cpu:0[threads=1],cpu:1[threads=2]", "cpu:0[threads=1]"):
+        assert cache_key(graph, parse_devices(other)) != key, other
+    for same in (DEVICES, "cpu:3[threads=1],cpu:1[threads=1]", ",".join(f"cpu:{i}[threads=1]" for i in range(4))):
+        assert cache_key(graph, parse_devices(same)) == key, same
+
+
+def test_a_profile_cached_for_two_identical_devices_serves_four(profiled, tmp_path, monkeypatch):
+    graph, first = profiled
+    monkeypatch.setattr(profile_module, "profile_graph", lambda *a, **k: pytest.fail("profiled again"))
+    four = [f"cpu:{i}" for i in range(4)]
+    again = ProfiledCostModel.for_graph(graph, parse_devices([f"{d}[threads=1]" for d in four]), cache_dir=tmp_path)
+    assert again.from_cache and again.devices == four
+    assert all(per == dict.fromkeys(four, per["cpu:0"]) for per in again.profile.op_times.values())
+    assert again.profile.step_times == dict.fromkeys(four, first.profile.step_times["cpu:0"])
+    link = first.transfer_time(4096, "cpu:0", "cpu:1")
+    assert [again.transfer_time(4096, a, b) for a in four for b in four if a != b] == [link] * 12
 
 
 def test_a_corrupt_cache_file_is_measured_again(profiled, tmp_path):
@@ -79,3 +95,11 @@ def test_calibration_makes_a_simulated_single_device_step_match_the_profiled_one
         raw = ProfiledCostModel(cost.profile, calibrate=False)
         raw_step = Simulator(graph, cost.devices, raw).simulate([i] * len(graph.nodes)).step_time
         assert step == pytest.approx(max(cost.profile.step_times[d], raw_step), rel=1e-6)
+
+
+def test_the_simulator_predicts_the_same_single_device_step_on_identical_devices(profiled):
+    graph, cost = profiled
+    measurer = SimulatedMeasurer(graph, parse_devices(DEVICES), cost)
+    steps = [measurer.measure(Placement.single_device(list(graph.nodes), d, graph.sha256, cost.devices)).step_time
+             for d in cost.devices]
+    assert steps[0] == steps[1] and math.isfinite(steps[0])
