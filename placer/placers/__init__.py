@@ -14,6 +14,7 @@ from placer.placers.heft import heft
 from placer.placers.m_etf import m_etf
 from placer.placers.m_sct import m_sct
 from placer.placers.metis import metis
+from placer.placers.random_search import random_search, random_search_curve
 from placer.placers.simple import random_placement, round_robin, single_device
 from placer.placers.topo import m_topo, memory_greedy
 
@@ -39,9 +40,11 @@ PLACERS: dict[str, PlacerSpec] = {spec.name: spec for spec in [
     PlacerSpec("m_sct", m_sct, True, True, "Baechi m-SCT: favourite children (greedy form of the LP)"),
     PlacerSpec("memory_greedy", memory_greedy, True, False, "fill devices in order up to their caps"),
     PlacerSpec("heft", heft, True, True, "HEFT critical-path list scheduling"),
+    PlacerSpec("random_search", random_search, True, True,
+               "best of N random group placements in the simulator (--samples; the yardstick for learning)"),
 ]}
 
 __all__ = ["PLACERS", "PlacerSpec", "Placer", "Caps", "caps_from_devices", "node_memory", "book_peak_memory",
            "executor_peak_memory",
            "single_device", "random_placement", "round_robin", "metis", "m_topo", "m_etf", "m_sct",
-           "memory_greedy", "heft"]
+           "memory_greedy", "heft", "random_search", "random_search_curve"]

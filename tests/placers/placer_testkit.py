@@ -6,6 +6,7 @@ import hashlib
 import math
 
 import networkx as nx
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
@@ -70,3 +71,11 @@ def make_graph(spec: list[tuple[str, list[str], float]], numel: int = 1000,
     return OpGraph(model=model, nodes=nodes, tensors=tensors, inputs=[info("x")],
                    outputs=[tensors[o] for o in outputs], initializers=weights, opsets={"": 17, DOMAIN: 1},
                    sha256=hashlib.sha256(model.SerializeToString()).hexdigest(), dag=dag, source="test")
+
+
+def random_dag(n: int, seed: int) -> OpGraph:
+    """`n` nodes, each reading up to two random earlier ones, 10-1000 MFLOPs, a 4 kB weight each."""
+    rng = np.random.default_rng(seed)
+    spec = [(f"n{i}", sorted({f"n{j}" for j in rng.integers(0, i, size=min(i, 2))}) if i else [],
+             float(rng.uniform(1e7, 1e9))) for i in range(n)]
+    return make_graph(spec, numel=10_000, params={f"n{i}": 4000 for i in range(n)})

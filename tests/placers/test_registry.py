@@ -1,6 +1,5 @@
-import numpy as np
 import pytest
-from placer_testkit import make_graph
+from placer_testkit import random_dag
 
 from placer.errors import PlacerError
 from placer.measure.lower_bound import lower_bound
@@ -13,10 +12,7 @@ DEVICES = ["cpu:0", "cpu:1"]
 
 @pytest.fixture
 def dag():
-    rng = np.random.default_rng(1)
-    spec = [(f"n{i}", sorted({f"n{j}" for j in rng.integers(0, i, size=min(i, 2))}) if i else [],
-             float(rng.uniform(1e7, 1e9))) for i in range(40)]
-    return make_graph(spec, numel=10_000, params={f"n{i}": 4000 for i in range(40)})
+    return random_dag(40, seed=1)
 
 
 @pytest.mark.parametrize("name", sorted(PLACERS))
