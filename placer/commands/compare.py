@@ -9,6 +9,9 @@ import time
 from pathlib import Path
 
 from placer.commands.common import add_devices_arg, add_graph_args, devices_from_args, load_graph_from_args
+from placer.errors import PlacerError
+
+DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
 
 
 def register(subparsers) -> None:
@@ -27,6 +30,9 @@ def register(subparsers) -> None:
                         help="also measure the best placement of a training run (its placement.json)")
     parser.add_argument("--placers", default=",".join(PLACERS), metavar="P1,P2",
                         help=f"which placers to run (default: all: {','.join(PLACERS)})")
+    parser.add_argument("--samples", type=int, default=None, metavar="N",
+                        help="random placements random_search simulates (default: the learner's sample count "
+                             f"from the --include-rl run's summary.json, else {DEFAULT_SAMPLES})")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="where to save the table and chart (default: runs/compare-<graph name>)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs before timing each placement")
@@ -49,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
 
     placers = [p.strip() for p in args.placers.split(",") if p.strip()]
     check_placer_names(placers)
+    if args.samples is not None and args.samples < 1:
+        raise PlacerError("--samples must be at least 1")
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
     names = [d.name for d in devices]
@@ -61,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"profile: {'cached' if cost.from_cache else f'measured in {profile_s:.1f} s'} ({cost.path})",
           file=sys.stderr)
 
-    rows = baseline_rows(graph, names, cost, caps, placers, seed=args.seed)
+    rows = baseline_rows(graph, names, cost, caps, placers, seed=args.seed,
+                         options={"random_search": _random_search_options(graph, names, args)}
+                         if "random_search" in placers else None)
     if args.include_rl:
         rows.append(learned_row(graph, args.include_rl, names))
     measurer = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed)
@@ -76,6 +86,20 @@ def run(args: argparse.Namespace) -> int:
     paths = write_outputs(comparison, out, plot=not args.no_plot)
     print(f"saved {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def _random_search_options(graph, names: list[str], args: argparse.Namespace) -> dict:
+    """random_search searches the learner's space with the learner's sample count: the groups and
+    samples of the --include-rl run (its summary.json); --samples sets the count instead."""
+    from placer.graph.grouping import METHODS, group_graph
+    from placer.placers.compare import run_summary
+
+    summary = run_summary(args.include_rl) if args.include_rl else {}
+    options = {"samples": args.samples or summary.get("samples") or DEFAULT_SAMPLES}
+    method = summary.get("grouping", "partition")
+    if summary.get("groups") and method in METHODS:   # a grouping derived from a placement cannot be redone here
+        options["grouping"] = group_graph(graph, summary["groups"], len(names), method)
+    return options
 
 
 def _warn_if_profile_drifted(comparison, cost) -> None:

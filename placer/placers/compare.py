@@ -2,7 +2,9 @@
 
 `compare` runs each placer, times how long it took to find its placement, measures the result
 with the given `Measurer` (the real one in `placer compare`), predicts it with the simulator on
-the same costs, and sets every step time against the best single device and the lower bound.
+the same costs, and sets every step time against the best single device and the lower bound. With a
+learned placement and `random_search` among the rows, it also reports what learning is worth: the
+learned step time against the best of as many random placements.
 `write_outputs` saves the table as CSV and JSON and a bar chart as PNG (matplotlib).
 """
 
@@ -84,12 +86,14 @@ class Comparison:
     best_single: str | None = None
     best_single_step_time: float | None = None
     info: dict[str, Any] = field(default_factory=dict)   # profile source, protocol, ...
+    learning: dict[str, Any] | None = None   # learned vs. random search, see `learning_worth`
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": "placer.compare/1", "graph": self.graph, "graph_sha256": self.graph_sha256,
                 "devices": self.devices, "caps": self.caps, "lower_bound": asdict(self.lower_bound),
                 "best_single_device": self.best_single, "best_single_device_step_time_s": self.best_single_step_time,
-                "info": self.info, "rows": [r.to_dict() for r in self.rows]}
+                "learning_vs_random_search": self.learning, "info": self.info,
+                "rows": [r.to_dict() for r in self.rows]}
 
 
 def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
@@ -106,13 +110,15 @@ def check_placer_names(placers: list[str]) -> None:
 
 
 def baseline_rows(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps, placers: list[str],
-                  seed: int = 0) -> list[CompareRow]:
-    """Run the placers (`single` expands to one row per device); a refusal becomes a row too."""
+                  seed: int = 0, options: dict[str, dict[str, Any]] | None = None) -> list[CompareRow]:
+    """Run the placers (`single` expands to one row per device); a refusal becomes a row too.
+    `options`: extra keyword arguments per placer name, e.g. {"random_search": {"samples": 2000}}."""
     check_placer_names(placers)
     rows = []
     for name in placers:
         spec = PLACERS[name]
-        variants = [(f"single:{d}", {"device": d}) for d in devices] if name == "single" else [(name, {})]
+        extra = (options or {}).get(name, {})
+        variants = [(f"single:{d}", {"device": d}) for d in devices] if name == "single" else [(name, extra)]
         for label, kwargs in variants:
             row = CompareRow(label, name, spec.respects_memory, None)
             try:
@@ -134,15 +140,23 @@ def learned_row(graph: OpGraph, run_dir: str | Path, devices: list[str]) -> Comp
     if outside:
         raise PlacerError(f"the learned placement uses {', '.join(outside)}, which are not among the compared "
                           f"devices {', '.join(devices)}; pass --devices with the devices it was trained on")
-    placement = Placement(devices=list(devices), nodes=placement.nodes, graph_sha256=placement.graph_sha256)
-    find_time = None
-    summary = path.parent / "summary.json"
-    if summary.is_file():
-        try:
-            find_time = json.loads(summary.read_text()).get("wall_time_s")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("could not read %s; the learned placement's search time is unknown", summary)
-    return CompareRow("learned", "learned", None, find_time, placement=placement)
+    summary = run_summary(run_dir)
+    placement = Placement(devices=list(devices), nodes=placement.nodes, graph_sha256=placement.graph_sha256,
+                          extra={"placer": {"name": "learned", "samples": summary.get("samples")}})
+    return CompareRow("learned", "learned", None, summary.get("wall_time_s"), placement=placement)
+
+
+def run_summary(run_dir: str | Path) -> dict[str, Any]:
+    """A training run's summary.json (next to its placement.json), or {} when absent or unreadable."""
+    run_dir = Path(run_dir)
+    path = (run_dir if run_dir.is_dir() else run_dir.parent) / "summary.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        log.warning("could not read %s; the learned placement's search time and samples are unknown", path)
+        return {}
 
 
 def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostModel, rows: list[CompareRow],
@@ -173,7 +187,20 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
             row.ratio_to_lower_bound = row.step_time / bound.value
     return Comparison(graph=graph.source, graph_sha256=graph.sha256, devices=list(devices), caps=caps,
                       lower_bound=bound, rows=rows, best_single=best.name if best else None,
-                      best_single_step_time=best.step_time if best else None)
+                      best_single_step_time=best.step_time if best else None, learning=learning_worth(rows))
+
+
+def learning_worth(rows: list[CompareRow]) -> dict[str, Any] | None:
+    """The learned placement's measured step time against random search's (None unless both ran);
+    ratio = random search / learned, above 1 when learning beat chance."""
+    learned = next((r for r in rows if r.placer == "learned" and r.step_time is not None), None)
+    searched = next((r for r in rows if r.placer == "random_search" and r.step_time is not None), None)
+    if learned is None or searched is None:
+        return None
+    samples = lambda r: r.placement.extra.get("placer", {}).get("samples")  # noqa: E731
+    return {"learned_step_time_s": learned.step_time, "learned_samples": samples(learned),
+            "random_search_step_time_s": searched.step_time, "random_search_samples": samples(searched),
+            "ratio": searched.step_time / learned.step_time}
 
 
 def format_table(comparison: Comparison) -> str:
@@ -199,7 +226,16 @@ def format_table(comparison: Comparison) -> str:
               f"load {lb.load * 1e3:.2f} ms by {lb.load_method}); best single device: "
               f"{comparison.best_single or 'none'}" +
               (f" at {comparison.best_single_step_time * 1e3:.2f} ms" if comparison.best_single_step_time else ""))
+    if comparison.learning:
+        footer += "\n" + _learning_line(comparison.learning)
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + ["", footer])
+
+
+def _learning_line(worth: dict[str, Any]) -> str:
+    """'learning is worth: learned X ms vs random search (N samples) Y ms, Z x' (Z = Y / X)."""
+    learned, searched = worth["learned_step_time_s"] * 1e3, worth["random_search_step_time_s"] * 1e3
+    return (f"learning is worth: learned {learned:.2f} ms vs random search ({worth['random_search_samples']} "
+            f"samples) {searched:.2f} ms, {worth['ratio']:.2f}x")
 
 
 def _num(value: float | None, scale: float, digits: int, suffix: str = "") -> str:
