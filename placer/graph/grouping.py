@@ -69,6 +69,18 @@ class Grouping:
         return h.hexdigest()[:16]
 
 
+def align(graph: OpGraph, grouping: Grouping, node_devices: dict[str, str]) -> Grouping:
+    """Split every group of `grouping` by the device `node_devices` gives its nodes, so that a
+    node-level placement (a baseline placer's) is exactly one device per group of the result.
+    Without this, a group straddling the baseline's cut must move whole, and the policy cannot
+    even represent the placement it should beat (Inception-v3, 40 groups on two devices: m-SCT
+    at 91.0 ms simulated, its best projection on the groups 100.1 ms)."""
+    parts: dict[tuple[int, str], list[str]] = {}
+    for name in graph.nodes:
+        parts.setdefault((grouping.node_group[name], node_devices[name]), []).append(name)
+    return _finish(graph, list(parts.values()), f"{grouping.method}+aligned")
+
+
 def default_group_count(n_nodes: int, n_devices: int) -> int:
     """min(256, 20 x devices), as the published successors used, and never more than the nodes."""
     return max(1, min(256, 20 * n_devices, n_nodes))

@@ -30,18 +30,27 @@ def _opt(default, help: str):
 class Hyperparameters:
     """What shapes learning; written to TensorBoard as a table when a run starts."""
 
-    hidden_size: int = _opt(256, "LSTM hidden units of the encoder (each direction) and decoder")
+    algorithm: str = _opt("reinforce", "policy update: reinforce (the paper's) or ppo (clipped, ppo_epochs passes per batch)")
+    hidden_size: int = _opt(128, "LSTM hidden units of the encoder (each direction) and decoder")
     temperature: float = _opt(1.0, "softmax temperature of the decoder's logits")
-    tanh_constant: float = _opt(1.0, "logits squashed to tanh_constant * tanh(logits); 0 turns it off")
+    tanh_constant: float = _opt(0.0, "logits squashed to tanh_constant * tanh(logits); 0 turns it off")
     forget_bias: float = _opt(1.0, "initial forget-gate bias of the LSTMs")
-    lr: float = _opt(0.001, "Adam learning rate")
+    lr: float = _opt(0.003, "Adam learning rate")
     lr_decay: float = _opt(0.95, "learning rate factor applied every lr_decay_every updates")
     lr_decay_every: int = _opt(50, "updates between learning-rate decays")
     lr_decay_start: int = _opt(400, "update at which the learning rate starts decaying")
     grad_clip: float = _opt(1.0, "gradient norm bound")
+    advantage: str = _opt("normalized", "advantage of a sample: normalized (batch mean and std) or "
+                                        "moving_average (reward minus the moving-average baseline)")
     baseline_decay: float = _opt(0.9, "decay of the moving-average reward baseline")
-    entropy_coef: float = _opt(0.001, "weight of the entropy bonus in the loss")
-    samples_per_update: int = _opt(4, "placements sampled and measured per policy update")
+    entropy_coef: float = _opt(0.0, "weight of the entropy bonus in the loss")
+    imitation_coef: float = _opt(1.0, "weight of the cross-entropy toward the best placement found (Post, 2018)")
+    ppo_epochs: int = _opt(4, "ppo: gradient passes over each batch")
+    ppo_clip: float = _opt(0.2, "ppo: clip range of the probability ratio")
+    samples_per_update: int = _opt(64, "placements sampled and measured per policy update")
+    warm_start: str = _opt("best_baseline", "placement imitated before learning: best_baseline (the fastest "
+                                            "baseline placer under the cost model), a placer name, or none")
+    warm_start_confidence: float = _opt(0.9, "probability of its device every group reaches in the warm start")
     failure_time: float = _opt(100.0, "step time (s) a failed placement is rewarded as")
 
     def to_dict(self) -> dict:

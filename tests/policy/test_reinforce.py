@@ -10,8 +10,9 @@ import torch
 from placer.policy.hparams import Hyperparameters
 from placer.policy.reinforce import learning_rate, reinforce_update
 from placer.policy.seq2seq import Seq2SeqPolicy
+from placer.policy.warm_start import imitate
 
-HP = Hyperparameters(hidden_size=16, lr=0.01, entropy_coef=0.0)
+HP = Hyperparameters(hidden_size=16, lr=0.01, entropy_coef=0.0, advantage="moving_average", imitation_coef=0.0)
 
 
 def _setup(seed: int = 0):
@@ -49,6 +50,7 @@ def test_the_entropy_bonus_alone_makes_the_policy_less_certain():
     policy, opt, f, adj = _setup()
     hp = dataclasses.replace(HP, entropy_coef=1.0)
     actions = torch.tensor([[0, 1, 1, 0, 1]])
+    imitate(policy, f, adj, actions[0].tolist(), confidence=0.95)   # start certain: room to become less so
     entropies = []
     for update in range(5):   # reward equal to the baseline: no policy-gradient signal at all
         stats = reinforce_update(policy, opt, f, adj, actions, torch.tensor([-1.0]), -1.0, hp, update)
@@ -70,3 +72,32 @@ def test_the_learning_rate_decays_in_stairs_after_its_start():
     hp = Hyperparameters(lr=0.1, lr_decay=0.5, lr_decay_every=10, lr_decay_start=100)
     assert learning_rate(hp, 0) == learning_rate(hp, 109) == 0.1
     assert learning_rate(hp, 110) == pytest.approx(0.05) and learning_rate(hp, 125) == pytest.approx(0.025)
+
+
+def test_normalized_advantages_rank_the_samples_of_a_batch_whatever_the_reward_scale():
+    policy, opt, f, adj = _setup()
+    hp = dataclasses.replace(HP, advantage="normalized")
+    actions = torch.tensor([[0, 1, 1, 0, 1], [1, 0, 0, 1, 0]])
+    before = _log_prob(policy, f, adj, actions)
+    stats = reinforce_update(policy, opt, f, adj, actions, torch.tensor([-1000.0, -1000.5]), 0.0, hp, 0)
+    after = _log_prob(policy, f, adj, actions)
+    assert stats.baseline == pytest.approx(-1000.25)              # the batch mean, not the moving average
+    assert after[0] > before[0] and after[1] < before[1]          # the better sample gains, the worse loses
+
+
+def test_ppo_takes_several_clipped_steps_on_one_batch():
+    policy, opt, f, adj = _setup()
+    hp = dataclasses.replace(HP, algorithm="ppo", ppo_epochs=3, advantage="normalized")
+    actions = torch.tensor([[0, 1, 1, 0, 1], [1, 0, 0, 1, 0]])
+    reinforce_update(policy, opt, f, adj, actions, torch.tensor([-1.0, -2.0]), 0.0, hp, 0)
+    assert opt.state_dict()["state"][0]["step"].item() == 3
+
+
+def test_the_best_known_placement_is_imitated_even_when_every_sample_ties():
+    policy, opt, f, adj = _setup()
+    hp = dataclasses.replace(HP, imitation_coef=1.0)
+    best = torch.tensor([1, 1, 0, 0, 1])
+    before = _log_prob(policy, f, adj, best.view(1, -1))
+    stats = reinforce_update(policy, opt, f, adj, torch.tensor([[0, 1, 1, 0, 1]]), torch.tensor([-1.0]), -1.0, hp, 0,
+                             best=best)
+    assert _log_prob(policy, f, adj, best.view(1, -1)) > before and stats.imitation_loss > 0

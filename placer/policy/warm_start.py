@@ -1,0 +1,91 @@
+"""Warm start: before reinforcement learning, the policy imitates the best baseline placer.
+
+DOPPLER (2023) and Post (2018) both start from a heuristic's placement instead of a uniform
+policy; the reinforcement learning that follows has to beat it. The policy is trained on the
+target placement (one device per group) with teacher forcing until every group's target device
+has probability at least `confidence` (so its greedy placement is the target) but no more, so
+that the samples still explore around it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from placer.errors import PlacerError
+from placer.graph.grouping import Grouping, align
+from placer.graph.opgraph import OpGraph
+from placer.measure.costmodel import CostModel
+from placer.placement import Placement
+from placer.placers.base import Caps
+from placer.policy.seq2seq import Seq2SeqPolicy
+
+
+def imitate(policy: Seq2SeqPolicy, features: torch.Tensor, adjacency: torch.Tensor, target: list[int],
+            confidence: float = 0.9, lr: float = 0.003, max_steps: int = 2000) -> int:
+    """Train `policy` to put group g on `target[g]` with probability >= `confidence` at every
+    step; returns the number of gradient steps taken (`max_steps` when it could not get there)."""
+    actions = torch.tensor([target], dtype=torch.long)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+    floor = torch.log(torch.tensor(confidence))
+    for step in range(max_steps):
+        _, step_log_probs, _ = policy.decode(features, adjacency, actions=actions)
+        short = (floor - step_log_probs).clamp(min=0)      # only groups below the confidence pull
+        if float(short.detach().max()) == 0.0:
+            return step
+        optimizer.zero_grad()
+        short.sum().backward()
+        optimizer.step()
+    return max_steps
+
+
+@dataclass
+class WarmStart:
+    """The baseline placement the policy starts from, on groups aligned with it."""
+
+    source: str                  # the placer's name, e.g. "m_sct"
+    grouping: Grouping           # the learner's groups, split where the baseline cuts them
+    group_devices: list[int]     # the baseline as one device index per group of `grouping`
+    simulated_step_time: float   # the baseline under the cost model it was chosen with
+    candidates: dict[str, float | None]   # every placer tried -> its simulated step time (None: refused/failed)
+
+
+# Placers the warm start may copy: everything but the random ones (a start that is luck is no start).
+WARM_START_PLACERS = ("single", "round_robin", "metis", "m_topo", "m_etf", "m_sct", "memory_greedy", "heft")
+
+
+def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps, grouping: Grouping,
+                    choice: str = "best_baseline", seed: int = 0) -> WarmStart:
+    """Run the baseline placers (or the one `choice` names), keep the fastest under `cost` (the
+    simulator with `caps`), and align `grouping` with its placement."""
+    from placer.measure.simulator import Simulator
+    from placer.placers import PLACERS
+
+    names = WARM_START_PLACERS if choice == "best_baseline" else (choice,)
+    unknown = [n for n in names if n not in PLACERS]
+    if unknown:
+        raise PlacerError(f"unknown warm-start placer {unknown[0]!r}; use best_baseline, none, or one of "
+                          f"{', '.join(WARM_START_PLACERS)}")
+    sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices])
+    index = {d: i for i, d in enumerate(devices)}
+    candidates: dict[str, float | None] = {}
+    best: tuple[float, str, Placement] | None = None
+    for name in names:
+        variants = [(f"single:{d}", {"device": d}) for d in devices] if name == "single" else [(name, {})]
+        for label, kwargs in variants:
+            try:
+                placement = PLACERS[name].place(graph, devices, cost, caps, seed=seed, **kwargs)
+            except PlacerError:
+                candidates[label] = None
+                continue
+            result = sim.simulate([index[placement.nodes[n]] for n in graph.nodes])
+            candidates[label] = result.step_time if result.failure is None else None
+            if candidates[label] is not None and (best is None or result.step_time < best[0]):
+                best = (result.step_time, label, placement)
+    if best is None:
+        raise PlacerError("no baseline placer found a placement that fits the devices; train with --warm-start none")
+    step_time, label, placement = best
+    aligned = align(graph, grouping, placement.nodes)
+    group_devices = [index[placement.nodes[members[0]]] for members in aligned.groups]
+    return WarmStart(label, aligned, group_devices, step_time, candidates)
