@@ -47,11 +47,9 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Profile, place, measure, print the table and save it."""
-    from placer.measure.measurer import MeasureProtocol, RealMeasurer
+    from placer.measure.measurer import MeasureProtocol
     from placer.measure.profiled import ProfiledCostModel
-    from placer.placers import caps_from_devices
-    from placer.placers.compare import (baseline_rows, check_placer_names, compare, format_table, learned_row,
-                                        write_outputs)
+    from placer.placers.compare import check_placer_names, format_table, write_outputs
 
     placers = [p.strip() for p in args.placers.split(",") if p.strip()]
     check_placer_names(placers)
@@ -59,8 +57,6 @@ def run(args: argparse.Namespace) -> int:
         raise PlacerError("--samples must be at least 1")
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
-    names = [d.name for d in devices]
-    caps = caps_from_devices(devices)
     protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout)
 
     start = time.perf_counter()
@@ -69,16 +65,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"profile: {'cached' if cost.from_cache else f'measured in {profile_s:.1f} s'} ({cost.path})",
           file=sys.stderr)
 
-    rows = baseline_rows(graph, names, cost, caps, placers, seed=args.seed,
-                         options={"random_search": _random_search_options(graph, names, args)}
-                         if "random_search" in placers else None)
-    if args.include_rl:
-        rows.append(learned_row(graph, args.include_rl, names))
-    measurer = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed)
-    comparison = compare(graph, names, measurer, cost, rows, caps,
-                         progress=lambda row: print(f"measuring {row.name} ...", file=sys.stderr))
-    comparison.info = {"profile": str(cost.path), "profile_cached": cost.from_cache,
-                       "protocol": protocol.to_dict(), "devices": [str(d) for d in devices]}
+    comparison = _measure_side_by_side(graph, devices, cost, placers, args.include_rl, args.samples, args.seed,
+                                       protocol, progress=lambda row: print(f"measuring {row.name} ...", file=sys.stderr))
 
     print(format_table(comparison))
     _warn_if_profile_drifted(comparison, cost)
@@ -88,16 +76,50 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _random_search_options(graph, names: list[str], args: argparse.Namespace) -> dict:
+def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, samples: int | None, seed: int,
+                          protocol, progress=None):
+    """Run the placers (and add the run's placements), then measure them all in one go."""
+    from placer.measure.measurer import RealMeasurer
+    from placer.placers import caps_from_devices
+    from placer.placers.compare import baseline_rows, compare, learned_rows
+
+    names = [d.name for d in devices]
+    caps = caps_from_devices(devices)
+    options = {"random_search": _random_search_options(graph, names, run_dir, samples)}
+    rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options)
+    if run_dir:
+        rows.extend(learned_rows(graph, run_dir, names))
+    measurer = RealMeasurer(graph, devices, protocol=protocol, seed=seed)
+    comparison = compare(graph, names, measurer, cost, rows, caps, progress=progress)
+    comparison.info = {"profile": str(getattr(cost, "path", None)), "profile_cached": getattr(cost, "from_cache", None),
+                       "protocol": protocol.to_dict(), "devices": [str(d) for d in devices]}
+    return comparison
+
+
+def comparison_for_run(graph, devices, cost, run_dir, *, seed: int = 0, warmup: int = 2, repeats: int = 5,
+                       timeout: float = 60.0):
+    """What `placer compare --include-rl RUN` measures: every placer, random search with the run's
+    samples and groups, and the run's placements, side by side."""
+    from placer.measure.measurer import MeasureProtocol
+    from placer.placers import PLACERS
+
+    return _measure_side_by_side(graph, devices, cost, list(PLACERS), run_dir, None, seed,
+                                 MeasureProtocol(warmup=warmup, repeats=repeats, timeout_s=timeout))
+
+
+def _random_search_options(graph, names: list[str], run_dir, samples: int | None) -> dict:
     """random_search searches the learner's space with the learner's sample count: the groups and
     samples of the --include-rl run (its summary.json); --samples sets the count instead."""
-    from placer.graph.grouping import METHODS, group_graph
+    from placer.graph.grouping import METHODS, Grouping, group_graph
     from placer.placers.compare import run_summary
 
-    summary = run_summary(args.include_rl) if args.include_rl else {}
-    options = {"samples": args.samples or summary.get("samples") or DEFAULT_SAMPLES}
+    summary = run_summary(run_dir) if run_dir else {}
+    options = {"samples": samples or summary.get("samples") or DEFAULT_SAMPLES}
     method = summary.get("grouping", "partition")
-    if summary.get("groups") and method in METHODS:   # a grouping derived from a placement cannot be redone here
+    if summary.get("group_members") and set(n for g in summary["group_members"] for n in g) == set(graph.nodes):
+        groups = summary["group_members"]
+        options["grouping"] = Grouping(groups, {n: i for i, g in enumerate(groups) for n in g}, method)
+    elif summary.get("groups") and method in METHODS:
         options["grouping"] = group_graph(graph, summary["groups"], len(names), method)
     return options
 

@@ -47,14 +47,14 @@ def register(subparsers) -> None:
                         help="limit of one step in seconds; slower placements fail (default 60)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
-        "--reward", default="real", choices=list(REWARDS),
+        "--reward", default="hybrid", choices=list(REWARDS),
         help="where a sample's reward comes from: real (measure every sampled placement on the devices), "
              "simulated (the simulator with costs profiled once on these devices and cached: thousands of "
-             "samples a minute), or hybrid (simulated for most of the budget, then real measurement for "
-             "the last --real-fraction of it). Whatever the reward, the figures reported at the end are "
-             "real measurements, taken side by side. Default real: on a small shared machine the profiled "
-             "simulator does not yet rank placements like real measurement does (rank correlation about "
-             "0.2 under load); hybrid is meant to become the default once it does")
+             "samples a minute), or hybrid (the simulator until the policy converges or the first "
+             "1 - --real-fraction of the budget is spent, then real measurement). Whatever the reward, the "
+             "figures reported at the end are real measurements, taken side by side. Default hybrid: the "
+             "simulator, profiled on these devices, learns in seconds what real measurement needs hours for, "
+             "and the real phase and the closing comparison check it on the devices")
     parser.add_argument("--real-fraction", type=float, default=DEFAULT_REAL_FRACTION, metavar="F",
                         help="hybrid: share of the budget (or of --samples, in whole updates) measured for "
                              "real at the end; --resume with the same --samples continues exactly "
@@ -65,6 +65,9 @@ def register(subparsers) -> None:
                              "deterministic, for tests) (default %(default)s)")
     parser.add_argument("--refresh-profile", action="store_true",
                         help="profile the devices again even when a cached profile exists")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="skip the closing comparison (every baseline placer, random search and the learned "
+                             "placements measured side by side, as placer compare --include-rl does)")
     hp = parser.add_argument_group("learning (defaults and where they come from: placer/policy/hparams.py)")
     for f in fields(Hyperparameters):
         hp.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
@@ -97,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
     """Train, then print the best placement's step time against the best single device."""
     from placer.commands.common import devices_from_args, load_graph_from_args
     from placer.graph.grouping import group_graph
+    from placer.measure.simulator import SimulatedMeasurer
+    from placer.placers import caps_from_devices
     from placer.policy.trainer import train
+    from placer.policy.warm_start import plan_warm_start
 
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
@@ -109,7 +115,6 @@ def run(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
-    grouping = group_graph(graph, args.groups, len(devices), args.grouping)
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
 
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout)
@@ -118,12 +123,22 @@ def run(args: argparse.Namespace) -> int:
     # mode the reported figures are real measurements.
     confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed,
                            prepared=measurer.prepared if measurer is not None else None)
-    simulator = _simulator(args, graph, devices, confirm) if plan.reward != "real" else None
+    # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
+    cost = _cost_model(args, graph, devices, confirm)
+    simulator = SimulatedMeasurer(graph, devices, cost) if plan.reward != "real" else None
+    grouping = group_graph(graph, args.groups, len(devices), args.grouping)
+    warm = None
+    if hp.warm_start != "none":
+        warm = plan_warm_start(graph, [d.name for d in devices], cost, caps_from_devices(devices), grouping,
+                               hp.warm_start, seed=args.seed)
+        grouping = warm.grouping
+        print(f"warm start: the policy first imitates {warm.source} ({warm.simulated_step_time * 1e3:.2f} ms "
+              f"simulated), on its {len(grouping)} groups split where {warm.source} cuts them")
     print(f"training a placement of {graph.source} ({len(graph.nodes)} ops in {len(grouping)} groups) "
           f"on {', '.join(str(d) for d in devices)}, {_reward_text(plan)}; run folder {run_dir}")
     result = train(graph, measurer, grouping, run_dir, hp, samples=args.samples, budget_s=budget_s, seed=args.seed,
                    resume=args.resume, progress=not args.no_progress, confirm=confirm,
-                   reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction,
+                   reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction, warm_start=warm,
                    run_info={"graph": graph.source, "reward": plan.reward,
                              "cost_model": args.cost_model if simulator is not None else None,
                              "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout})
@@ -138,12 +153,18 @@ def run(args: argparse.Namespace) -> int:
     by = s["samples_by_reward"]
     done = f"{s['samples']} samples" if not by["simulated"] else \
         f"{by['simulated']} simulated + {by['real']} real samples"
+    greedy = s["greedy"] or {}
+    print(f"  the policy's placement  " + (f"{greedy['step_time'] * 1e3:10.3f} ms" if greedy.get("step_time")
+                                           else "    failed") + "  (greedy decoding: what it learned)")
     print(f"  best placement found    {s['best_step_time'] * 1e3:10.3f} ms  ({s['best_source']}, "
           f"{done}, {s['wall_time_s']:.0f} s of training)")
     if s["speedup_vs_best_single_device"]:
         print(f"speedup over the best single device ({s['best_single_device']}): "
               f"{s['speedup_vs_best_single_device']:.2f}x")
+    print(_convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
+    if not args.no_compare and not result.interrupted:
+        _closing_comparison(args, graph, devices, cost, run_dir)
     if result.interrupted:
         print(f"interrupted; continue with --resume --run-dir {run_dir}")
         return 130
@@ -156,12 +177,36 @@ def _reward_text(plan: RewardPlan) -> str:
     return f"reward {plan.reward}"
 
 
-def _simulator(args: argparse.Namespace, graph, devices, real):
-    """The simulated measurer of --reward simulated|hybrid, with the --cost-model costs."""
-    from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer
+def _convergence_text(s: dict) -> str:
+    """One line on whether the policy settled, with the figures that say so."""
+    entropy, tail = s["entropy_per_group"], s["mean_sampled_step_time_last_10pct"]
+    figures = (f"entropy {entropy:.3f} nats per group" if entropy is not None else "no update made") + \
+        (f", last 10% of samples {tail * 1e3:.2f} ms on average" if tail else "")
+    if s["converged"]:
+        return f"the policy converged ({figures})"
+    return (f"the policy has NOT converged ({figures}; converged means at most 0.1 nats per group): "
+            "its placement is still a draw among many, train longer (--resume with more --samples or --budget)")
+
+
+def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir: Path) -> None:
+    """Every baseline placer, random search with the run's samples, and the run's placements,
+    measured side by side now: the figures that say whether learning beat the heuristics."""
+    from placer.commands.compare import comparison_for_run
+    from placer.placers.compare import format_table, write_outputs
+
+    print("measuring every baseline placer and the learned placements side by side ...")
+    comparison = comparison_for_run(graph, devices, cost, run_dir, seed=args.seed,
+                                    warmup=max(2, args.warmup), repeats=max(5, args.repeats), timeout=args.timeout)
+    print(format_table(comparison))
+    write_outputs(comparison, run_dir / "compare", plot=False)
+
+
+def _cost_model(args: argparse.Namespace, graph, devices, real):
+    """The --cost-model costs: profiled on these devices (cached) or analytic."""
+    from placer.measure.simulator import AnalyticCostModel
 
     if args.cost_model == "analytic":
-        return SimulatedMeasurer(graph, devices, AnalyticCostModel([d.name for d in devices]))
+        return AnalyticCostModel([d.name for d in devices])
     from placer.measure.profiled import ProfiledCostModel
 
     started = time.monotonic()
@@ -170,4 +215,4 @@ def _simulator(args: argparse.Namespace, graph, devices, real):
         print(f"profiled costs read from {costs.path}")
     else:
         print(f"profiled every op on every device in {time.monotonic() - started:.0f} s; cached in {costs.path}")
-    return SimulatedMeasurer(graph, devices, costs)
+    return costs

@@ -146,6 +146,18 @@ def learned_row(graph: OpGraph, run_dir: str | Path, devices: list[str]) -> Comp
     return CompareRow("learned", "learned", None, summary.get("wall_time_s"), placement=placement)
 
 
+def learned_rows(graph: OpGraph, run_dir: str | Path, devices: list[str]) -> list[CompareRow]:
+    """The run's best placement ("learned") and, when the run saved it, the policy's own greedy
+    placement ("learned_greedy"): the one that shows what the policy learned."""
+    rows = [learned_row(graph, run_dir, devices)]
+    greedy = Path(run_dir) / "greedy_placement.json"
+    if Path(run_dir).is_dir() and greedy.is_file():
+        row = learned_row(graph, greedy, devices)
+        row.name = "learned_greedy"
+        rows.append(row)
+    return rows
+
+
 def run_summary(run_dir: str | Path) -> dict[str, Any]:
     """A training run's summary.json (next to its placement.json), or {} when absent or unreadable."""
     run_dir = Path(run_dir)
@@ -193,12 +205,14 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
 def learning_worth(rows: list[CompareRow]) -> dict[str, Any] | None:
     """The learned placement's measured step time against random search's (None unless both ran);
     ratio = random search / learned, above 1 when learning beat chance."""
-    learned = next((r for r in rows if r.placer == "learned" and r.step_time is not None), None)
+    # The policy's own placement shows what was learned; the run's best one may be a lucky sample.
+    ran = [r for r in rows if r.placer == "learned" and r.step_time is not None]
+    learned = next((r for r in ran if r.name == "learned_greedy"), ran[0] if ran else None)
     searched = next((r for r in rows if r.placer == "random_search" and r.step_time is not None), None)
     if learned is None or searched is None:
         return None
     samples = lambda r: r.placement.extra.get("placer", {}).get("samples")  # noqa: E731
-    return {"learned_step_time_s": learned.step_time, "learned_samples": samples(learned),
+    return {"learned": learned.name, "learned_step_time_s": learned.step_time, "learned_samples": samples(learned),
             "random_search_step_time_s": searched.step_time, "random_search_samples": samples(searched),
             "ratio": searched.step_time / learned.step_time}
 

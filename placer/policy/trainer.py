@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import signal
 import time
@@ -39,6 +40,7 @@ from placer.policy.phases import DEFAULT_REAL_FRACTION, REAL, SIMULATED, DigestC
 from placer.policy.reinforce import reinforce_update
 from placer.policy.seq2seq import Seq2SeqPolicy
 from placer.policy.tblog import hparams_table, placement_image
+from placer.policy.warm_start import WarmStart, imitate
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +62,16 @@ class TrainState:
     simulated: dict[str, Any] | None = None   # hybrid: the simulated phase's best, top, single devices
     history: list[dict[str, Any]] = field(default_factory=list)   # one entry per update
     losses: list[float] = field(default_factory=list)             # policy loss of every update
+    greedy: dict[str, Any] | None = None  # the policy's own (greedy) placement, as last measured
+    warm_start: dict[str, Any] | None = None  # what the policy imitated before learning, and how long it took
+    stopped: str | None = None            # "converged" when the run ended before its budget for that reason
 
 
 # Placements measured again at the end: the fastest of a noisy lot is often just the luckiest.
 TOP_K = 5
+# Mean entropy per group (nats) under which the policy counts as converged: its samples then
+# differ from its greedy placement in about one group in 50 on two devices.
+CONVERGED_ENTROPY = 0.1
 
 
 @dataclass
@@ -124,7 +132,7 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
           seed: int = 0, resume: bool = False, progress: bool = False, checkpoint_every: int = 10,
           run_info: dict[str, Any] | None = None, confirm: Measurer | None = None,
           reward: str = REAL, simulator: Measurer | None = None, real_fraction: float = DEFAULT_REAL_FRACTION,
-          checkpoint_interval_s: float = 30.0) -> TrainResult:
+          checkpoint_interval_s: float = 30.0, warm_start: WarmStart | None = None) -> TrainResult:
     """Learn a placement of `graph` on the devices; stop after `samples` sampled placements
     (whole updates) or `budget_s` seconds of this session, whichever comes first.
 
@@ -136,8 +144,13 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
     reward needs `confirm`, so that what a run reports is never a simulated figure.
 
     In the real phase a checkpoint is written every `checkpoint_every` updates; in the simulated
-    phase, whose updates take milliseconds, at most every `checkpoint_interval_s` seconds."""
+    phase, whose updates take milliseconds, at most every `checkpoint_interval_s` seconds.
+
+    With `warm_start` (whose grouping must be `grouping`), the policy first imitates that
+    placement (`placer.policy.warm_start`), then learns from there."""
     run_dir = Path(run_dir)
+    if warm_start is not None and warm_start.grouping is not grouping:
+        raise ValueError("train on the warm start's grouping: pass grouping=warm_start.grouping")
     if samples is None and budget_s is None:
         raise ValueError("give samples or budget_s")
     plan = RewardPlan(reward, real_fraction)
@@ -169,10 +182,12 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
     optimizer = torch.optim.Adam(policy.parameters(), lr=hp.lr)
     identity = {"graph_sha256": graph.sha256, "devices": env.devices, "grouping": grouping.signature(),
                 "hparams": hp.to_dict(), "seed": seed, **plan.identity(),
-                "simulator": _protocol(simulator) if reward != REAL else None}
+                "simulator": _protocol(simulator) if reward != REAL else None,
+                "warm_start": warm_start.source if warm_start is not None else None}
     if resume:
         # Checkpoints written before rewards had modes were real-measurement runs.
-        data = load_checkpoint(run_dir, identity, defaults={"reward": REAL, "real_fraction": None, "simulator": None})
+        data = load_checkpoint(run_dir, identity, defaults={"reward": REAL, "real_fraction": None, "simulator": None,
+                                                            "warm_start": None})
         policy.load_state_dict(data["policy"])
         optimizer.load_state_dict(data["optimizer"])
         state = TrainState(**data["state"])
@@ -183,6 +198,12 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
         env.measurer = caches[state.phase]
         _set_rng_state(data["rng"], sampler, env)
         log.info("resumed %s at %d samples (%s reward)", run_dir, state.samples, state.phase)
+    elif warm_start is not None:
+        with _policy_threads():
+            steps = imitate(policy, features, adjacency, warm_start.group_devices, hp.warm_start_confidence)
+        state.warm_start = {"source": warm_start.source, "steps": steps,
+                            "simulated_step_time": warm_start.simulated_step_time,
+                            "candidates": warm_start.candidates}
 
     from torch.utils.tensorboard import SummaryWriter
 
@@ -223,6 +244,19 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
                                   "sim_cache": caches[SIMULATED].state() if SIMULATED in caches else None,
                                   "state": asdict(state), "rng": _rng_state(sampler, env)})
         last_checkpoint = time.monotonic()
+
+    def measure_greedy() -> None:
+        """Measure the policy's own placement (the most likely device of every group): the figure
+        that says whether it learned, as opposed to the best sample, which random search also finds."""
+        with torch.no_grad(), _policy_threads():
+            greedy, _, _ = policy(features, adjacency, greedy=True)
+        group_devices = [int(x) for x in greedy[0]]
+        env.reset()
+        _, _, _, _, info = env.step(np.asarray(group_devices, dtype=np.int64))
+        m = Measurement.from_dict(info["measurement"])
+        state.greedy = {"samples": state.samples, "phase": state.phase, "group_devices": group_devices,
+                        "step_time": m.step_time if m.ok else None, "measurement": m.to_dict()}
+        consider(group_devices, m, "policy greedy")
 
     def measure_single_devices() -> tuple[dict[str, dict[str, Any]], list[float]]:
         measurements, rewards = {}, []
@@ -285,14 +319,18 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             elapsed = time.monotonic() - started
             # What a checkpoint must hold if Ctrl-C lands before the next update: the state now.
             snapshot = _snapshot()
+            # Hybrid turns to real measurement at its share of the budget, or sooner once the policy
+            # has converged in the simulator: more simulated samples would only repeat themselves.
             if state.phase == SIMULATED and reward == "hybrid" and (
                     (switch_at is not None and state.samples >= switch_at)
-                    or (switch_after_s is not None and elapsed >= switch_after_s)):
+                    or (switch_after_s is not None and elapsed >= switch_after_s) or _converged(state)):
                 switch_to_real()
             if samples is not None and state.samples >= samples:
                 break
             if budget_s is not None and elapsed >= budget_s:
                 break
+            # 0. the policy's own placement, as it stands before this update
+            measure_greedy()
             # 1. sample K placements from the current policy
             with torch.no_grad(), _policy_threads():
                 actions, _, _ = policy(features, adjacency, n_samples=K, generator=sampler)
@@ -312,8 +350,9 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             with _deferred_interrupt(), _policy_threads():
                 r = torch.tensor(rewards, dtype=torch.float32)
                 baseline = state.baseline if state.baseline is not None else float(r.mean())
+                best_known = torch.tensor(state.best["group_devices"]) if state.best else None
                 stats = reinforce_update(policy, optimizer, features, adjacency, actions, r,
-                                         baseline, hp, state.updates)
+                                         baseline, hp, state.updates, best=best_known)
                 state.baseline = stats.new_baseline
                 state.samples += K
                 state.phase_samples[state.phase] = state.phase_samples.get(state.phase, 0) + K
@@ -324,7 +363,8 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
                 state.history.append({"samples": state.samples, "phase": state.phase, "best_step_time": best,
                                       "sampled_step_time": float(np.mean(step_times)) if step_times else None,
                                       "reward_mean": float(r.mean()), "failure_rate": failures / K,
-                                      "entropy": stats.entropy, "baseline": stats.new_baseline})
+                                      "entropy": stats.entropy, "entropy_per_group": stats.entropy / env.n_groups,
+                                      "greedy_step_time": state.greedy["step_time"], "baseline": stats.new_baseline})
             # 5. log (figures of the simulated phase are tagged charts/simulated_*)
             step = state.samples
             cache = caches[state.phase]
@@ -341,6 +381,10 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
                 writer.add_scalar("charts/measured_for_real", float(state.phase == REAL), step)
             writer.add_scalar("losses/policy_loss", stats.policy_loss, step)
             writer.add_scalar("losses/entropy", stats.entropy, step)
+            writer.add_scalar("losses/entropy_per_group", stats.entropy / env.n_groups, step)
+            writer.add_scalar("losses/imitation", stats.imitation_loss, step)
+            if state.greedy["step_time"] is not None:
+                writer.add_scalar(tag("greedy_step_time"), state.greedy["step_time"], step)
             writer.add_scalar("losses/baseline", stats.baseline, step)
             writer.add_scalar("losses/grad_norm", stats.grad_norm, step)
             if (state.phase == REAL and state.updates % checkpoint_every == 0) or \
@@ -350,6 +394,11 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             bar.set_postfix({"samples": state.samples, label: f"{best * 1e3:.2f}ms" if best is not None else "-"})
             bar.update(K if samples is not None else
                        max(0, min(int(time.monotonic() - started), int(budget_s)) - bar.n))
+            # Settled, and every sample of the batch was measured before: more would repeat them.
+            if hits == K and _converged(state) and not (reward == "hybrid" and state.phase == SIMULATED):
+                state.stopped = "converged"
+                break
+        measure_greedy()   # the policy as it ends: the placement it would give
     except KeyboardInterrupt:
         interrupted = True
         if snapshot is not None:   # forget the unfinished batch, so that --resume redoes it exactly
@@ -373,6 +422,12 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
     return result
 
 
+def _converged(state: TrainState) -> bool:
+    """The policy has all but settled on one placement (its last update's entropy per group)."""
+    last = state.history[-1] if state.history else {}
+    return last.get("entropy_per_group", math.inf) <= CONVERGED_ENTROPY
+
+
 def _protocol(measurer: Measurer | None) -> Any:
     proto = getattr(measurer, "protocol", None)
     return proto.to_dict() if hasattr(proto, "to_dict") else proto
@@ -386,7 +441,8 @@ def _confirm(confirm: Measurer, grouping: Grouping, env: PlacementEnv, state: Tr
         return confirm.measure(grouping.expand(group_devices, env.devices, env.graph.sha256)).to_dict()
 
     singles = {d: [i] * env.n_groups for i, d in enumerate(env.devices)}
-    phases = [(state.phase, state.top)] + ([(SIMULATED, state.simulated["top"])] if state.simulated else [])
+    greedy = [{**state.greedy, "source": "policy greedy"}] if state.greedy and state.greedy["step_time"] else []
+    phases = [(state.phase, greedy + state.top)] + ([(SIMULATED, state.simulated["top"])] if state.simulated else [])
     candidates, seen = [], list(singles.values())
     for phase, top in phases:
         for t in top:
@@ -398,7 +454,12 @@ def _confirm(confirm: Measurer, grouping: Grouping, env: PlacementEnv, state: Tr
     single_measurements = {d: measure(a) for d, a in singles.items()}
     for c in candidates:
         c["step_time"] = c["measurement"]["step_time"] if c["measurement"]["ok"] else None
-    return {"candidates": candidates, "single_devices": single_measurements}
+    confirmed_greedy = None
+    if state.greedy:
+        same = [c["measurement"] for c in candidates if c["group_devices"] == state.greedy["group_devices"]]
+        same += [single_measurements[d] for d, a in singles.items() if a == state.greedy["group_devices"]]
+        confirmed_greedy = same[0] if same else None
+    return {"candidates": candidates, "single_devices": single_measurements, "greedy": confirmed_greedy}
 
 
 def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state: TrainState, run_dir: Path,
@@ -433,6 +494,10 @@ def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state:
         placement.measurement = best["measurement"]
         placement.extra = {"source": best["source"]}
         placement.save(run_dir / "placement.json")
+    if state.greedy is not None:
+        greedy = grouping.expand(state.greedy["group_devices"], env.devices, graph.sha256)
+        greedy.extra = {"source": "policy greedy", "samples": state.samples}
+        greedy.save(run_dir / "greedy_placement.json")
     best_time = best["step_time"] if best else None
     reported_by = confirm if confirmed is not None else measurer
     sim = state.simulated if state.simulated else (
@@ -440,7 +505,7 @@ def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state:
         if state.phase == SIMULATED else None)
     summary = {
         "graph": graph.source, "graph_sha256": graph.sha256, "devices": env.devices,
-        "groups": env.n_groups, "grouping": grouping.method,
+        "groups": env.n_groups, "grouping": grouping.method, "group_members": grouping.groups,
         # What the reported figures (best, single devices, speedup) were measured with.
         "measurer": {"kind": type(reported_by).__name__, "protocol": _protocol(reported_by)},
         "reward": plan.reward,
@@ -467,12 +532,37 @@ def _write_outputs(graph: OpGraph, grouping: Grouping, env: PlacementEnv, state:
                                   "training_step_time": c["training_step_time"], "step_time": c["step_time"]}
                                  for c in confirmed["candidates"]] if confirmed else None,
         "interrupted": interrupted,
+        **_learning_figures(state, env.n_groups, confirmed, ok.get(best_single) if best_single else None),
         "learning_curve": [{k: h.get(k, REAL) if k == "phase" else h[k]
                             for k in ("samples", "phase", "best_step_time", "sampled_step_time")}
                            for h in state.history],
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return TrainResult(placement, summary, interrupted)
+
+
+def _learning_figures(state: TrainState, n_groups: int, confirmed: dict[str, Any] | None,
+                      best_single_time: float | None) -> dict[str, Any]:
+    """What says whether the policy learned: its own greedy placement (confirmed side by side when
+    there was a confirmation), the best sample, the mean of the last 10% of samples, the entropy."""
+    history = [h for h in state.history if h.get("phase", REAL) == state.phase]
+    tail = history[len(history) - max(1, len(history) // 10):] if history else []
+    sampled = [h["sampled_step_time"] for h in tail if h["sampled_step_time"] is not None]
+    entropy = state.history[-1].get("entropy_per_group") if state.history else None
+    greedy = None
+    if state.greedy is not None:
+        m = confirmed["greedy"] if confirmed and confirmed.get("greedy") else state.greedy["measurement"]
+        step = m.get("step_time") if m.get("ok") else None
+        greedy = {"step_time": step, "confirmed_side_by_side": bool(confirmed and confirmed.get("greedy")),
+                  "training_step_time": state.greedy["step_time"], "training_reward": state.greedy["phase"],
+                  "speedup_vs_best_single_device": best_single_time / step if step and best_single_time else None}
+    return {"greedy": greedy,
+            "best_sample_step_time": state.best["step_time"] if state.best else None,
+            "mean_sampled_step_time_last_10pct": float(np.mean(sampled)) if sampled else None,
+            "entropy_per_group": entropy,
+            "converged": entropy is not None and entropy <= CONVERGED_ENTROPY,
+            "stopped_early": state.stopped,
+            "warm_start": state.warm_start}
 
 
 def _log_result(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -488,3 +578,6 @@ def _log_result(run_dir: Path, summary: dict[str, Any]) -> None:
             writer.add_scalar(f"{prefix}/best_single_device_step_time", summary["best_single_device_step_time"], step)
         if summary["speedup_vs_best_single_device"] is not None:
             writer.add_scalar(f"{prefix}/speedup_vs_best_single_device", summary["speedup_vs_best_single_device"], step)
+        greedy = summary["greedy"]
+        if greedy and greedy["step_time"] is not None:
+            writer.add_scalar(f"{prefix}/greedy_step_time", greedy["step_time"], step)

@@ -73,7 +73,8 @@ def test_simulated_reward_learns_in_the_simulator_and_reports_only_real_measurem
     s = result.summary
     # It learned: the simulator's optimum (found by brute force) was reached during training.
     assert s["simulated_phase"]["simulated_best_step_time"] == pytest.approx(optimum)
-    assert s["samples_by_reward"] == {"simulated": 120, "real": 0} and s["during_training"]["reward"] == "simulated"
+    assert s["samples_by_reward"] == {"simulated": s["samples"], "real": 0} and s["during_training"]["reward"] == "simulated"
+    assert s["samples"] == 120 or s["stopped_early"] == "converged"
     # Training measured nothing for real: every sample went to the simulator ...
     assert len(simulator.placements) >= 2 and len(confirm.placements) <= 2 + 5
     # ... and every reported figure is one the real measurer returned at the end.

@@ -8,13 +8,14 @@ from placer.cli import main
 from placer.commands.train import parse_budget
 from placer.placement import Placement
 
-FAST = ["--hidden-size", "16", "--no-progress", "--devices", "cpu:0,cpu:1"]
+FAST = ["--hidden-size", "16", "--samples-per-update", "4", "--no-progress", "--devices", "cpu:0,cpu:1"]
+QUIET = [*FAST, "--no-compare"]   # no closing comparison: it measures every baseline for real
 
 
 def test_a_simulated_run_leaves_a_complete_run_folder(model_file, tmp_path, capsys):
     run = tmp_path / "run"
     code = main(["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic", "--samples", "8",
-                 "--run-dir", str(run), "--groups", "4", *FAST])
+                 "--run-dir", str(run), "--groups", "4", *QUIET])
     out = capsys.readouterr().out
     assert code == 0
     assert "speedup over the best single device" in out and "single device cpu:0" in out
@@ -22,13 +23,17 @@ def test_a_simulated_run_leaves_a_complete_run_folder(model_file, tmp_path, caps
         assert (run / name).is_file(), name
     assert list(run.glob("events.out.tfevents.*"))
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["samples"] == 8 and summary["groups"] == 4 and summary["speedup_vs_best_single_device"] >= 1.0
+    assert summary["samples"] == 8 and summary["speedup_vs_best_single_device"] >= 1.0
+    # The 4 groups asked for, split where the warm start's baseline placement cuts them.
+    assert summary["grouping"] == "partition+aligned" and summary["groups"] >= 4
+    assert summary["warm_start"]["source"] and summary["greedy"]["step_time"] > 0
+    assert (run / "greedy_placement.json").is_file()
     assert Placement.load(run / "placement.json").graph_sha256 == summary["graph_sha256"]
 
 
 def test_resume_continues_a_run_to_its_sample_count(model_file, tmp_path, capsys):
     run = tmp_path / "run"
-    args = ["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic", "--run-dir", str(run), *FAST]
+    args = ["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic", "--run-dir", str(run), *QUIET]
     assert main(args + ["--samples", "4"]) == 0
     assert main(args + ["--samples", "12", "--resume"]) == 0
     assert json.loads((run / "summary.json").read_text())["samples"] == 12
@@ -36,7 +41,7 @@ def test_resume_continues_a_run_to_its_sample_count(model_file, tmp_path, capsys
 
 def test_user_mistakes_are_one_line_errors(model_file, tmp_path, capsys):
     run = tmp_path / "run"
-    base = ["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic", *FAST]
+    base = ["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic", *QUIET]
     assert main(base + ["--run-dir", str(run), "--resume", "--samples", "4"]) == 2
     assert "no checkpoint" in capsys.readouterr().err
     assert main(base + ["--run-dir", str(run), "--samples", "4"]) == 0
@@ -62,6 +67,11 @@ def test_a_real_run_on_a_small_zoo_model_measures_and_confirms(tmp_path, capsys)
     code = main(["train", "--graph", str(model), "--samples", "4", "--warmup", "0", "--repeats", "1",
                  "--run-dir", str(run), *FAST])
     assert code == 0
+    out = capsys.readouterr().out
+    # It ends with every baseline, random search and its own placements measured side by side.
+    for row in ["m_sct", "m_etf", "random_search", "learned_greedy", "learning is worth"]:
+        assert row in out, row
+    assert (run / "compare" / "compare.json").is_file()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["measurer"]["kind"] == "RealMeasurer" and summary["confirmed_side_by_side"]
     times = list(summary["single_device_step_times"].values())
@@ -75,7 +85,7 @@ def test_simulated_reward_reports_real_measurements(model_file, tmp_path, capsys
     """Learning in the (analytic) simulator; the printed and saved figures are real measurements."""
     run = tmp_path / "run"
     assert main(["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic",
-                 "--samples", "16", "--warmup", "0", "--repeats", "1", "--run-dir", str(run), *FAST]) == 0
+                 "--samples", "16", "--warmup", "0", "--repeats", "1", "--run-dir", str(run), *QUIET]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["reward"] == "simulated" and summary["simulator"]["protocol"]["cost_model"] == "AnalyticCostModel"
     assert summary["measurer"]["kind"] == "RealMeasurer" and summary["confirmed_side_by_side"]
@@ -93,7 +103,7 @@ def test_profiled_hybrid_profiles_once_and_reuses_the_cached_profile(model_file,
     """The default cost model, end to end: the first run profiles the devices and caches the
     profile; a second run on the same graph and devices reads it back."""
     monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
-    base = ["train", "--graph", str(model_file), "--samples", "16", "--warmup", "0", "--repeats", "1", *FAST]
+    base = ["train", "--graph", str(model_file), "--samples", "16", "--warmup", "0", "--repeats", "1", *QUIET]
     assert main(base + ["--reward", "simulated", "--run-dir", str(tmp_path / "a")]) == 0
     assert "profiled every op on every device" in capsys.readouterr().out
     profiles = list((tmp_path / "cache" / "profiles").glob("*.json"))
@@ -111,5 +121,5 @@ def test_profiled_hybrid_profiles_once_and_reuses_the_cached_profile(model_file,
 
 def test_a_bad_real_fraction_is_a_one_line_error(model_file, tmp_path, capsys):
     assert main(["train", "--graph", str(model_file), "--reward", "hybrid", "--real-fraction", "1.5",
-                 "--samples", "4", "--run-dir", str(tmp_path / "r"), *FAST]) == 2
+                 "--samples", "4", "--run-dir", str(tmp_path / "r"), *QUIET]) == 2
     assert "--real-fraction" in capsys.readouterr().err
