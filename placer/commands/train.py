@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _reward_text(plan: RewardPlan) -> str:
     if plan.reward == "hybrid":
-        return f"reward simulated, then real for the last {plan.real_fraction:.0%}"
+        return f"reward simulated until the policy converges (at most {1 - plan.real_fraction:.0%} of the budget), then real"
     return f"reward {plan.reward}"
 
 

@@ -323,7 +323,7 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             # has converged in the simulator: more simulated samples would only repeat themselves.
             if state.phase == SIMULATED and reward == "hybrid" and (
                     (switch_at is not None and state.samples >= switch_at)
-                    or (switch_after_s is not None and elapsed >= switch_after_s) or _converged(state)):
+                    or (switch_after_s is not None and elapsed >= switch_after_s) or _settled(state)):
                 switch_to_real()
             if samples is not None and state.samples >= samples:
                 break
@@ -364,7 +364,8 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
                                       "sampled_step_time": float(np.mean(step_times)) if step_times else None,
                                       "reward_mean": float(r.mean()), "failure_rate": failures / K,
                                       "entropy": stats.entropy, "entropy_per_group": stats.entropy / env.n_groups,
-                                      "greedy_step_time": state.greedy["step_time"], "baseline": stats.new_baseline})
+                                      "greedy_step_time": state.greedy["step_time"], "repeated": hits / K,
+                                      "baseline": stats.new_baseline})
             # 5. log (figures of the simulated phase are tagged charts/simulated_*)
             step = state.samples
             cache = caches[state.phase]
@@ -394,8 +395,8 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             bar.set_postfix({"samples": state.samples, label: f"{best * 1e3:.2f}ms" if best is not None else "-"})
             bar.update(K if samples is not None else
                        max(0, min(int(time.monotonic() - started), int(budget_s)) - bar.n))
-            # Settled, and every sample of the batch was measured before: more would repeat them.
-            if hits == K and _converged(state) and not (reward == "hybrid" and state.phase == SIMULATED):
+            # Settled: more samples would only repeat placements measured already.
+            if _settled(state) and not (reward == "hybrid" and state.phase == SIMULATED):
                 state.stopped = "converged"
                 break
         measure_greedy()   # the policy as it ends: the placement it would give
@@ -422,10 +423,12 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
     return result
 
 
-def _converged(state: TrainState) -> bool:
-    """The policy has all but settled on one placement (its last update's entropy per group)."""
+def _settled(state: TrainState) -> bool:
+    """The policy has converged (entropy per group) and its last batch only repeated placements
+    measured before. Entropy alone is not enough: right after the warm start most groups are
+    already certain, the mean is low, and yet the samples still explore."""
     last = state.history[-1] if state.history else {}
-    return last.get("entropy_per_group", math.inf) <= CONVERGED_ENTROPY
+    return last.get("entropy_per_group", math.inf) <= CONVERGED_ENTROPY and last.get("repeated", 0.0) == 1.0
 
 
 def _protocol(measurer: Measurer | None) -> Any:
