@@ -61,6 +61,7 @@ def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: C
     simulator with `caps`), and align `grouping` with its placement."""
     from placer.measure.simulator import Simulator
     from placer.placers import PLACERS
+    from placer.placers.compare import baseline_rows
 
     names = WARM_START_PLACERS if choice == "best_baseline" else (choice,)
     unknown = [n for n in names if n not in PLACERS]
@@ -71,18 +72,14 @@ def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: C
     index = {d: i for i, d in enumerate(devices)}
     candidates: dict[str, float | None] = {}
     best: tuple[float, str, Placement] | None = None
-    for name in names:
-        variants = [(f"single:{d}", {"device": d}) for d in devices] if name == "single" else [(name, {})]
-        for label, kwargs in variants:
-            try:
-                placement = PLACERS[name].place(graph, devices, cost, caps, seed=seed, **kwargs)
-            except PlacerError:
-                candidates[label] = None
-                continue
-            result = sim.simulate([index[placement.nodes[n]] for n in graph.nodes])
-            candidates[label] = result.step_time if result.failure is None else None
-            if candidates[label] is not None and (best is None or result.step_time < best[0]):
-                best = (result.step_time, label, placement)
+    for row in baseline_rows(graph, devices, cost, caps, list(names), seed=seed):
+        candidates[row.name] = None
+        if row.placement is None:
+            continue
+        result = sim.simulate([index[row.placement.nodes[n]] for n in graph.nodes])
+        candidates[row.name] = result.step_time if result.failure is None else None
+        if candidates[row.name] is not None and (best is None or result.step_time < best[0]):
+            best = (result.step_time, row.name, row.placement)
     if best is None:
         raise PlacerError("no baseline placer found a placement that fits the devices; train with --warm-start none")
     step_time, label, placement = best
