@@ -11,7 +11,8 @@ def add_graph_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graph", required=True,
                         help="ONNX file, or the name of a zoo model such as inception_v3.onnx")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
-                        help="bind a graph input's dynamic dimensions (repeatable)")
+                        help="bind a graph input's dynamic dimensions by position; symbolic names it shares "
+                             "with other inputs are bound there too (repeatable)")
 
 
 def add_devices_arg(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ shape inference with data propagation, and finish what it leaves unknown with on
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -32,6 +33,18 @@ def _is_static(d: onnx.TensorShapeProto.Dimension) -> bool:
     return d.HasField("dim_value") and d.dim_value >= 0
 
 
+# Names exporters give unknown dimensions without meaning one size shared between tensors:
+# PaddlePaddle's '?', ONNX shape inference's and tf2onnx's 'unk__N', torch's unnamed dynamic
+# axes 'INPUT_dynamic_axes_N', paddle2onnx's 'p2o.DynamicDimension.N'.
+_ANONYMOUS = re.compile(r"\?|unk__\d+|.+_dynamic_axes_\d+|p2o\.DynamicDimension\.\d+")
+
+
+def is_symbol(d: onnx.TensorShapeProto.Dimension) -> bool:
+    """Whether `d` is dynamic with a real symbolic name, one that may stand for the same size in
+    several tensors (not '?', empty or a name an exporter generated for this axis alone)."""
+    return not _is_static(d) and bool(d.dim_param) and not _ANONYMOUS.fullmatch(d.dim_param)
+
+
 def _example(name: str, dims, symbols: Mapping[str, int]) -> str:
     """A filled-in --input-shape for an input: its static dims, bound symbols, 1 elsewhere."""
     values = [str(d.dim_value) if _is_static(d) else str(symbols.get(d.dim_param, 1)) for d in dims]
@@ -42,9 +55,11 @@ def bind_input_shapes(graph: onnx.GraphProto, input_shapes: Mapping[str, tuple[i
                       weights: set[str]) -> dict[str, tuple[int, ...]]:
     """Write the shapes of `input_shapes` and the dimensions they bind into `graph` (in place).
 
-    A symbolic dimension (``dim_param``) shared by several inputs, outputs or value_infos is
-    bound once, everywhere. Returns each fed input's now-static shape. Unknown input names, rank
-    mismatches, conflicts with fixed or already-bound dims and dims left dynamic are `PlacerError`."""
+    A given shape binds its input's own dimensions by position. A real symbolic dimension (see
+    `is_symbol`) shared by several inputs, outputs or value_infos is bound once, everywhere;
+    anonymous ones ('?', empty, generated names) bind nothing beyond their own axis. Returns each
+    fed input's now-static shape. Unknown input names, rank mismatches, fixed dims set to another
+    size, a symbol two inputs bind to different sizes and dims left dynamic are `PlacerError`."""
     real = [i for i in graph.input if i.name not in weights]
     names = [i.name for i in real]
     unknown = [n for n in input_shapes if n not in names]
@@ -54,6 +69,7 @@ def bind_input_shapes(graph: onnx.GraphProto, input_shapes: Mapping[str, tuple[i
 
     symbols: dict[str, int] = {}
     bound_by: dict[str, str] = {}
+    ambiguous: set[str] = set()   # a symbol one input sets to two sizes means no one size to share
     for value in real:
         if value.name not in input_shapes:
             continue
@@ -69,18 +85,27 @@ def bind_input_shapes(graph: onnx.GraphProto, input_shapes: Mapping[str, tuple[i
                 f"--input-shape {value.name}={'x'.join(map(str, want))} has {len(want)} dimensions but input "
                 f"{value.name!r} has {len(dims)} {_dims_text(dims)}; give {len(dims)}, e.g. "
                 f"{_example(value.name, dims, symbols)}")
+        own: dict[str, set[int]] = {}
         for axis, (d, w) in enumerate(zip(dims, want)):
             if _is_static(d) and d.dim_value != w:
                 raise PlacerError(
                     f"--input-shape {value.name}=... sets axis {axis} to {w}, but the model fixes it at "
                     f"{d.dim_value} {_dims_text(dims)}; only dynamic dimensions can be chosen")
-            if not _is_static(d) and d.dim_param:
-                if d.dim_param in symbols and symbols[d.dim_param] != w:
-                    raise PlacerError(
-                        f"dimension {d.dim_param!r} is bound to {symbols[d.dim_param]} by input "
-                        f"{bound_by[d.dim_param]!r} and to {w} by input {value.name!r}; give them the same size")
-                symbols[d.dim_param] = w
-                bound_by.setdefault(d.dim_param, value.name)
+            if is_symbol(d):
+                own.setdefault(d.dim_param, set()).add(w)
+        for param, sizes in own.items():
+            if len(sizes) > 1:
+                ambiguous.add(param)
+                continue
+            (w,) = sizes
+            if param in symbols and symbols[param] != w:
+                raise PlacerError(
+                    f"dimension {param!r} is bound to {symbols[param]} by input {bound_by[param]!r} and to "
+                    f"{w} by input {value.name!r}; give them the same size")
+            symbols[param] = w
+            bound_by.setdefault(param, value.name)
+    for param in ambiguous:
+        symbols.pop(param, None)
 
     unbound: list[str] = []
     examples: list[str] = []
@@ -104,7 +129,7 @@ def bind_input_shapes(graph: onnx.GraphProto, input_shapes: Mapping[str, tuple[i
         _substitute(tt.shape.dim, symbols)
         missing = [(axis, d.dim_param) for axis, d in enumerate(tt.shape.dim) if not _is_static(d)]
         for axis, param in missing:
-            what = f"dynamic dimension {param!r}" if param else "an unnamed dynamic dimension"
+            what = f"dynamic dimension {param!r}" if param and param != "?" else "an unnamed dynamic dimension"
             unbound.append(f"{what} (input {value.name!r}, axis {axis} of {_dims_text(tt.shape.dim)})")
         if missing:
             examples.append(_example(value.name, tt.shape.dim, symbols))
@@ -122,7 +147,7 @@ def bind_input_shapes(graph: onnx.GraphProto, input_shapes: Mapping[str, tuple[i
 
 def _substitute(dims, symbols: Mapping[str, int]) -> None:
     for d in dims:
-        if not _is_static(d) and d.dim_param in symbols:
+        if is_symbol(d) and d.dim_param in symbols:
             d.dim_value = symbols[d.dim_param]
 
 

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from placer.errors import PlacerError
 from placer.graph.fold import fold_constants
 from placer.graph.load import load_graph
 from placer.graph.shapes import bind_input_shapes, example_feeds
@@ -65,12 +66,17 @@ def test_fold_constants_evaluates_shape_nodes_of_static_tensors():
     assert [n.op_type for n in folded.graph.node] == ["Relu"]  # big or unknown work stays
 
 
-def test_binding_writes_shared_symbols_everywhere():
+def _two_input_graph(a_dims, b_dims, out_dims) -> onnx.GraphProto:
     f = TensorProto.FLOAT
-    graph = helper.make_graph(
+    return helper.make_graph(
         [helper.make_node("Add", ["a", "b"], ["c"])], "g",
-        [helper.make_tensor_value_info("a", f, ["batch", 4]), helper.make_tensor_value_info("b", f, ["batch", 4])],
-        [helper.make_tensor_value_info("c", f, ["batch", 4])])
+        [helper.make_tensor_value_info("a", f, a_dims), helper.make_tensor_value_info("b", f, b_dims)],
+        [helper.make_tensor_value_info("c", f, out_dims)])
+
+
+
+def test_binding_writes_shared_symbols_everywhere():
+    graph = _two_input_graph(["batch", 4], ["batch", 4], ["batch", 4])
     bound = bind_input_shapes(graph, {"a": (6, 4)}, set())
     assert bound == {"a": (6, 4), "b": (6, 4)}
     assert [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim] == [6, 4]
@@ -121,3 +127,29 @@ def test_folding_never_builds_big_tensors(monkeypatch):
     _, values = fold_constants(model, {"x": TensorInfo("x", (64, 1024), "float32")}, {"": 17})
     assert "s" in values and "zeros" not in values and "ConstantOfShape" not in evaluated
     assert values["s"].dtype == np.int64
+
+
+@pytest.mark.parametrize("anonymous", ["?", "", "unk__3", "a_dynamic_axes_1", "p2o.DynamicDimension.0"])
+def test_anonymous_dimensions_bind_their_own_axis_only(anonymous):
+    """'?' and generated names are placeholders, not symbols: the sizes of one input's axes are
+    independent, nothing propagates to the other input or the output, and no two sizes conflict."""
+    graph = _two_input_graph([anonymous, 3, anonymous], [anonymous, 3, anonymous], [anonymous, 3, anonymous])
+    bound = bind_input_shapes(graph, {"a": (1, 3, 48), "b": (2, 3, 192)}, set())
+    assert bound == {"a": (1, 3, 48), "b": (2, 3, 192)}
+    assert [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim] == [0, 3, 0]
+    with pytest.raises(PlacerError, match="input 'b', axis 0"):
+        bind_input_shapes(_two_input_graph([anonymous, 3], [anonymous, 3], [anonymous, 3]), {"a": (1, 3)}, set())
+
+
+def test_a_symbol_one_input_sets_to_two_sizes_is_no_conflict_and_not_shared():
+    graph = _two_input_graph(["s", "s"], ["s", 4], ["s", 4])
+    with pytest.raises(PlacerError, match="dynamic dimension 's' \\(input 'b'"):
+        bind_input_shapes(graph, {"a": (2, 4)}, set())
+    assert bind_input_shapes(graph, {"a": (2, 4), "b": (3, 4)}, set()) == {"a": (2, 4), "b": (3, 4)}
+
+
+def test_a_symbol_two_inputs_bind_to_different_sizes_is_the_conflict():
+    graph = _two_input_graph(["batch", "?"], ["batch", "?"], ["batch", "?"])
+    with pytest.raises(PlacerError, match="'batch' is bound to 2 by input 'a' and to 3 by input 'b'"):
+        bind_input_shapes(graph, {"a": (2, 5), "b": (3, 5)}, set())
+    assert bind_input_shapes(graph, {"a": (2, 5), "b": (2, 7)}, set()) == {"a": (2, 5), "b": (2, 7)}
