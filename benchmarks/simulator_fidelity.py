@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from graphs import resolve
-    from placer.graph.load import load_graph, parse_input_shapes
+    from placer.graph.load import parse_input_shapes
+    from placer.measure.loading import load_graph
     from placer.measure.devices import default_devices, parse_devices
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
     from placer.measure.profiled import ProfiledCostModel
@@ -140,7 +141,6 @@ def main(argv: list[str] | None = None) -> int:
     rounds: dict[str, list[float]] = {label: [] for label, _, _ in unique}
     failed: dict[str, str] = {}
     for r in range(args.rounds):
-        measurer.cache.clear()
         for label, placement, _ in unique:
             if label in failed:
                 continue

@@ -118,11 +118,10 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
 
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout)
-    measurer = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed) if plan.reward != "simulated" else None
-    # A second measurer, with an empty cache, for the side-by-side confirmation at the end: in every
-    # mode the reported figures are real measurements.
-    confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed,
-                           prepared=measurer.prepared if measurer is not None else None)
+    # Real measurement, for the rewards unless they are simulated, and in every mode for the
+    # side-by-side confirmation at the end: the reported figures are real measurements.
+    confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed)
+    measurer = confirm if plan.reward != "simulated" else None
     # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
     cost = _cost_model(args, graph, devices, confirm)
     simulator = SimulatedMeasurer(graph, devices, cost) if plan.reward != "real" else None

@@ -45,7 +45,7 @@ class PlacementEnv(gym.Env):
         if mode not in MODES:
             raise PlacerError(f"unknown environment mode {mode!r}; use one of {', '.join(MODES)}")
         if isinstance(graph, str):
-            from placer.graph.load import load_graph
+            from placer.measure.loading import load_graph
 
             graph = load_graph(graph)
         if measurer is None:
@@ -54,8 +54,7 @@ class PlacementEnv(gym.Env):
 
             devs = list(devices) if devices is not None else default_devices()
             devs = [parse_devices([d])[0] if isinstance(d, str) else d for d in devs]
-            # No cache: a Gymnasium step must not depend on what earlier steps measured.
-            measurer = SimulatedMeasurer(graph, devs, cache=False)
+            measurer = SimulatedMeasurer(graph, devs)
         self.graph = graph
         self.measurer = measurer
         self.devices = list(measurer.devices)

@@ -34,7 +34,9 @@ class Measurement:
 
 
 class Measurer(Protocol):
-    """Turns a placement into a `Measurement`. Real, simulated and analytic ones plug in alike."""
+    """Turns a placement into a `Measurement`. Real, simulated and analytic ones plug in alike.
+    One that measures several placements at once (a pool of workers) also has
+    `measure_many(placements) -> list[Measurement]`, in the same order."""
 
     devices: list[str]   # device names, in the order placements index them
 

@@ -2,15 +2,15 @@
 
 Warm-up runs first, then timed runs; the step time is their median and the spread their
 interquartile range. A placement that runs out of memory, overruns the timeout or fails a kernel
-gives a failed `Measurement` with the reason, never an exception. Results are cached by
-`Placement.key()`.
+gives a failed `Measurement` with the reason, never an exception. Every call measures: the one
+who needs to remember measurements (the trainer) keeps them (`placer.policy.measurement_cache`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -83,22 +83,12 @@ class RealMeasurer:
         if any(d.kind == "cuda" for d in self.device_objs) and torch.cuda.is_available():
             tensors = {k: v.pin_memory() for k, v in tensors.items()}   # async host-to-device copies
         self.feeds = tensors
-        self.cache: dict[tuple[str, ...], Measurement] = {}
-
-    def measure(self, placement: Placement) -> Measurement:
-        """Measure `placement` (served from the cache when seen before)."""
-        key = placement.key()
-        hit = self.cache.get(key)
-        if hit is not None:
-            return replace(hit, cached=True, times=list(hit.times), peak_memory=dict(hit.peak_memory))
-        result = self._measure(placement)
-        self.cache[key] = result
-        return replace(result, times=list(result.times), peak_memory=dict(result.peak_memory))
 
     def _protocol_record(self) -> dict:
         return {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs]}
 
-    def _measure(self, placement: Placement) -> Measurement:
+    def measure(self, placement: Placement) -> Measurement:
+        """Run `placement`: warm-ups, then timed runs; a failure is a failed `Measurement`."""
         record = self._protocol_record()
         try:
             executor = PlacedExecutor(self.graph, placement, self.device_objs, prepared=self.prepared)

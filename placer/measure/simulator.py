@@ -379,12 +379,12 @@ def _batch_peaks(sim: Simulator, A: np.ndarray, start: np.ndarray, finish: np.nd
 class SimulatedMeasurer:
     """A `Measurer` whose step times come from the simulator: deterministic and fast.
 
-    `mem_caps` (device name -> bytes) overrides the caps given in the `Device` specs. With
-    `cache`, a placement seen before is answered from memory and marked ``cached``.
+    `mem_caps` (device name -> bytes) overrides the caps given in the `Device` specs. Every call
+    simulates (microseconds); the trainer remembers what it needs (`placer.policy.measurement_cache`).
     """
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str], cost_model: CostModel | None = None,
-                 mem_caps: dict[str, int] | None = None, cache: bool = True) -> None:
+                 mem_caps: dict[str, int] | None = None) -> None:
         names = [d if isinstance(d, str) else d.name for d in devices]
         caps = {d.name: d.mem_cap for d in devices if not isinstance(d, str) and d.mem_cap is not None}
         caps.update(mem_caps or {})
@@ -393,7 +393,6 @@ class SimulatedMeasurer:
         self.cost_model = cost_model if cost_model is not None else AnalyticCostModel(names)
         self.simulator = Simulator(graph, names, self.cost_model, [caps.get(d) for d in names])
         self._index = {d: i for i, d in enumerate(names)}
-        self._cache: dict[tuple[int, ...], Measurement] | None = {} if cache else None
         self.protocol = {"kind": "simulated", "cost_model": type(self.cost_model).__name__}
 
     def measure(self, placement: Placement) -> Measurement:
@@ -408,20 +407,10 @@ class SimulatedMeasurer:
 
     def measure_assignment(self, assign: Sequence[int]) -> Measurement:
         """Like `measure`, for a device index per node in topological order (no `Placement` built)."""
-        key = tuple(assign)
-        hit = self._cache.get(key) if self._cache is not None else None
-        if hit is not None:
-            return Measurement(**{**hit.__dict__, "cached": True, "times": list(hit.times),
-                                  "peak_memory": dict(hit.peak_memory), "protocol": dict(hit.protocol)})
-        r = self.simulator.simulate(key)
+        r = self.simulator.simulate(tuple(assign))
         peaks = {d: int(p) for d, p in zip(self.devices, r.peak_memory)}
         if r.failure is None:
-            m = Measurement(ok=True, step_time=r.step_time, spread=0.0, times=[r.step_time],
-                            peak_memory=peaks, protocol=dict(self.protocol))
-        else:
-            m = Measurement(ok=False, peak_memory=peaks, failure=r.failure, reason=r.reason,
-                            protocol=dict(self.protocol))
-        if self._cache is not None:
-            self._cache[key] = m
-        return Measurement(**{**m.__dict__, "times": list(m.times), "peak_memory": dict(m.peak_memory),
-                              "protocol": dict(m.protocol)})
+            return Measurement(ok=True, step_time=r.step_time, spread=0.0, times=[r.step_time],
+                               peak_memory=peaks, protocol=dict(self.protocol))
+        return Measurement(ok=False, peak_memory=peaks, failure=r.failure, reason=r.reason,
+                           protocol=dict(self.protocol))

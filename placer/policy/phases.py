@@ -15,14 +15,11 @@ The single devices are measured for real at the switch and compete in the real p
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
 
-from placer.env.cache import CachingMeasurer
 from placer.errors import PlacerError
-from placer.placement import Placement
 
 REWARDS = ("real", "simulated", "hybrid")
 SIMULATED, REAL = "simulated", "real"
@@ -62,22 +59,3 @@ class RewardPlan:
     def identity(self) -> dict[str, Any]:
         """What a checkpoint must match to be resumed under this plan."""
         return {"reward": self.reward, "real_fraction": self.real_fraction if self.reward == "hybrid" else None}
-
-
-class DigestCache(CachingMeasurer):
-    """A `CachingMeasurer` keyed by a 16-byte digest of the placement.
-
-    The simulated phase meets thousands of distinct placements; keying them by every node name
-    (as the real phase's cache does) would make each checkpoint tens of megabytes on Inception-v3.
-    """
-
-    def key(self, placement: Placement) -> bytes:
-        return hashlib.blake2b("\n".join(placement.key()).encode(), digest_size=16).digest()
-
-    @staticmethod
-    def _key_to_state(key: bytes) -> bytes:
-        return key
-
-    @staticmethod
-    def _key_from_state(item: bytes) -> bytes:
-        return item

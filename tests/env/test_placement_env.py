@@ -11,7 +11,6 @@ from gymnasium.utils.env_checker import check_env
 
 import placer.env
 from placer.env import ENV_ID, PlacementEnv
-from placer.env.cache import CachingMeasurer
 from placer.errors import PlacerError
 from placer.measure.devices import parse_devices
 from placer.measure.simulator import SimulatedMeasurer
@@ -35,7 +34,7 @@ def test_importing_placer_env_registers_it_with_gymnasium(graph):
 
 
 def test_the_reward_is_minus_the_square_root_of_the_step_time(graph):
-    env = PlacementEnv(graph, SimulatedMeasurer(graph, DEVICES, cache=False), n_groups=4)
+    env = PlacementEnv(graph, SimulatedMeasurer(graph, DEVICES), n_groups=4)
     env.reset(seed=0)
     _, reward, terminated, truncated, info = env.step(np.array([0, 1, 0, 1]))
     m = info["measurement"]
@@ -92,14 +91,3 @@ def test_the_observation_holds_group_features_and_adjacency_in_unit_range(graph)
 def test_a_bad_mode_is_a_placer_error(graph):
     with pytest.raises(PlacerError, match="mode"):
         PlacementEnv(graph, devices=DEVICES, mode="batch")
-
-
-def test_the_caching_measurer_serves_repeats_and_restores_its_state(graph):
-    cache = CachingMeasurer(SimulatedMeasurer(graph, DEVICES, cache=False))
-    p = Placement.single_device(list(graph.nodes), "cpu:1", graph.sha256, DEVICES)
-    first, second = cache.measure(p), cache.measure(p)
-    assert not first.cached and second.cached and first.step_time == second.step_time
-    assert (cache.hits, cache.misses) == (1, 1)
-    other = CachingMeasurer(SimulatedMeasurer(graph, DEVICES, cache=False))
-    other.load_state(cache.state())
-    assert other.measure(p).cached and (other.hits, other.misses) == (2, 1)

@@ -33,15 +33,14 @@ def test_measurement_has_positive_times_spread_memory_and_protocol(branchy):
     assert Measurement.from_dict(m.to_dict()) == m
 
 
-def test_same_placement_is_served_from_the_cache(branchy):
+def test_every_call_measures_again(branchy):
+    # The measurer keeps no cache: the trainer owns the one cache of a run.
     _, graph = branchy
     measurer = RealMeasurer(graph, ["cpu:0", "cpu:1"], protocol=QUICK)
     first = measurer.measure(_split(graph))
     again = measurer.measure(_split(graph))
-    assert not first.cached and again.cached
-    assert again.step_time == first.step_time and again.times == first.times
-    other = measurer.measure(Placement.single_device(list(graph.nodes), "cpu:1", devices=["cpu:0", "cpu:1"]))
-    assert not other.cached and len(measurer.cache) == 2
+    assert first.ok and again.ok and not first.cached and not again.cached
+    assert again.times is not first.times and len(again.times) == QUICK.repeats
 
 
 def test_over_cap_placement_is_an_oom_failure_with_predicted_memory(branchy):

@@ -16,7 +16,8 @@ from placer.graph.load import load_graph
 from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
 from placer.placers.random_search import random_search_curve
 from placer.policy.hparams import Hyperparameters
-from placer.policy.trainer import CONVERGED_ENTROPY, train
+from placer.policy.run_state import CONVERGED_ENTROPY
+from placer.policy.trainer import train
 from placer.policy.warm_start import plan_warm_start
 
 graphs = pytest.importorskip("graphs")
