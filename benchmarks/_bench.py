@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import graphs
-from placer.graph.load import load_graph
+from placer.measure.loading import load_graph
 from placer.graph.opgraph import OpGraph
 
 

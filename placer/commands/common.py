@@ -24,7 +24,8 @@ def add_devices_arg(parser: argparse.ArgumentParser) -> None:
 def load_graph_from_args(args: argparse.Namespace):
     """The `OpGraph` named by --graph (a zoo name is exported on first use), shapes bound."""
     from graphs import resolve
-    from placer.graph.load import load_graph, parse_input_shapes
+    from placer.graph.load import parse_input_shapes
+    from placer.measure.loading import load_graph
 
     return load_graph(resolve(args.graph), parse_input_shapes(args.input_shape))
 

@@ -20,7 +20,7 @@ from placer.graph.identity import graph_sha256
 from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
 from placer.graph.slim import slim_copy, with_weights
 from placer.graph.structure import STANDARD_DOMAINS, node_names, node_reads, topological_order
-from placer.graph.support import device_kinds
+from placer.graph.support import KernelTable, device_kinds
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +126,15 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
-               input_shapes: Mapping[str, tuple[int, ...]] | None = None) -> OpGraph:
+               input_shapes: Mapping[str, tuple[int, ...]] | None = None, *,
+               run_model: shapes.ModelRunner | None = None, is_supported: KernelTable | None = None) -> OpGraph:
     """Load an ONNX model (a path or a `ModelProto`, which is not modified) as an `OpGraph`.
 
     `input_shapes` binds inputs' dynamic dimensions (see `parse_input_shapes`). Every tensor of
-    the result has a static shape and dtype; problems a user can fix are `PlacerError`."""
+    the result has a static shape and dtype; problems a user can fix are `PlacerError`.
+    `run_model` finishes shapes inference cannot find (data-dependent ones) with one real run,
+    `is_supported` says which ops have a kernel (see `placer.measure.loading.load_graph`, which
+    passes placer's own); without them such shapes are an error and every op is assumed to run."""
     if isinstance(path_or_model, onnx.ModelProto):
         original, source = path_or_model, "the model"
         if not _looks_like_model(original):
@@ -184,12 +188,12 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     inputs = [infos[i.name] if i.name in infos else TensorInfo(i.name, bound[i.name], "float32")
               for i in model.graph.input if i.name not in weights]
     if missing:
-        infos.update(shapes.complete_shapes(model, missing, inputs))
+        infos.update(shapes.complete_shapes(model, missing, inputs, run_model))
     shapes.write_value_info(model, {n: infos[n] for n in _node_outputs(model)})
 
     for t in model.graph.initializer:
         infos[t.name] = TensorInfo(t.name, tuple(int(d) for d in t.dims), shapes.dtype_name(t.data_type))
-    return _build(model, infos, inputs, weights, sha256, source)
+    return _build(model, infos, inputs, weights, sha256, source, is_supported)
 
 
 def _node_outputs(model: onnx.ModelProto) -> list[str]:
@@ -197,10 +201,10 @@ def _node_outputs(model: onnx.ModelProto) -> list[str]:
 
 
 def _build(model: onnx.ModelProto, infos: dict[str, TensorInfo], inputs: list[TensorInfo],
-           weights: set[str], sha256: str, source: str) -> OpGraph:
+           weights: set[str], sha256: str, source: str, is_supported: KernelTable | None) -> OpGraph:
     opsets = _opsets(model)
     protos = list(model.graph.node)
-    kinds = device_kinds(protos, opsets)
+    kinds = device_kinds(protos, opsets, is_supported)
     nodes: dict[str, OpNode] = {}
     for proto, kind in zip(protos, kinds):
         reads = node_reads(proto)

@@ -1,11 +1,13 @@
 """Static shapes and dtypes for every tensor: bind the inputs' dynamic dimensions, run ONNX
-shape inference with data propagation, and finish what it leaves unknown with one real run."""
+shape inference with data propagation, and finish what it leaves unknown with one real run (of
+an interpreter the caller passes in: the kernels live above this package)."""
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import onnx
@@ -245,14 +247,19 @@ def example_feeds(inputs: Iterable[TensorInfo], seed: int = 0) -> dict[str, np.n
     return feeds
 
 
-def complete_shapes(model: onnx.ModelProto, missing: list[str], inputs: list[TensorInfo]) -> dict[str, TensorInfo]:
-    """Shapes and dtypes of the `missing` tensors from one real run of `model` (weights loaded)."""
+# run_model(model, feeds, outputs=[...]) -> {name: array}, as `placer.measure.reference.run_model`.
+ModelRunner = Callable[..., Mapping[str, Any]]
+
+
+def complete_shapes(model: onnx.ModelProto, missing: list[str], inputs: list[TensorInfo],
+                    run_model: ModelRunner | None) -> dict[str, TensorInfo]:
+    """Shapes and dtypes of the `missing` tensors from one real run of `model` (weights loaded)
+    by `run_model`; without one, a `PlacerError` that names them."""
     shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-    try:
-        from placer.measure.reference import run_model
-    except ImportError:
+    if run_model is None:
         raise PlacerError(f"shape inference leaves {len(missing)} tensors without a static shape ({shown}) and "
-                          "placer's reference interpreter, which would finish them, is not installed") from None
+                          "no interpreter was given to finish them with a real run; export the model with "
+                          "static shapes, or load it with placer.measure.loading.load_graph")
     log.info("shape inference left %d tensors unknown; finishing them with one real run", len(missing))
     try:
         values = run_model(model, example_feeds(inputs), outputs=list(missing))
