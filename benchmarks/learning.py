@@ -39,7 +39,7 @@ QUICK_MODELS = ("inception_v3", "resnet50", "rnnlm")
 def run_one(graph, n_devices: int, seed: int, budgets: list[int], cost_model: str) -> list[dict]:
     """Train to each budget in turn and score the policy, its samples and random search there."""
     from placer.graph.grouping import group_graph
-    from placer.measure.devices import parse_devices
+    from placer.devices import parse_devices
     from placer.measure.lower_bound import lower_bound
     from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer
     from placer.placers.random_search import random_search_curve

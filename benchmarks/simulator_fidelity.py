@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     from graphs import resolve
     from placer.graph.load import parse_input_shapes
     from placer.measure.loading import load_graph
-    from placer.measure.devices import default_devices, parse_devices
+    from placer.devices import default_devices, parse_devices
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
     from placer.measure.profiled import ProfiledCostModel
     from placer.measure.simulator import Simulator

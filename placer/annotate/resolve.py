@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from placer.devices import Device, cuda_count, parse_device
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.measure.devices import Device, cuda_count, parse_device
 from placer.placement import Placement
 
 _SHOWN = 5  # how many offending names a message lists

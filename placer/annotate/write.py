@@ -25,6 +25,7 @@ from onnx import inliner
 from placer.annotate.keys import (CONFIG_NAME, DEVICE_KEY, FORMAT_KEY, GRAPH_SHA_KEY, LAYER_KEY,
                                   MEASUREMENT_KEY, MIN_IR_VERSION)
 from placer.annotate.stages import plan_stages, stage_of_node
+from placer.devices import device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.placement import FORMAT, Placement
@@ -34,11 +35,6 @@ log = logging.getLogger(__name__)
 # protobuf refuses to serialise a message of 2 GiB or more; keep a margin for the envelope.
 _INLINE_LIMIT = 2**31 - 2**26
 ORT_SETTING = "session.layer_assignment_settings"
-
-
-def device_kind(device: str) -> str:
-    """'cuda:1' -> 'cuda', 'cpu:0' -> 'cpu': the device kind ONNX Runtime's settings name."""
-    return device.split(":", 1)[0].split("[", 1)[0]
 
 
 def node_names(model: onnx.ModelProto, graph: OpGraph) -> list[str]:

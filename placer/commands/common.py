@@ -32,7 +32,7 @@ def load_graph_from_args(args: argparse.Namespace):
 
 def devices_from_args(args: argparse.Namespace):
     """The `Device` list named by --devices, or the machine's default set."""
-    from placer.measure.devices import default_devices, parse_devices
+    from placer.devices import default_devices, parse_devices
 
     if getattr(args, "devices", None):
         return parse_devices(args.devices)

@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 def devices_for(args: argparse.Namespace, placement):
     """--devices when given, else the placement's own device list (each CPU device with its share
     of the cores)."""
-    from placer.measure.devices import parse_devices
+    from placer.devices import parse_devices
 
     if getattr(args, "devices", None):
         return parse_devices(args.devices)

@@ -17,11 +17,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from placer.devices import Device
 from placer.env.features import group_features
 from placer.errors import PlacerError
 from placer.graph.grouping import Grouping, group_graph
 from placer.graph.opgraph import OpGraph
-from placer.measure.devices import Device
 from placer.measure.measurement import Measurement, Measurer
 
 MODES = ("one_shot", "sequential")
@@ -49,12 +49,10 @@ class PlacementEnv(gym.Env):
 
             graph = load_graph(graph)
         if measurer is None:
-            from placer.measure.devices import default_devices, parse_devices
+            from placer.devices import default_devices
             from placer.measure.simulator import SimulatedMeasurer
 
-            devs = list(devices) if devices is not None else default_devices()
-            devs = [parse_devices([d])[0] if isinstance(d, str) else d for d in devs]
-            measurer = SimulatedMeasurer(graph, devs)
+            measurer = SimulatedMeasurer(graph, devices if devices is not None else default_devices())
         self.graph = graph
         self.measurer = measurer
         self.devices = list(measurer.devices)

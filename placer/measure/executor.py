@@ -35,14 +35,14 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.measure.devices import Device, parse_device
 from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
 from placer.measure.memory import MemoryEstimate, predict_peak_memory
 from placer.measure.prepare import PreparedGraph, check_feeds, prepare
@@ -278,10 +278,10 @@ class PlacedExecutor:
     and `close()` it (or use it as a context manager) to stop its threads.
     """
 
-    def __init__(self, graph: OpGraph, placement: Placement, devices: list[Device] | list[str] | None = None,
+    def __init__(self, graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None,
                  *, prepared: PreparedGraph | None = None) -> None:
         self.graph = graph
-        self.devices = _as_devices(devices if devices is not None else placement.devices)
+        self.devices = as_devices(devices if devices is not None else placement.devices)
         by_name = {d.name: d for d in self.devices}
         self.assignment = _check_placement(graph, placement, by_name)
         self.prepared = prepared if prepared is not None else prepare(graph)
@@ -413,10 +413,6 @@ class PlacedExecutor:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
-
-
-def _as_devices(devices: list[Device] | list[str]) -> list[Device]:
-    return [d if isinstance(d, Device) else parse_device(d) for d in devices]
 
 
 def _check_placement(graph: OpGraph, placement: Placement, by_name: dict[str, Device]) -> dict[str, str]:

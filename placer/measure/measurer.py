@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 
+from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.measure.devices import Device, parse_device
 from placer.measure.executor import ExecutionFailure, PlacedExecutor
 from placer.measure.measurement import INVALID, KERNEL_ERROR, Measurement
 from placer.measure.prepare import PreparedGraph, check_feeds, prepare, to_tensor
@@ -68,12 +69,12 @@ def step_statistics(times: list[float]) -> tuple[float, float]:
 class RealMeasurer:
     """Measures placements of `graph` on `devices` for real (a `Measurer`)."""
 
-    def __init__(self, graph: OpGraph, devices: list[Device] | list[str],
+    def __init__(self, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(),
                  feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
                  prepared: PreparedGraph | None = None) -> None:
         self.graph = graph
-        self.device_objs = [d if isinstance(d, Device) else parse_device(d) for d in devices]
+        self.device_objs = as_devices(devices)
         self.devices = [d.name for d in self.device_objs]
         self.protocol = protocol
         self.prepared = prepared if prepared is not None else prepare(graph)

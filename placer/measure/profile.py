@@ -19,6 +19,7 @@ import math
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -27,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.measure.devices import Device, parse_device
 from placer.measure.executor import ExecutionFailure, PlacedExecutor, StepProfile, cpu_threads
 from placer.measure.measurer import MeasureProtocol, random_feeds
 from placer.measure.prepare import PreparedGraph, prepare
@@ -115,14 +116,14 @@ class Profile:
         return cls.from_dict(json.loads(path.read_text()))
 
 
-def profile_graph(graph: OpGraph, devices: list[Device] | list[str],
+def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
                   protocol: MeasureProtocol = MeasureProtocol(warmup=1, repeats=3),
                   feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
                   prepared: PreparedGraph | None = None,
                   transfer_sizes: tuple[int, ...] = TRANSFER_SIZES) -> Profile:
     """Time every node on each class of identical devices, and transfers between the classes;
     every member of a class gets the class's figures."""
-    devs = [d if isinstance(d, Device) else parse_device(d) for d in devices]
+    devs = as_devices(devices)
     prepared = prepared if prepared is not None else prepare(graph)
     feeds = {**random_feeds(graph, seed), **(feeds or {})}
     classes = device_classes(devs)

@@ -18,15 +18,16 @@ import math
 import os
 import platform
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from placer.devices import Device
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
-from placer.measure.devices import Device, parse_device
 from placer.measure.profile import Profile, device_classes, spread_transfers
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class ProfiledCostModel:
         return self.profile.transfer_time(nbytes, src, dst)
 
     @classmethod
-    def for_graph(cls, graph: OpGraph, devices: list[Device] | list[str], *, cache_dir: str | Path | None = None,
+    def for_graph(cls, graph: OpGraph, devices: Sequence[Device], *, cache_dir: str | Path | None = None,
                   refresh: bool = False, feeds: dict[str, np.ndarray] | None = None, **profile_kwargs
                   ) -> ProfiledCostModel:
         """The profiled costs of `graph` on `devices`: from the cache, else measured now and cached.
@@ -89,7 +90,7 @@ class ProfiledCostModel:
 
         # Caps constrain placements, not speed: each device runs the whole graph alone when
         # profiled, which a cap meant for a share of the graph would refuse.
-        devs = [replace(d if isinstance(d, Device) else parse_device(d), mem_cap=None) for d in devices]
+        devs = [replace(d, mem_cap=None) for d in devices]
         path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         path = path / f"{cache_key(graph, devs)}.json"
         if path.is_file() and not refresh:

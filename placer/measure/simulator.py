@@ -25,10 +25,10 @@ from typing import Sequence
 
 import numpy as np
 
+from placer.devices import Device, as_devices, device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.measure.costmodel import CostModel
-from placer.measure.devices import Device
 from placer.measure.measurement import INVALID, OOM, Measurement
 from placer.placement import Placement
 
@@ -40,11 +40,6 @@ _LAUNCH = {"cpu": 5e-6, "cuda": 1e-5}         # fixed cost per op, seconds
 # Links: (latency s, bandwidth bytes/s). Virtual CPU devices share memory, so a copy is a memcpy.
 _LINKS = {("cpu", "cpu"): (1e-6, 1e10), ("cpu", "cuda"): (1e-5, 1.2e10),
           ("cuda", "cpu"): (1e-5, 1.2e10), ("cuda", "cuda"): (1e-5, 5e10)}
-
-
-def device_kind(name: str) -> str:
-    """'cuda:1' -> 'cuda', 'cpu:0' -> 'cpu', 'cpu' -> 'cpu'."""
-    return name.split(":", 1)[0].split("[", 1)[0]
 
 
 @dataclass
@@ -63,7 +58,6 @@ class AnalyticCostModel:
     links: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)  # (src, dst) -> (latency, B/s)
 
     def __post_init__(self) -> None:
-        self.devices = [d if isinstance(d, str) else d.name for d in self.devices]
         for d in self.devices:
             kind = device_kind(d)
             if kind not in _FLOPS:
@@ -385,8 +379,9 @@ class SimulatedMeasurer:
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str], cost_model: CostModel | None = None,
                  mem_caps: dict[str, int] | None = None) -> None:
-        names = [d if isinstance(d, str) else d.name for d in devices]
-        caps = {d.name: d.mem_cap for d in devices if not isinstance(d, str) and d.mem_cap is not None}
+        devs = as_devices(devices)
+        names = [d.name for d in devs]
+        caps = {d.name: d.mem_cap for d in devs if d.mem_cap is not None}
         caps.update(mem_caps or {})
         self.devices = names
         self.graph = graph

@@ -11,10 +11,10 @@ import math
 from collections.abc import Sequence
 from typing import Protocol
 
+from placer.devices import Device, device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.measure.costmodel import CostModel
-from placer.measure.devices import Device
 from placer.placement import Placement
 
 Caps = dict[str, int]
@@ -184,7 +184,7 @@ def human_bytes(n: float) -> str:
 
 def supports(node: OpNode, device: str) -> bool:
     """Whether the node's op can run on the device's kind ('cuda:1' -> 'cuda')."""
-    return device.split(":", 1)[0] in node.device_kinds
+    return device_kind(device) in node.device_kinds
 
 
 def make_placement(graph: OpGraph, devices: list[str], nodes: dict[str, str], placer: str,

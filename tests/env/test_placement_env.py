@@ -10,9 +10,9 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import placer.env
+from placer.devices import parse_devices
 from placer.env import ENV_ID, PlacementEnv
 from placer.errors import PlacerError
-from placer.measure.devices import parse_devices
 from placer.measure.simulator import SimulatedMeasurer
 from placer.placement import Placement
 

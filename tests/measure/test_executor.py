@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from placer.devices import parse_device
 from placer.errors import PlacerError
-from placer.measure.devices import parse_device
 from placer.measure.executor import KernelError, OutOfMemory, PlacedExecutor, StepTimeout, cpu_threads
 from placer.measure.prepare import prepare
 from placer.placement import Placement

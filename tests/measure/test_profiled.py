@@ -2,11 +2,11 @@ import math
 
 import pytest
 
+from placer.devices import parse_devices
 import placer.measure.profile as profile_module
 from placer.measure.lower_bound import lower_bound
 from placer.measure.measurer import MeasureProtocol
 from placer.measure.profiled import ProfiledCostModel, cache_key
-from placer.measure.devices import parse_devices
 from placer.measure.simulator import SimulatedMeasurer, Simulator
 from placer.placement import Placement
 

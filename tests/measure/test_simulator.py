@@ -9,8 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from placer.devices import parse_device
 from placer.graph.load import load_graph
-from placer.measure.devices import parse_device
 from placer.measure.measurement import INVALID, OOM
 from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator, simulate_batch
 from placer.placement import Placement
@@ -122,10 +122,13 @@ def test_peak_memory_counts_weights_inputs_and_live_activations():
     assert split.peak_memory[0] == WEIGHT + ACT + ACT
 
 
-def test_a_device_over_its_memory_cap_fails_as_oom():
+@pytest.mark.parametrize("as_strings", [False, True])
+def test_a_device_over_its_memory_cap_fails_as_oom(as_strings):
     g = load_graph(chain(3))
     cap = 2 * WEIGHT + 3 * ACT
-    m = SimulatedMeasurer(g, [parse_device(f"cpu:0[mem={cap}]"), parse_device("cpu:1")])
+    specs = [f"cpu:0[mem={cap}]", "cpu:1"]
+    m = SimulatedMeasurer(g, specs if as_strings else [parse_device(s) for s in specs])
+    assert m.devices == DEVICES
     single = m.measure(Placement.single_device(list(g.nodes), "cpu:0", g.sha256, DEVICES))
     assert not single.ok and single.failure == OOM and "cpu:0" in single.reason
     split = m.measure(Placement(DEVICES, {"mm0": "cpu:0", "mm1": "cpu:1", "mm2": "cpu:1"}, g.sha256))

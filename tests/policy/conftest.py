@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import onnx
 import pytest
 
+from placer.devices import parse_devices
 from placer.graph.grouping import Grouping, group_graph
 from placer.graph.load import load_graph
 from testgraphs import branches
 from placer.graph.opgraph import OpGraph
-from placer.measure.devices import parse_devices
 from placer.measure.simulator import SimulatedMeasurer
 
 

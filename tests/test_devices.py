@@ -1,12 +1,12 @@
-"""Device strings: parsing, options, refusals, and the default set."""
+"""Device strings: parsing, options, refusals, the default set, and devices given as objects or strings."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from placer.devices import Device, as_devices, default_devices, device_kind, parse_bytes, parse_device, parse_devices
 from placer.errors import PlacerError
-from placer.measure.devices import Device, default_devices, parse_bytes, parse_device, parse_devices
 
 
 def test_options_are_parsed():
@@ -20,6 +20,17 @@ def test_sizes_accept_binary_and_decimal_units():
     assert parse_bytes("4GiB") == 4 * 2**30 and parse_bytes("512MB") == 512 * 10**6 and parse_bytes("10") == 10
     with pytest.raises(PlacerError, match="512MiB"):
         parse_bytes("lots")
+
+
+def test_devices_given_as_strings_or_objects_come_out_as_objects():
+    given = parse_device("cpu:1[threads=1]")
+    devices = as_devices(["cpu:0[mem=1KiB]", given, "cuda"])
+    assert devices[1] is given
+    assert [(d.name, d.mem_cap) for d in devices] == [("cpu:0", 1024), ("cpu:1", None), ("cuda:0", None)]
+
+
+def test_the_kind_of_a_device_name_ignores_index_and_options():
+    assert [device_kind(n) for n in ("cuda:1", "cpu:0", "cpu", "cpu[threads=2]")] == ["cuda", "cpu", "cpu", "cpu"]
 
 
 @pytest.mark.parametrize("spec", ["tpu:0", "cpu:0[threads=0]", "cpu:0[speed=2]", "cpu:x"])
