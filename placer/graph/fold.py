@@ -13,6 +13,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from placer.graph.opgraph import TensorInfo
+from placer.graph.structure import STANDARD_DOMAINS
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def fold_constants(model: onnx.ModelProto, infos: Mapping[str, TensorInfo],
 
 def _fold_node(node: onnx.NodeProto, values: dict[str, np.ndarray], infos: Mapping[str, TensorInfo],
                opsets: Mapping[str, int]) -> list[np.ndarray] | None:
-    if node.domain not in ("", "ai.onnx") or node.op_type not in FOLDABLE:
+    if node.domain not in STANDARD_DOMAINS or node.op_type not in FOLDABLE:
         return None
     if node.op_type in ("Shape", "Size"):
         info = infos.get(node.input[0])

@@ -13,6 +13,11 @@ from placer.errors import PlacerError
 # Domains whose ops the ONNX standard defines; anything else is a custom op.
 STANDARD_DOMAINS = frozenset({"", "ai.onnx"})
 
+
+def canonical_domain(domain: str) -> str:
+    """'' for the standard ONNX domain however a file spells it ('' or 'ai.onnx'); others as they are."""
+    return "" if domain in STANDARD_DOMAINS else domain
+
 # Ops whose attributes hold subgraphs; they stay single opaque vertices.
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 

@@ -17,6 +17,7 @@ import torch
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.graph.structure import STANDARD_DOMAINS
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def prepare(graph: OpGraph, fold: bool = True) -> PreparedGraph:
 def _fold(prepared: PreparedGraph) -> None:
     graph = prepared.graph
     for name, node in graph.nodes.items():
-        if node.op_type in _NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
+        if node.op_type in _NONDETERMINISTIC or node.domain not in STANDARD_DOMAINS:
             continue
         inputs = [t for t in node.inputs if t]
         if node.op_type in _SHAPE_OPS and inputs and not prepared.is_constant(inputs[0]):

@@ -15,8 +15,10 @@ import torch
 from onnx import numpy_helper
 
 from placer.errors import PlacerError
+from placer.graph.structure import canonical_domain
 from placer.measure.kernels import bind_node, check_supported
 from placer.measure.kernels.dtypes import to_numpy, to_torch
+from placer.measure.kernels.registry import opset_versions
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +37,6 @@ def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _opsets(model: onnx.ModelProto) -> dict[str, int]:
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-    opsets.setdefault("", 1)
-    return opsets
-
-
 def iter_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray | torch.Tensor],
                 keep: Sequence[str] | None = None,
                 device: str | torch.device = "cpu") -> Iterator[tuple[str, torch.Tensor]]:
@@ -52,7 +48,7 @@ def iter_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray | torch.Tens
     model = _prepare(model)
     check_supported(model)
     graph = model.graph
-    opsets = _opsets(model)
+    opsets = opset_versions(model)
     device = torch.device(device)
     initializer_names = {t.name for t in graph.initializer}
     missing = [i.name for i in graph.input if i.name not in feeds and i.name not in initializer_names]
@@ -75,8 +71,7 @@ def iter_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray | torch.Tens
                 last_use[name] = i
     pinned = set(keep or ()) | {o.name for o in graph.output}
 
-    kernels = [bind_node(n, opsets.get("" if n.domain == "ai.onnx" else n.domain, 1))
-               for n in graph.node]
+    kernels = [bind_node(n, opsets.get(canonical_domain(n.domain), 1)) for n in graph.node]
     for i, (node, kernel) in enumerate(zip(graph.node, kernels)):
         try:
             inputs = [values[name] if name else None for name in node.input]

@@ -117,3 +117,15 @@ def test_local_functions_are_inlined_and_checked_by_their_bodies():
     assert unsupported_ops(model) == []
     out = run_model(model, {"x": np.array([1.0, 2.0, -1.0], np.float32)})
     assert out["y"].tolist() == [2.0, 6.0, 0.0]
+
+
+def test_the_standard_domain_may_be_spelled_ai_onnx():
+    # opset version 18: ReduceMax takes its axes as an input from there on, so the opset is read
+    nodes = [helper.make_node("Relu", ["x"], ["r"], domain="ai.onnx"),
+             helper.make_node("ReduceMax", ["r", "axes"], ["y"], domain="ai.onnx", keepdims=0)]
+    graph = helper.make_graph(nodes, "spelled", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              initializer=[numpy_helper.from_array(np.array([1], np.int64), "axes")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("ai.onnx", 18)])
+    x = np.array([[-1, 2, 0], [-3, -2, -5]], np.float32)
+    np.testing.assert_array_equal(run_model(model, {"x": x})["y"], [2, 0])

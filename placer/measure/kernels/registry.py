@@ -18,6 +18,7 @@ import onnx
 import torch
 
 from placer.errors import PlacerError
+from placer.graph.structure import STANDARD_DOMAINS, canonical_domain
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ def _lookup(domain: str, op_type: str, opset: int) -> _Entry | None:
 
 def bind_node(node: onnx.NodeProto, opset: int) -> BoundKernel:
     """Bind one ONNX node (of a model whose opset for the node's domain is `opset`) to torch."""
-    domain = "" if node.domain in ("", "ai.onnx") else node.domain
+    domain = canonical_domain(node.domain)
     entry = _lookup(domain, node.op_type, opset)
     if entry is None:
         raise PlacerError(f"unsupported operator {_op_label(domain, node.op_type)} (opset {opset}) "
@@ -176,7 +177,7 @@ def host_inputs(op_type: str, opset: int, domain: str = "") -> frozenset[int]:
 
 def is_supported(op_type: str, opset: int, domain: str = "") -> bool:
     """Whether a kernel exists for this op at this opset."""
-    return _lookup("" if domain == "ai.onnx" else domain, op_type, opset) is not None
+    return _lookup(canonical_domain(domain), op_type, opset) is not None
 
 
 def supported_ops(domain: str = "") -> list[str]:
@@ -185,11 +186,12 @@ def supported_ops(domain: str = "") -> list[str]:
 
 
 def _op_label(domain: str, op_type: str) -> str:
-    return op_type if domain in ("", "ai.onnx") else f"{domain}::{op_type}"
+    return op_type if domain in STANDARD_DOMAINS else f"{domain}::{op_type}"
 
 
-def _opsets(model: onnx.ModelProto) -> dict[str, int]:
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+def opset_versions(model: onnx.ModelProto) -> dict[str, int]:
+    """Domain (canonical) -> the opset version `model` imports (the standard domain: 1 if not imported)."""
+    opsets = {canonical_domain(o.domain): o.version for o in model.opset_import}
     opsets.setdefault("", 1)
     return opsets
 
@@ -208,13 +210,13 @@ def unsupported_ops(model_or_nodes: onnx.ModelProto | Sequence[onnx.NodeProto],
 
             model = inliner.inline_local_functions(model)
         nodes: Iterable[onnx.NodeProto] = model.graph.node
-        opsets = _opsets(model)
+        opsets = opset_versions(model)
     else:
         nodes = model_or_nodes
         opsets = {"": opset or onnx.defs.onnx_opset_version()}
     missing = set()
     for n in nodes:
-        domain = "" if n.domain == "ai.onnx" else n.domain
+        domain = canonical_domain(n.domain)
         if not is_supported(n.op_type, opsets.get(domain, 1), domain):
             missing.add(_op_label(domain, n.op_type))
     return sorted(missing)
@@ -233,10 +235,10 @@ def check_supported(model: onnx.ModelProto) -> None:
 
 def _unbindable(model: onnx.ModelProto) -> list[str]:
     """`Op (reason)` for each distinct bind-time refusal among the model's nodes."""
-    opsets = _opsets(model)
+    opsets = opset_versions(model)
     refused: dict[str, None] = {}
     for n in model.graph.node:
-        domain = "" if n.domain == "ai.onnx" else n.domain
+        domain = canonical_domain(n.domain)
         if n.op_type == "Constant":
             continue    # binding copies its value; a Constant always binds
         try:
