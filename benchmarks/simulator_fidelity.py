@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
     from placer.measure.profiled import ProfiledCostModel
     from placer.measure.simulator import Simulator
-    from placer.placers.compare import learned_row
+    from placer.commands.compare import learned_rows
 
     graph = load_graph(resolve(args.graph), parse_input_shapes(args.input_shape))
     devs = parse_devices(args.devices) if args.devices else default_devices()
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     placements = varied_placements(graph, names, cost, seed=args.seed)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if args.include_rl:
-        placements.append(("learned", learned_row(graph, args.include_rl, names).placement))
+        placements.append(("learned", learned_rows(graph, args.include_rl, names)[0].placement))
     sim = Simulator(graph, names, cost)
     index = {d: i for i, d in enumerate(names)}
     assigns = [[index[p.nodes[n]] for n in graph.nodes] for _, p in placements]

@@ -1,17 +1,23 @@
 """`placer compare`: every baseline placer, and optionally a learned placement, measured side by
-side on the real devices in one run."""
+side on the real devices in one run. The comparison itself is `placer.placers.compare`; here are
+the arguments, what a training run's folder holds, and where the results go (`compare_report`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from placer.commands.common import add_devices_arg, add_graph_args, devices_from_args, load_graph_from_args
 from placer.errors import PlacerError
 
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
+
+log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
@@ -23,7 +29,8 @@ def register(subparsers) -> None:
         description="Profile the graph on the devices (cached), run every baseline placer, measure each "
                     "placement for real in one run, and print step time, spread, speedup over the best "
                     "single device, ratio to the lower bound, peak memory and the time each placer took. "
-                    "Saves compare.csv, compare.json and a bar chart compare.png (matplotlib) in --out.")
+                    "Saves compare.csv, compare.json and a bar chart compare.png (matplotlib) in --out; "
+                    "--json prints what compare.json holds instead of the table.")
     add_graph_args(parser)
     add_devices_arg(parser)
     parser.add_argument("--include-rl", metavar="runs/NAME", default=None,
@@ -42,19 +49,23 @@ def register(subparsers) -> None:
     parser.add_argument("--refresh-profile", action="store_true",
                         help="profile the graph again even if a cached profile exists")
     parser.add_argument("--no-plot", action="store_true", help="do not draw compare.png")
+    parser.add_argument("--json", action="store_true",
+                        help="print the comparison as JSON (what compare.json holds) instead of the table")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Profile, place, measure, print the table and save it."""
+    from placer.commands.compare_report import comparison_json, format_table, write_outputs
     from placer.measure.measurer import MeasureProtocol
     from placer.measure.profiled import ProfiledCostModel
-    from placer.placers.compare import check_placer_names, format_table, write_outputs
+    from placer.placers.compare import check_placer_names
 
     placers = [p.strip() for p in args.placers.split(",") if p.strip()]
     check_placer_names(placers)
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
+    out = Path(args.out) if args.out else Path("runs") / f"compare-{Path(args.graph).stem}"
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
     protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout)
@@ -68,11 +79,10 @@ def run(args: argparse.Namespace) -> int:
     comparison = _measure_side_by_side(graph, devices, cost, placers, args.include_rl, args.samples, args.seed,
                                        protocol, progress=lambda row: print(f"measuring {row.name} ...", file=sys.stderr))
 
-    print(format_table(comparison))
+    print(comparison_json(comparison) if args.json else format_table(comparison), end="" if args.json else "\n")
     _warn_if_profile_drifted(comparison, cost)
-    out = Path(args.out) if args.out else Path("runs") / f"compare-{Path(args.graph).stem}"
     paths = write_outputs(comparison, out, plot=not args.no_plot)
-    print(f"saved {', '.join(str(p) for p in paths)}")
+    print(f"saved {', '.join(str(p) for p in paths)}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -81,7 +91,7 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     """Run the placers (and add the run's placements), then measure them all in one go."""
     from placer.measure.measurer import RealMeasurer
     from placer.placers import caps_from_devices
-    from placer.placers.compare import baseline_rows, compare, learned_rows
+    from placer.placers.compare import baseline_rows, compare
 
     names = [d.name for d in devices]
     caps = caps_from_devices(devices)
@@ -111,7 +121,6 @@ def _random_search_options(graph, names: list[str], run_dir, samples: int | None
     """random_search searches the learner's space with the learner's sample count: the groups and
     samples of the --include-rl run (its summary.json); --samples sets the count instead."""
     from placer.graph.grouping import METHODS, Grouping, group_graph
-    from placer.placers.compare import run_summary
 
     summary = run_summary(run_dir) if run_dir else {}
     options = {"samples": samples or summary.get("samples") or DEFAULT_SAMPLES}
@@ -122,6 +131,35 @@ def _random_search_options(graph, names: list[str], run_dir, samples: int | None
     elif summary.get("groups") and method in METHODS:
         options["grouping"] = group_graph(graph, summary["groups"], len(names), method)
     return options
+
+
+def learned_rows(graph, run_dir, devices: list[str]):
+    """The best placement of a training run (`run_dir` is its folder, runs/NAME, or a placement
+    file) as the row "learned" and, when the run saved it, the policy's own greedy placement as
+    "learned_greedy": the one that shows what the policy learned."""
+    from placer.placement import Placement
+    from placer.placers.compare import learned_row
+
+    run_dir = Path(run_dir)
+    files = {"learned": run_dir / "placement.json" if run_dir.is_dir() else run_dir}
+    if run_dir.is_dir() and (run_dir / "greedy_placement.json").is_file():
+        files["learned_greedy"] = run_dir / "greedy_placement.json"
+    summary = run_summary(run_dir)
+    return [learned_row(graph, Placement.load(path), devices, name=name, find_time_s=summary.get("wall_time_s"),
+                        samples=summary.get("samples")) for name, path in files.items()]
+
+
+def run_summary(run_dir) -> dict[str, Any]:
+    """A training run's summary.json (next to its placement.json), or {} when absent or unreadable."""
+    run_dir = Path(run_dir)
+    path = (run_dir if run_dir.is_dir() else run_dir.parent) / "summary.json"
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        log.warning("could not read %s; the learned placement's search time and samples are unknown", path)
+        return {}
 
 
 def _warn_if_profile_drifted(comparison, cost) -> None:

@@ -191,7 +191,7 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
     """Every baseline placer, random search with the run's samples, and the run's placements,
     measured side by side now: the figures that say whether learning beat the heuristics."""
     from placer.commands.compare import comparison_for_run
-    from placer.placers.compare import format_table, write_outputs
+    from placer.commands.compare_report import format_table, write_outputs
 
     print("measuring every baseline placer and the learned placements side by side ...")
     comparison = comparison_for_run(graph, devices, cost, run_dir, seed=args.seed,

@@ -1,0 +1,103 @@
+"""`placer compare` end to end: baselines and a training run's placements measured for real on a
+tiny model, the files it saves, and --json."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from placer.cli import main
+
+DEVICES = ["cpu:0", "cpu:1"]
+
+
+def _tiny_model_file(path):
+    rng = np.random.default_rng(0)
+    w = lambda name, *shape: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+             helper.make_node("Relu", ["a"], ["ar"], name="relu_a"),
+             helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1], name="conv_b"),
+             helper.make_node("Sigmoid", ["b"], ["bs"], name="sig_b"),
+             helper.make_node("Add", ["ar", "bs"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+                              initializer=[w("w1", 8, 3, 3, 3), w("w2", 8, 3, 3, 3)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_placer_compare_measures_the_baselines_and_a_learned_placement_for_real(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    from placer.graph.load import load_graph
+    from placer.placement import Placement
+
+    graph = load_graph(model)
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    nodes = {n: ("cpu:1" if n.endswith("_b") else "cpu:0") for n in graph.nodes}
+    Placement(DEVICES, nodes, graph.sha256).save(run / "placement.json")
+    (run / "summary.json").write_text(json.dumps({"wall_time_s": 12.5, "samples": 12, "groups": 2,
+                                                  "grouping": "partition"}))
+
+    out = tmp_path / "out"
+    code = main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]",
+                 "--warmup", "0", "--repeats", "1", "--out", str(out), "--include-rl", str(run), "--no-plot",
+                 "--placers", "single,random,metis,m_etf,heft,random_search"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    for name in ("single:cpu:0", "single:cpu:1", "random", "metis", "m_etf", "heft", "random_search", "learned",
+                 "lower bound", "learning is worth: learned", "vs random search (12 samples)"):
+        assert name in printed
+    data = json.loads((out / "compare.json").read_text())
+    rows = {r["name"]: r for r in data["rows"]}
+    assert all(r["status"] == "ok" and r["step_time_s"] > 0 for r in rows.values())
+    assert rows["learned"]["find_time_s"] == 12.5 and rows["learned"]["device_counts"] == {"cpu:0": 3, "cpu:1": 2}
+    # random_search drew as many placements as the learner, in the learner's groups.
+    searched = Placement.load(out / "placements" / "random_search.json").extra["placer"]
+    assert searched["samples"] == 12 and searched["groups"] == 2
+    worth = data["learning_vs_random_search"]
+    assert worth["learned_step_time_s"] == rows["learned"]["step_time_s"]
+    assert worth["learned_samples"] == worth["random_search_samples"] == 12
+    assert worth["ratio"] == pytest.approx(rows["random_search"]["step_time_s"] / rows["learned"]["step_time_s"])
+
+
+def test_placer_compare_runs_random_search_with_the_samples_asked_for(tmp_path, monkeypatch, capsys):
+    from placer.placement import Placement
+
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    out = tmp_path / "out"
+    assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
+                 "--repeats", "1", "--out", str(out), "--no-plot", "--placers", "single,random_search",
+                 "--samples", "9"]) == 0
+    assert "random_search" in capsys.readouterr().out
+    rows = {r["name"]: r for r in json.loads((out / "compare.json").read_text())["rows"]}
+    assert rows["random_search"]["status"] == "ok" and rows["random_search"]["predicted_step_time_s"] > 0
+    assert Placement.load(out / "placements" / "random_search.json").extra["placer"]["samples"] == 9
+    assert main(["compare", "--graph", str(model), "--samples", "0", "--out", str(out)]) == 2
+    assert "--samples must be at least 1" in capsys.readouterr().err
+
+
+def test_placer_compare_refuses_an_unknown_placer(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]",
+                 "--placers", "single,magic", "--warmup", "0", "--repeats", "1", "--out", str(tmp_path)]) == 2
+    assert "unknown placer(s) magic" in capsys.readouterr().err
+
+
+def test_placer_compare_json_prints_what_compare_json_holds_and_nothing_else(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    out = tmp_path / "out"
+    assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
+                 "--repeats", "1", "--out", str(out), "--no-plot", "--placers", "single,m_etf", "--json"]) == 0
+    printed = capsys.readouterr()
+    assert printed.out == (out / "compare.json").read_text()
+    data = json.loads(printed.out)
+    assert data["format"] == "placer.compare/1"
+    assert [r["name"] for r in data["rows"]] == ["single:cpu:0", "single:cpu:1", "m_etf"]
+    assert "saved" in printed.err and "lower bound" not in printed.out
