@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_graph_args, add_placement_args
+from placer.commands.common import add_graph_args, add_placement_args, check_writable
 
 
 def register(subparsers) -> None:
@@ -38,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.output and not args.split:
         raise PlacerError("say where to write: -o PLACED.onnx for the annotated model, --split DIR for "
                           "per-device models, or both")
+    if args.output:
+        check_writable(args.output, "-o")
+    if args.split:
+        check_writable(args.split, "--split", folder=True)
     path = resolve(args.graph)
     original = read_model(path)
     graph = load_graph(original, parse_input_shapes(args.input_shape))

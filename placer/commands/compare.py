@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from placer.commands.common import add_devices_arg, add_graph_args, devices_from_args, load_graph_from_args
+from placer.commands.common import (add_devices_arg, add_graph_args, check_writable, devices_from_args,
+                                   load_graph_from_args)
 from placer.errors import PlacerError
 
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     check_placer_names(placers)
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
-    out = Path(args.out) if args.out else Path("runs") / f"compare-{Path(args.graph).stem}"
+    out = check_writable(args.out or Path("runs") / f"compare-{Path(args.graph).stem}", "--out", folder=True)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
     protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_devices_arg, add_graph_args, add_placement_args
+from placer.commands.common import add_devices_arg, add_graph_args, add_placement_args, check_writable
 
 
 def register(subparsers) -> None:
@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
     from placer.measure.prepare import prepare
 
+    if args.profile:
+        check_writable(args.profile, "--profile")
     graph = load_graph_from_args(args)
     placement = placement_from_args(args, graph)
     devices = devices_for(args, placement)

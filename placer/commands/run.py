@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from placer.commands.common import add_devices_arg, add_graph_args, add_placement_args
+from placer.commands.common import add_devices_arg, add_graph_args, add_placement_args, check_writable
 
 
 def register(subparsers) -> None:
@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.executor import ExecutionFailure, PlacedExecutor
     from placer.measure.measurer import random_feeds
 
+    if args.outputs:
+        check_writable(args.outputs, "--outputs")
     graph = load_graph_from_args(args)
     placement = placement_from_args(args, graph)
     devices = devices_for(args, placement)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_graph_args, add_placement_args
+from placer.commands.common import add_graph_args, add_placement_args, check_writable
 
 
 def register(subparsers) -> None:
@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from placer.errors import PlacerError
     from placer.placement import Placement
 
+    if args.output:
+        check_writable(args.output, "-o")
     graph = load_graph_from_args(args)
     if args.placement:
         placement, origin = Placement.load(args.placement), args.placement

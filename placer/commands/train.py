@@ -84,16 +84,18 @@ def parse_budget(text: str) -> float:
 
 
 def _run_dir(args: argparse.Namespace) -> Path:
+    from placer.commands.common import check_writable
     from placer.policy.checkpoint import FILENAME
 
     if args.run_dir is None:
         if args.resume:
             raise PlacerError("--resume needs the --run-dir of the run to continue")
-        return Path("runs") / f"{Path(args.graph).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return check_writable(Path("runs") / f"{Path(args.graph).stem}-{time.strftime('%Y%m%d-%H%M%S')}",
+                              "--run-dir", folder=True)
     run_dir = Path(args.run_dir)
     if not args.resume and (run_dir / FILENAME).exists():
         raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
-    return run_dir
+    return check_writable(run_dir, "--run-dir", folder=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from pathlib import Path
 
+from placer.commands.common import check_writable
 from placer.errors import PlacerError
 
 
@@ -58,7 +58,7 @@ def _export(args: argparse.Namespace) -> int:
     import graphs
 
     graphs.get(args.name)  # an unknown name fails before anything is built
-    path = Path(args.output) if args.output else Path(f"{args.name}.onnx")
+    path = check_writable(args.output or f"{args.name}.onnx", "-o")
     options = {key: value for key in ("layers", "vocab") if (value := getattr(args, key)) is not None}
     start = time.perf_counter()
     try:
