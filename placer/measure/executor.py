@@ -6,6 +6,9 @@ only for the tensors it reads from other devices. Design:
 - *Schedule* (`placer.measure.schedule`): computed once per placement; for each device its steps,
   the remote tensors each step needs first, the outputs other devices read (published after the
   producing step) and the tensors dropped after their last local use.
+- *Walk* (`placer.measure.walk`): a worker runs its steps with the same interpreter loop as the
+  reference interpreter and the simulator; its own parts are the kernel call, receiving a tensor
+  on its first read (`_Inbox`) and publishing one after the step that makes it.
 - *Constants*: parameters and folded shape/constant subgraphs (`placer.measure.prepare`) are put
   on each device that reads them once, when the executor is built; small integer tensors that
   kernels read on the host (shapes, axes) stay on the CPU so no kernel ever syncs a GPU for them.
@@ -21,11 +24,13 @@ only for the tensors it reads from other devices. Design:
   aborts the others.
 
 Training-step objective (later issue): a step is any callable with named inputs and outputs
-(`schedule.Step`), so a backward pass is more steps appended to each device's list — the VJP of
+(`walk.Step`), so a backward pass is more steps appended to each device's list — the VJP of
 each node, in reverse topological order, on the node's device, reading ``grad:<tensor>`` names —
 and `build_schedule` derives the crossings (gradients flow back over the same edges), frees and
-memory the same way. Saved activations are kept by not freeing forward tensors a backward step
-reads, which the last-use rule already does. Only `_forward_steps` would gain a sibling.
+memory the same way, and the walk runs them like any other step. Saved activations are kept by
+not freeing forward tensors a backward step reads, which the last-use rule already does. Only
+`_forward_steps` would gain a sibling, and a worker would find a backward step's callable where
+it finds a kernel (`_Worker.kernels`, by step name).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -46,7 +51,8 @@ from placer.graph.opgraph import OpGraph
 from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
 from placer.measure.memory import MemoryEstimate, predict_peak_memory
 from placer.measure.prepare import PreparedGraph, check_feeds, prepare
-from placer.measure.schedule import Schedule, Step, build_schedule
+from placer.measure.schedule import Schedule, build_schedule
+from placer.measure.walk import Step, walk
 from placer.placement import Placement
 
 log = logging.getLogger(__name__)
@@ -151,11 +157,8 @@ class _Worker:
         self.stream = None
         self.threads_in_use = 0
         sched = executor.schedule.per_device[device.name]
-        kernels = executor.prepared.kernels
-        # the hot loop reads tuples, not objects
-        self.program = [(kernels[s.name], s.inputs, [t for t in s.outputs], sched.recv[i], sched.publish[i],
-                         sched.frees[i], s.name)
-                        for i, s in enumerate(sched.steps)]
+        self.schedule = sched
+        self.kernels = [executor.prepared.kernels[s.name] for s in sched.steps]
         self.feeds = list(sched.feeds)
         self.outputs = list(sched.outputs)
         self.consts = executor._consts[device.name]
@@ -196,41 +199,48 @@ class _Worker:
         return exc
 
     def _run(self, job: _Job) -> None:
-        env = dict(self.consts)
+        env = _Inbox(self, job)
+        env.update(self.consts)
         for t in self.feeds:
             env[t] = self._to_device(job.feeds[t])
-        deadline, abort, prof = job.deadline, job.abort, job.profile
+        sched, deadline, abort = self.schedule, job.deadline, job.abort
+        run_step = self._run_kernel if job.profile is None else self._timed(job.profile)
         clock = time.perf_counter
-        for fn, ins, outs, recv, pub, frees, name in self.program:
-            for t in recv:
-                env[t] = self._receive(job, t)
-            if prof is not None:
-                start = clock()
-            try:
-                values = fn([env[t] if t else None for t in ins])
-            except Exception as exc:
-                if self.is_cuda and isinstance(exc, torch.cuda.OutOfMemoryError):
-                    raise OutOfMemory(f"{self.name} ran out of memory in node {name!r}") from exc
-                raise KernelError(f"node {name!r} failed on {self.name}: {type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
-            if prof is not None:
-                if self.is_cuda:
-                    self.stream.synchronize()
-                prof.node_times[name] = clock() - start
-                prof.node_device[name] = self.name
-            for t, v in zip(outs, values):
-                if t:
-                    env[t] = v
-            for t in pub:
+        for i in walk(sched.steps, sched.frees, env, run_step):
+            for t in sched.publish[i]:
                 self._publish(job, t, env[t])
-            for t in frees:
-                del env[t]
             if abort.is_set():
                 return
             if clock() > deadline:
-                raise StepTimeout(f"step exceeded its time limit on {self.name} (after node {name!r})")
+                raise StepTimeout(f"step exceeded its time limit on {self.name} (after node {sched.steps[i].name!r})")
         for t in self.outputs:
             job.results[t] = env[t]
+
+    def _run_kernel(self, i: int, inputs: list[torch.Tensor | None]) -> list[torch.Tensor]:
+        """Step i's kernel on its inputs; a failure names the node."""
+        try:
+            return self.kernels[i](inputs)
+        except Exception as exc:
+            name = self.schedule.steps[i].name
+            if self.is_cuda and isinstance(exc, torch.cuda.OutOfMemoryError):
+                raise OutOfMemory(f"{self.name} ran out of memory in node {name!r}") from exc
+            raise KernelError(f"node {name!r} failed on {self.name}: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+    def _timed(self, profile: StepProfile) -> Callable[[int, list[torch.Tensor | None]], list[torch.Tensor]]:
+        """`_run_kernel` that records each node's duration (CUDA nodes synchronised) into `profile`."""
+        clock = time.perf_counter
+
+        def run_step(i: int, inputs: list[torch.Tensor | None]) -> list[torch.Tensor]:
+            start = clock()
+            outputs = self._run_kernel(i, inputs)
+            if self.is_cuda:
+                self.stream.synchronize()
+            name = self.schedule.steps[i].name
+            profile.node_times[name] = clock() - start
+            profile.node_device[name] = self.name
+            return outputs
+        return run_step
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         if tensor.device == self.torch_device:
@@ -265,6 +275,18 @@ class _Worker:
             # the source block must not be reused before this stream's copy has read it
             value.record_stream(self.stream)
         return copy
+
+
+class _Inbox(dict):
+    """A worker's tensors by name; one it does not hold yet comes from the device producing it."""
+
+    def __init__(self, worker: _Worker, job: _Job) -> None:
+        super().__init__()
+        self.worker, self.job = worker, job
+
+    def __missing__(self, tensor: str) -> torch.Tensor:
+        value = self[tensor] = self.worker._receive(self.job, tensor)
+        return value
 
 
 class _Aborted(Exception):

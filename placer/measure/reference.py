@@ -1,7 +1,8 @@
 """A plain sequential interpreter of an ONNX graph over the torch kernels.
 
 Used to complete shapes that static inference leaves unknown, as the engine of the conformance
-backend, and as the single-device reference the placed executor is checked against.
+backend, and as the single-device reference the placed executor is checked against. It is the
+shared walk (`placer.measure.walk`) over the model's nodes with a bound kernel as each step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from placer.graph.structure import canonical_domain
 from placer.measure.kernels import bind_node, check_supported
 from placer.measure.kernels.dtypes import to_numpy, to_torch
 from placer.measure.kernels.registry import opset_versions
+from placer.measure.walk import Step, last_uses, walk
 
 log = logging.getLogger(__name__)
 
@@ -63,41 +65,43 @@ def iter_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray | torch.Tens
         t = value if isinstance(value, torch.Tensor) else to_torch(value)
         values[name] = t.to(device)
 
-    # Last reader of each tensor, to free it once read.
-    last_use: dict[str, int] = {}
-    for i, node in enumerate(graph.node):
-        for name in node.input:
-            if name:
-                last_use[name] = i
-    pinned = set(keep or ()) | {o.name for o in graph.output}
+    nodes = list(graph.node)
+    steps = [Step(n.name or f"#{i}", n.op_type, tuple(n.input), tuple(n.output)) for i, n in enumerate(nodes)]
+    _check_order(nodes, set(values))
+    kernels = [bind_node(n, opsets.get(canonical_domain(n.domain), 1)) for n in nodes]
 
-    kernels = [bind_node(n, opsets.get(canonical_domain(n.domain), 1)) for n in graph.node]
-    for i, (node, kernel) in enumerate(zip(graph.node, kernels)):
-        try:
-            inputs = [values[name] if name else None for name in node.input]
-        except KeyError as e:
-            raise PlacerError(f"node {node.name or node.op_type!r} reads {e.args[0]!r}, which no "
-                              "earlier node produces; the model is not in topological order") from None
+    def run_node(i: int, inputs: list[torch.Tensor | None]) -> list[torch.Tensor]:
         # Trailing omitted inputs are dropped so kernels can test len(inputs).
         while inputs and inputs[-1] is None:
             inputs.pop()
         try:
-            outputs = kernel(inputs)
+            return kernels[i](inputs)
         except (RuntimeError, ValueError, IndexError, TypeError, NotImplementedError) as e:
             # A kernel failing on this model's data: name the node so the user can find it.
+            node = nodes[i]
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             shapes = ", ".join("-" if t is None else "x".join(map(str, t.shape)) or "scalar"
                                for t in inputs)
             raise PlacerError(f"node {node.name or node.op_type!r} ({node.op_type}) failed on inputs "
                               f"of shape [{shapes}]: {reason}; check the model and its input shapes"
                               ) from e
-        for name, value in zip(node.output, outputs):
-            if name:
-                values[name] = value
-                yield name, value
+
+    # What the caller keeps and the graph returns is never dropped.
+    frees = last_uses(steps, keep=set(keep or ()) | {o.name for o in graph.output})
+    for i in walk(steps, frees, values, run_node):
+        for name in steps[i].outputs:
+            if name in values:
+                yield name, values[name]
+
+
+def _check_order(nodes: Sequence[onnx.NodeProto], available: set[str]) -> None:
+    """Refuse a node that reads a tensor no earlier node produces, before anything runs."""
+    for node in nodes:
         for name in node.input:
-            if name and last_use.get(name) == i and name not in pinned:
-                values.pop(name, None)
+            if name and name not in available:
+                raise PlacerError(f"node {node.name or node.op_type!r} reads {name!r}, which no earlier "
+                                  "node produces; the model is not in topological order")
+        available.update(node.output)
 
 
 def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray],

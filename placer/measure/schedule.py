@@ -1,25 +1,18 @@
 """Static per-device schedules of a placed graph: what each worker runs, in which order, which
 tensors cross devices and when each one can be dropped.
 
-A schedule is pure data computed once per placement; the executor's workers interpret it and
-`placer.measure.memory` accounts peak memory from it. It is built from generic `Step`s (a
-callable's input and output tensor names) rather than from ONNX nodes, so a backward pass is
-more steps in the same list (see `PlacedExecutor`).
+A schedule is pure data computed once per placement; the executor's workers run it with
+`placer.measure.walk.walk` and `placer.measure.memory` accounts peak memory from it. It is built
+from generic `Step`s (a callable's input and output tensor names) rather than from ONNX nodes, so
+a backward pass is more steps in the same list (see `PlacedExecutor`); when a tensor is dropped
+is the walk's last-use rule (`last_uses`), per device.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class Step:
-    """One unit of work of a worker: read the tensors `inputs` ('' = omitted), write `outputs`."""
-
-    name: str
-    op_type: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
+from placer.measure.walk import Step, last_uses
 
 
 @dataclass
@@ -91,7 +84,6 @@ def build_schedule(steps: list[Step], assignment: dict[str, str], devices: list[
         sched.steps.append(step)
         sched.recv.append(recv)
         sched.publish.append([])
-        sched.frees.append([])
         for t in step.outputs:
             if t:
                 home[t] = dev
@@ -101,30 +93,8 @@ def build_schedule(steps: list[Step], assignment: dict[str, str], devices: list[
                     sched.outputs.append(t)
 
     for sched in per.values():
-        _plan_frees(sched, set(sched.consts), wanted_outputs)
+        # A tensor read only elsewhere is dropped after the step that publishes it (the exchange
+        # keeps it alive until every destination has taken it); constants and graph outputs stay.
+        sched.frees = last_uses(sched.steps, keep=set(sched.consts) | wanted_outputs)
     return Schedule(devices=list(devices), per_device=per, home=home, crossings=crossings,
                     outputs=list(outputs))
-
-
-def _plan_frees(sched: DeviceSchedule, consts: set[str], keep: set[str]) -> None:
-    """Drop every non-constant tensor right after its last use on this device.
-
-    A tensor produced here and read only elsewhere is dropped after the step that publishes it
-    (the exchange keeps it alive until every destination has taken it). Graph outputs stay.
-    """
-    last: dict[str, int] = {}
-    for i, step in enumerate(sched.steps):
-        for t in sched.recv[i]:
-            last[t] = i
-        for t in step.inputs:
-            if t:
-                last[t] = i
-        for t in step.outputs:
-            if t:
-                last[t] = i  # an output no local step reads dies with its producing step
-    for t in sched.feeds:
-        last.setdefault(t, 0)
-    for t, i in last.items():
-        if t in consts or t in keep:
-            continue
-        sched.frees[i].append(t)

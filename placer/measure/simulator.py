@@ -6,7 +6,9 @@ between the two as soon as its producer finishes, each link carrying one copy at
 same topological order; a node starts when its device is free and every input has arrived.
 Because every resource (device or link) serves its jobs in a fixed order, the event times follow
 from one pass over the nodes in topological order, with no event heap: each job starts at the
-later of "its resource is free" and "its inputs are done", and both are known by then.
+later of "its resource is free" and "its inputs are done", and both are known by then. That pass
+is the shared walk (`placer.measure.walk`) with, as each value, a tensor's arrival time on every
+device: `Simulator.simulate` runs it for one placement, `simulate_batch` for many at once.
 
 Memory comes from tensor lifetimes: a node's output is allocated when it starts and freed when
 its last consumer on that device finishes (and its outgoing copies are done); a copy lives on its
@@ -19,6 +21,7 @@ Costs come only from a `placer.measure.costmodel.CostModel`.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -30,6 +33,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.measure.costmodel import CostModel
 from placer.measure.measurement import INVALID, OOM, Measurement
+from placer.measure.walk import Step, last_uses, walk
 from placer.placement import Placement
 
 # Defaults of the analytic model, per device kind: rough figures of one CPU core's share and a
@@ -139,9 +143,13 @@ class Simulator:
                 self.t_xfer.append([float(cost_model.transfer_time(nbytes, s, d))
                                     for s in self.devices for d in self.devices])
                 self.out_tensors[i].append(tid)
-        self.in_tensors: list[list[int]] = [
-            sorted({tensor_id[t] for t in node.inputs if t in tensor_id and producer.get(t) != name})
-            for name, node in graph.nodes.items()]
+        # The program the walk runs: each node reads the tensors other nodes produce and writes
+        # the ones some node reads or the graph returns; a value is a tensor's arrival per device.
+        self.steps = [Step(name, node.op_type,
+                           tuple(dict.fromkeys(t for t in node.inputs if t in tensor_id and producer.get(t) != name)),
+                           tuple(t for t in node.outputs if t in tensor_id))
+                      for name, node in graph.nodes.items()]
+        self.frees = last_uses(self.steps)
 
         # Resident data: weights and graph inputs, each counted once on every device reading it.
         resident: dict[str, int] = {t.name: t.nbytes for t in graph.initializers.values()}
@@ -179,39 +187,46 @@ class Simulator:
         finish = [0.0] * n
         dev_free = [0.0] * D
         link_free = [0.0] * (D * D)
-        arrival = [math.inf] * (len(self.t_bytes) * D)
         # Copies made: (tensor, dst, transfer start, transfer end).
         copies: list[tuple[int, int, float, float]] = []
-        t_xfer, in_tensors, out_tensors = self.t_xfer, self.in_tensors, self.out_tensors
+        t_xfer, out_tensors = self.t_xfer, self.out_tensors
         # Which devices read each tensor, found with one numpy scatter instead of per-tensor sets.
         a = np.asarray(assign, dtype=np.int64)
         readers = np.zeros((len(self.t_bytes), D), dtype=bool)
         readers[self._e_tensor, a[self._e_consumer]] = True
         readers[np.arange(len(self.t_bytes)), a[self._t_producer]] = False
-        remote = [np.flatnonzero(row).tolist() if row.any() else () for row in readers] if D > 1 else None
+        remote = _remote_devices(readers)
+        never = [math.inf] * D
 
-        for i in range(n):
+        def run_node(i: int, inputs: list[list[float]]) -> list[list[float]]:
+            """Start when the device is free and every input has arrived; send the outputs on."""
             d = assign[i]
             ready = dev_free[d]
-            for t in in_tensors[i]:
-                a = arrival[t * D + d]
-                if a > ready:
-                    ready = a
+            for arrival in inputs:
+                if arrival[d] > ready:
+                    ready = arrival[d]
             fin = ready + op_time[i][d]
             start[i] = ready
             finish[i] = fin
             dev_free[d] = fin
+            outputs = []
             for t in out_tensors[i]:
-                arrival[t * D + d] = fin
-                for dst in (remote[t] if remote is not None else ()):
+                arrival = never.copy()
+                arrival[d] = fin
+                for dst in remote[t]:
                     link = d * D + dst
                     s = link_free[link]
                     if fin > s:
                         s = fin
                     e = s + t_xfer[t][link]
                     link_free[link] = e
-                    arrival[t * D + dst] = e
+                    arrival[dst] = e
                     copies.append((t, dst, s, e))
+                outputs.append(arrival)
+            return outputs
+
+        for _ in walk(self.steps, self.frees, {}, run_node):
+            pass
 
         step = max(max(dev_free), max(link_free)) if n else 0.0
         peaks = self._peak_memory(assign, start, finish, copies, step)
@@ -267,6 +282,20 @@ class Simulator:
         return peaks
 
 
+
+def _remote_devices(readers: np.ndarray) -> list[tuple[int, ...]]:
+    """Row t of the (tensors x devices) `readers` as the tuple of its devices (the hot loop's form)."""
+    if readers.shape[1] > 62:
+        return [tuple(np.flatnonzero(row).tolist()) for row in readers]
+    # one integer per row: a matrix product and one cached lookup instead of a numpy call per row
+    return [_devices_in(code) for code in (readers @ (1 << np.arange(readers.shape[1]))).tolist()]
+
+
+@functools.cache
+def _devices_in(code: int) -> tuple[int, ...]:
+    """The device indices of a set of devices written as bits (0b101 -> (0, 2))."""
+    return tuple(d for d in range(code.bit_length()) if code >> d & 1)
+
 @dataclass
 class BatchResult:
     """Many simulated steps: times (inf where failed), peaks (placements x devices), failures."""
@@ -298,20 +327,23 @@ def simulate_batch(sim: Simulator, assign: np.ndarray) -> BatchResult:
     finish = np.zeros((B, n))
     dev_free = np.zeros((B, D))
     link_free = np.zeros((B, D * D))
-    arrival = np.full((T, B, D), np.inf)
     copy_start = np.full((B, T, D), np.nan)
     copy_end = np.full((B, T, D), np.nan)
-    for i in range(n):
+
+    def run_node(i: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        """`Simulator.simulate`'s step for every row: arrivals are (rows x devices) arrays."""
         d = A_run[:, i]
         ready = dev_free[rows, d]
-        for t in sim.in_tensors[i]:
-            ready = np.maximum(ready, arrival[t, rows, d])
+        for arrival in inputs:
+            ready = np.maximum(ready, arrival[rows, d])
         fin = ready + op_time[i, d]
         start[:, i] = ready
         finish[:, i] = fin
         dev_free[rows, d] = fin
+        outputs = []
         for t in sim.out_tensors[i]:
-            arrival[t, rows, d] = fin
+            arrival = np.full((B, D), np.inf)
+            arrival[rows, d] = fin
             for dst in range(D):
                 need = readers[:, t, dst] & (d != dst)
                 if not need.any():
@@ -321,9 +353,14 @@ def simulate_batch(sim: Simulator, assign: np.ndarray) -> BatchResult:
                 s = np.maximum(fin, lf)
                 e = s + xfer[t, link]
                 link_free[rows, link] = np.where(need, e, lf)
-                arrival[t, :, dst] = np.where(need, e, arrival[t, :, dst])
+                arrival[:, dst] = np.where(need, e, arrival[:, dst])
                 copy_start[:, t, dst] = np.where(need, s, np.nan)
                 copy_end[:, t, dst] = np.where(need, e, np.nan)
+            outputs.append(arrival)
+        return outputs
+
+    for _ in walk(sim.steps, sim.frees, {}, run_node):
+        pass
     step = np.maximum(dev_free.max(axis=1), link_free.max(axis=1)) if n else np.zeros(B)
     peaks = _batch_peaks(sim, A_run, start, finish, copy_start, copy_end, step)
     caps = np.array([c if c is not None else np.iinfo(np.int64).max for c in sim.mem_caps], dtype=np.int64)

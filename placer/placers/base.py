@@ -127,7 +127,8 @@ def executor_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]
     Every node counts as a step; the executor folds constant subgraphs out of its steps, so
     this is a little above its own figure, never below."""
     from placer.measure.memory import predict_peak_memory
-    from placer.measure.schedule import Step, build_schedule
+    from placer.measure.schedule import build_schedule
+    from placer.measure.walk import Step
 
     steps = [Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()]
     schedule = build_schedule(steps, placement.nodes, list(placement.devices), set(graph.initializers),

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from placer.measure.memory import predict_peak_memory
-from placer.measure.schedule import Step, build_schedule
+from placer.measure.schedule import build_schedule
+from placer.measure.walk import Step
 
 SIZES = {"x": 100, "w": 1000, "a": 10, "b": 20, "c": 40, "y": 5}
 

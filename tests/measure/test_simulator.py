@@ -214,3 +214,15 @@ def test_the_batch_simulation_gives_exactly_the_one_at_a_time_results():
         assert one.failure == failure
         if failure != INVALID:
             assert one.step_time == step and one.peak_memory == peaks.tolist()
+
+
+def test_the_simulation_is_the_same_with_more_devices_than_fit_in_a_machine_word():
+    """Past 62 devices the readers of a tensor are listed another way; the results do not change."""
+    g = load_graph(ladder(10))
+    devices = [f"cpu:{i}" for i in range(70)]
+    sim = Simulator(g, devices, AnalyticCostModel(devices))
+    every = np.random.default_rng(0).integers(0, len(devices), (20, len(g.nodes)))
+    batch = simulate_batch(sim, every)
+    for row, step, peaks in zip(every, batch.step_time, batch.peak_memory):
+        one = sim.simulate(row.tolist())
+        assert one.step_time == step and one.peak_memory == peaks.tolist()
