@@ -11,7 +11,8 @@ under the same cost model (below 1 is faster):
   bound    the lower bound on any placement (critical path and load)
 
 and `greedy vs random` (random search / greedy: above 1.05 meets the 5% target) and the entropy
-per group (at most 0.1 nats: converged). Devices are 1-thread virtual CPUs `cpu:K[threads=1]`.
+per group (at most 0.1 nats: converged), and samples per second of training to that budget
+(everything included: policy updates, simulator, warm start, checkpoints). Devices are 1-thread virtual CPUs `cpu:K[threads=1]`.
 
     python benchmarks/learning.py --quick          # the README table: seed 0, 2 and 4 devices
     python benchmarks/learning.py                  # 5 models x {2, 4} devices x 3 seeds x {500, 2000, 8000}
@@ -65,14 +66,17 @@ def run_one(graph, n_devices: int, seed: int, budgets: list[int], cost_model: st
     with tempfile.TemporaryDirectory() as run_dir:
         started = time.perf_counter()
         for i, budget in enumerate(budgets):
+            leg = time.perf_counter()
             s = train(graph, measurer, warm.grouping, run_dir, hp, samples=budget, seed=seed, resume=i > 0,
                       warm_start=warm).summary
+            trained = s["samples"] - (rows[-1]["samples"] if rows else 0)
             greedy = s["greedy"]["step_time"]
             rows.append({"model": graph.source, "devices": n_devices, "seed": seed, "budget": budget,
                          "samples": s["samples"], "groups": s["groups"], "best_baseline": warm.source,
                          "best_baseline_s": baseline, "greedy_s": greedy, "best_s": s["best_sample_step_time"],
                          "random_s": searched[budget], "bound_s": bound, "entropy_per_group": s["entropy_per_group"],
-                         "converged": s["converged"], "train_s": time.perf_counter() - started})
+                         "converged": s["converged"], "train_s": time.perf_counter() - started,
+                         "samples_per_s": trained / (time.perf_counter() - leg) if trained else None})
     return rows
 
 
@@ -82,7 +86,7 @@ def print_row(r: dict) -> None:
     print(f"{Path(r['model']).stem:<13} {r['devices']:>3} {r['seed']:>4} {r['budget']:>6} {r['groups']:>6}  "
           f"{r['best_baseline']:<13} {b * 1e3:8.2f}  {r['greedy_s'] / b:6.3f} {r['best_s'] / b:6.3f} "
           f"{r['random_s'] / b:6.3f} {r['bound_s'] / b:6.3f}  {vs_random:9.3f}  {r['entropy_per_group']:8.3f}  "
-          f"{r['train_s']:6.0f}", flush=True)
+          f"{r['train_s']:6.0f}  " + (f"{r['samples_per_s']:9.0f}" if r["samples_per_s"] else f"{'-':>9}"), flush=True)
 
 
 def main() -> int:
@@ -100,7 +104,7 @@ def main() -> int:
     seeds = args.seeds or ([0] if args.quick else [0, 1, 2])
     budgets = sorted(args.budgets or ([2000, 8000] if args.quick else [500, 2000, 8000]))
     print(f"{'model':<13} {'dev':>3} {'seed':>4} {'budget':>6} {'groups':>6}  {'best baseline':<13} {'ms':>8}  "
-          f"{'greedy':>6} {'best':>6} {'random':>6} {'bound':>6}  {'vs random':>9}  {'entropy':>8}  {'time s':>6}")
+          f"{'greedy':>6} {'best':>6} {'random':>6} {'bound':>6}  {'vs random':>9}  {'entropy':>8}  {'time s':>6}  {'samples/s':>9}")
     rows = []
     for name in models:
         graph = zoo_graph(name)
