@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import onnx
 
-from placer.graph.structure import STANDARD_DOMAINS
+from placer.graph.structure import STANDARD_DOMAINS, canonical_domain
 
 # The torch kernels run wherever torch runs; a kind is lost only where no kernel exists.
 ALL_KINDS = frozenset({"cpu", "cuda"})
@@ -22,7 +22,7 @@ def device_kinds(nodes: Sequence[onnx.NodeProto], opsets: Mapping[str, int],
     """The device kinds that can run each of `nodes` (empty: no kernel for it anywhere)."""
     result = []
     for node in nodes:
-        domain = "" if node.domain == "ai.onnx" else node.domain
+        domain = canonical_domain(node.domain)
         ok = node.domain in STANDARD_DOMAINS and (
             is_supported is None or bool(is_supported(node.op_type, opsets.get(domain, opsets.get("", 1)), domain)))
         result.append(ALL_KINDS if ok else frozenset())
