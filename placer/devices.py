@@ -93,11 +93,16 @@ def parse_devices(specs: str | list[str]) -> list[Device]:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise PlacerError(f"device {dupes[0]} is listed twice; give each device once")
-    if any(d.kind == "cpu" and d.index is None for d in devices) and len(devices) > 1 and \
-            any(d.kind == "cpu" and d.index is not None for d in devices):
+    if mixes_cpu_with_virtual_cpus(devices):
         raise PlacerError("do not mix 'cpu' with virtual CPU devices 'cpu:K'; use cpu:0, cpu:1, ...")
     check_available(devices)
     return devices
+
+
+def mixes_cpu_with_virtual_cpus(devices: Sequence[Device]) -> bool:
+    """Whether `devices` holds both the plain 'cpu' and a virtual 'cpu:K' (never usable together)."""
+    return any(d.kind == "cpu" and d.index is None for d in devices) and \
+        any(d.kind == "cpu" and d.index is not None for d in devices)
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -121,9 +126,14 @@ def cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def not_on_this_machine(devices: Sequence[Device]) -> list[str]:
+    """Names of the CUDA devices among `devices` that this machine does not have."""
+    return [d.name for d in devices if d.kind == "cuda" and d.index >= cuda_count()]
+
+
 def check_available(devices: list[Device]) -> None:
     """Refuse CUDA devices this machine does not have."""
-    missing = [d.name for d in devices if d.kind == "cuda" and d.index >= cuda_count()]
+    missing = not_on_this_machine(devices)
     if missing:
         have = ", ".join(f"cuda:{i}" for i in range(cuda_count())) or "none"
         raise PlacerError(f"device {', '.join(missing)} is not on this machine (CUDA devices here: {have}); "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from placer.devices import Device, cuda_count, parse_device
+from placer.devices import cuda_count, mixes_cpu_with_virtual_cpus, not_on_this_machine, parse_device
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.placement import Placement
@@ -66,7 +66,7 @@ def resolve_placement(graph: OpGraph, placement: Placement, device_map: dict[str
 def check_on_this_machine(devices: list[str]) -> None:
     """Refuse devices this machine lacks, listing them and saying how to map them with --map."""
     have = cuda_count()
-    absent = [d for d in devices if (dev := parse_device(d)).kind == "cuda" and dev.index >= have]
+    absent = not_on_this_machine([parse_device(d) for d in devices])
     if absent:
         here = ", ".join(f"cuda:{i}" for i in range(have)) or "no GPU"
         target = "cuda:0" if have else ("cpu:0" if any(d.startswith("cpu:") for d in devices) else "cpu")
@@ -78,9 +78,7 @@ def check_on_this_machine(devices: list[str]) -> None:
 
 def _check_mix(devices: list[str]) -> None:
     """The plain CPU and virtual CPU devices cannot be mixed (as `parse_devices` rules)."""
-    parsed: list[Device] = [parse_device(d) for d in devices]
-    if any(d.kind == "cpu" and d.index is None for d in parsed) and \
-            any(d.kind == "cpu" and d.index is not None for d in parsed):
+    if mixes_cpu_with_virtual_cpus([parse_device(d) for d in devices]):
         raise PlacerError("the placement mixes 'cpu' with virtual CPU devices 'cpu:K'; "
                           "map one onto the other, e.g. --map cpu=cpu:0")
 
