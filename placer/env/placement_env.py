@@ -11,6 +11,7 @@ The reward is -sqrt(step time in seconds); a failed placement counts as if it to
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Sequence
 
 import gymnasium as gym
@@ -30,7 +31,8 @@ MODES = ("one_shot", "sequential")
 class PlacementEnv(gym.Env):
     """Place the groups of `graph` on the measurer's devices; reward = -sqrt(step time).
 
-    `graph` is an `OpGraph` or a path to an ONNX file. Without a `measurer`, placements are
+    `graph` is an `OpGraph` or a path to an ONNX file (whose dynamic dimensions `input_shapes`
+    binds, as `--input-shape` does). Without a `measurer`, placements are
     simulated with the analytic cost model on `devices` (default: the machine's devices).
     Observation: ``features`` (groups x features), ``adjacency`` (groups x groups) and
     ``placed`` (the device of each group so far; the number of devices marks "not yet").
@@ -38,16 +40,16 @@ class PlacementEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, graph: OpGraph | str, measurer: Measurer | None = None,
+    def __init__(self, graph: OpGraph | str | os.PathLike, measurer: Measurer | None = None,
                  devices: Sequence[Device | str] | None = None, grouping: Grouping | None = None,
                  n_groups: int | None = None, grouping_method: str = "partition", mode: str = "one_shot",
-                 failure_time: float = 100.0) -> None:
+                 failure_time: float = 100.0, input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
         if mode not in MODES:
             raise PlacerError(f"unknown environment mode {mode!r}; use one of {', '.join(MODES)}")
-        if isinstance(graph, str):
+        if isinstance(graph, (str, os.PathLike)):
             from placer.measure.loading import load_graph
 
-            graph = load_graph(graph)
+            graph = load_graph(graph, input_shapes)
         if measurer is None:
             from placer.devices import default_devices
             from placer.measure.simulator import SimulatedMeasurer

@@ -67,3 +67,15 @@ def test_an_unbound_anonymous_dimension_is_one_line_naming_the_input(paddle_cls,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unnamed dynamic dimension (input 'x', axis 2" in err
     assert "--input-shape x=1x3x1x1" in err
+
+
+def test_the_environment_takes_a_path_and_input_shapes_for_the_paddle_file(paddle_cls):
+    import gymnasium
+
+    import placer  # noqa: F401  (registers the environment)
+
+    env = gymnasium.make("placer/DevicePlacement-v0", graph=paddle_cls, devices=["cpu:0", "cpu:1"], n_groups=2,
+                         input_shapes={"x": (1, 3, 48, 192)})
+    env.reset(seed=0)
+    *_, info = env.step(env.action_space.sample())
+    assert info["measurement"]["ok"] and info["measurement"]["step_time"] > 0
