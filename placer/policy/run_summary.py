@@ -125,6 +125,9 @@ def write_outputs(session: TrainingSession, interrupted: bool,
                                   "training_step_time": c["training_step_time"], "step_time": c["step_time"]}
                                  for c in confirmed["candidates"]] if confirmed else None,
         "interrupted": interrupted,
+        # A pool of measuring workers (`--workers`) says how many measurements it retried, which
+        # workers it lost, and each worker's single-device figures.
+        "workers": sources.real.report() if hasattr(sources.real, "report") else None,
         **_learning_figures(state, n_groups, confirmed, ok.get(best_single) if best_single else None),
         "learning_curve": [{k: h.get(k, REAL) if k == "phase" else h[k]
                             for k in ("samples", "phase", "best_step_time", "sampled_step_time")}
@@ -174,3 +177,9 @@ def log_result(run_dir: Path, summary: dict[str, Any]) -> None:
         greedy = summary["greedy"]
         if greedy and greedy["step_time"] is not None:
             writer.add_scalar(f"{prefix}/greedy_step_time", greedy["step_time"], step)
+        workers = summary["workers"]
+        if workers:
+            writer.add_scalar("workers/retried", workers["retried"], step)
+            writer.add_scalar("workers/lost", len(workers["lost"]), step)
+            writer.add_text("workers/lost", "; ".join(f"{r['worker']}: {r['reason']}" for r in workers["lost"])
+                            or "none", step)

@@ -90,6 +90,7 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             with deferred_interrupt():
                 stats = session.update(actions, measurements)   # 3. one REINFORCE update
                 state.wall_time_s = budget.wall_time()
+                session.take_snapshot()                      # the batch is whole: nothing to undo from here
             session.log(stats)                               # 4. log, checkpoint now and then
             session.checkpoint_if_due()
             budget.show(state)
@@ -101,6 +102,11 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
         interrupted = True
         session.forget_unfinished_batch()
         log.warning("interrupted: saving the run at %d samples", state.samples)
+    except Exception:
+        # A measurer that cannot go on (no worker left): the checkpoint holds the last whole update,
+        # so that --resume continues exactly.
+        session.forget_unfinished_batch()
+        raise
     finally:
         budget.close()
         session.close()

@@ -141,26 +141,34 @@ def test_the_run_folder_holds_the_placement_the_summary_and_the_curves(trained, 
     assert events.Scalars("charts/cache_hit_rate")[-1].value > 0     # a converged policy repeats itself
 
 
-class _InterruptAfter:
-    """A measurer that presses Ctrl-C (raises KeyboardInterrupt) on its n-th measurement."""
+class _StopAfter:
+    """A measurer that raises `exc` on its n-th measurement: Ctrl-C, or a measurer that cannot go on
+    (a pool with no worker left)."""
 
-    def __init__(self, inner, n: int) -> None:
-        self.inner, self.devices, self.left = inner, inner.devices, n
+    def __init__(self, inner, n: int, exc: BaseException) -> None:
+        self.inner, self.devices, self.left, self.exc = inner, inner.devices, n, exc
 
     def measure(self, placement):
         self.left -= 1
         if self.left == 0:
-            raise KeyboardInterrupt
+            raise self.exc
         return self.inner.measure(placement)
 
 
-def test_an_interrupted_run_saves_and_resumes_exactly_where_it_stopped(problem, tmp_path):
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), PlacerError("no worker is left")], ids=["ctrl-c", "failure"])
+def test_a_run_stopped_mid_batch_saves_and_resumes_exactly_where_it_stopped(problem, tmp_path, exc):
     kw = dict(hp=HP, seed=5)
     whole = train(problem.graph, problem.measurer, problem.grouping, tmp_path / "whole", samples=20, **kw)
-    # 2 single-device measurements, then 4 per update: the 13th lands inside the third batch.
-    stopped = train(problem.graph, _InterruptAfter(problem.measurer, 13), problem.grouping, tmp_path / "cut",
-                    samples=20, **kw)
-    assert stopped.interrupted and stopped.summary["samples"] == 8
+    # 2 single devices, then per update the greedy placement and the batch's new placements:
+    # the 15th measurement lands inside the third batch, after its placements were sampled.
+    cut = _StopAfter(problem.measurer, 15, exc)
+    if isinstance(exc, KeyboardInterrupt):
+        stopped = train(problem.graph, cut, problem.grouping, tmp_path / "cut", samples=20, **kw)
+        assert stopped.interrupted and stopped.summary["samples"] == 8
+    else:
+        with pytest.raises(PlacerError, match="no worker"):
+            train(problem.graph, cut, problem.grouping, tmp_path / "cut", samples=20, **kw)
+        assert torch.load(tmp_path / "cut" / FILENAME, weights_only=False)["state"]["samples"] == 8
     resumed = train(problem.graph, problem.measurer, problem.grouping, tmp_path / "cut", samples=20,
                     resume=True, **kw)
     a = torch.load(tmp_path / "whole" / FILENAME, weights_only=False)
@@ -185,3 +193,30 @@ def test_the_side_by_side_confirmation_decides_and_a_single_device_wins_ties_or_
     assert s["confirmed_candidates"] and all(c["step_time"] > s["best_step_time"] for c in s["confirmed_candidates"])
     assert s["best_source"].startswith("single device") and s["speedup_vs_best_single_device"] == 1.0
     assert len(set(result.placement.nodes.values())) == 1
+
+
+class _Pool:
+    """A measurer like a pool of workers: measures batches at once and reports on its workers."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.devices, self.batches = inner, inner.devices, []
+
+    def measure(self, placement):
+        return self.inner.measure(placement)
+
+    def measure_many(self, placements):
+        self.batches.append(len(placements))
+        return [self.inner.measure(p) for p in placements]
+
+    def report(self):
+        return {"workers": 2, "retried": 1, "lost": [{"worker": "w1", "reason": "died"}]}
+
+
+def test_a_pool_gets_each_batch_in_one_call_and_its_report_reaches_the_summary(problem, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    pool = _Pool(problem.measurer)
+    result = train(problem.graph, pool, problem.grouping, tmp_path, HP, samples=16, seed=0)
+    assert max(pool.batches) > 1 and result.summary["workers"] == pool.report()
+    events = EventAccumulator(str(tmp_path)).Reload()
+    assert events.Scalars("workers/retried")[-1].value == 1 and events.Scalars("workers/lost")[-1].value == 1
