@@ -12,6 +12,7 @@ from placer.commands.common import add_devices_arg, add_graph_args
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS, RewardPlan
+from placer.workers.cli import add_worker_args, finish_pool, pool_from_args
 
 DEFAULT_BUDGET = "10m"
 
@@ -29,6 +30,7 @@ def register(subparsers) -> None:
                     "best placement measured, for `placer apply`) and summary.json.")
     add_graph_args(parser)
     add_devices_arg(parser)
+    add_worker_args(parser)
     parser.add_argument("--budget", default=None, metavar="TIME",
                         help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
@@ -124,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
     # side-by-side confirmation at the end: the reported figures are real measurements.
     confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed)
     measurer = confirm if plan.reward != "simulated" else None
+    pool = pool_from_args(args, graph, devices, protocol)   # --workers: many placements measured at once
+    measurer = pool if pool is not None else measurer
     # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
     cost = _cost_model(args, graph, devices, confirm)
     simulator = SimulatedMeasurer(graph, devices, cost) if plan.reward != "real" else None
@@ -143,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
                    run_info={"graph": graph.source, "reward": plan.reward,
                              "cost_model": args.cost_model if simulator is not None else None,
                              "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout})
+    finish_pool(pool)
     s = result.summary
     if s["confirmed_side_by_side"]:
         print("measured again side by side at the end:")
