@@ -93,3 +93,38 @@ def check_writable(path, option: str, *, folder: bool = False) -> Path:
             except OSError:
                 pass
     return path
+
+
+def add_objective_args(parser: argparse.ArgumentParser) -> None:
+    """--objective and the training step's --loss, --targets, --optimizer."""
+    from placer.measure.training import LOSS_HELP
+
+    parser.add_argument("--objective", choices=("inference", "training"), default="inference",
+                        help="what one step is: the forward pass (default), or a training step "
+                             "(forward, loss, backward, optimizer update of every float parameter)")
+    parser.add_argument("--loss", choices=("mse", "cross_entropy"), default="mse",
+                        help=f"loss of a training step. {LOSS_HELP}")
+    parser.add_argument("--targets", metavar="T.npz", help="targets or labels of the loss, output name -> array")
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
+                        help="update of a training step: sgd (lr 0.01, momentum 0.9; default) or adam (lr 0.001)")
+
+
+def training_spec_from_args(args: argparse.Namespace, graph):
+    """The `TrainingSpec` of --objective training (targets read and checked), else None."""
+    if getattr(args, "objective", "inference") != "training":
+        return None
+    import numpy as np
+    import torch
+
+    from placer.measure.training import Loss, OptimizerSpec, TrainingSpec
+
+    targets = {}
+    if args.targets:
+        try:
+            with np.load(args.targets, allow_pickle=False) as data:
+                targets = {k: torch.from_numpy(np.array(data[k])) for k in data.files}
+        except (OSError, ValueError) as exc:
+            raise PlacerError(f"cannot read --targets {args.targets} ({exc}); give an .npz written by "
+                              "numpy.savez") from None
+    loss = Loss(args.loss)
+    return TrainingSpec(loss=loss, optimizer=OptimizerSpec(args.optimizer), targets=loss.check_targets(graph, targets))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from placer.commands.common import add_devices_arg, add_graph_args, add_placement_args, check_writable
+from placer.commands.common import (add_devices_arg, add_graph_args, add_objective_args, add_placement_args,
+                                    check_writable)
 
 
 def register(subparsers) -> None:
@@ -14,10 +15,13 @@ def register(subparsers) -> None:
         "run", help="run the model once under a placement and save its outputs",
         description="Run one step of the model under a placement (--placement, --device, or the one "
                     "stored in the file; else everything on the CPU). Inputs come from --inputs, the "
-                    "missing ones random from --seed (zeros for integer inputs); outputs go to --outputs.")
+                    "missing ones random from --seed (zeros for integer inputs); outputs go to --outputs. "
+                    "With --objective training the step is a training step and --outputs gets `loss`, "
+                    "`grad:<initializer>` and `updated:<initializer>` (after one optimizer update).")
     add_graph_args(parser)
     add_placement_args(parser)
     add_devices_arg(parser)
+    add_objective_args(parser)
     parser.add_argument("--inputs", metavar="IN.npz", help="graph inputs (an .npz of name -> array)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the graph outputs here (.npz)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -31,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from placer.commands.common import load_graph_from_args, placement_from_args
+    from placer.commands.common import load_graph_from_args, placement_from_args, training_spec_from_args
     from placer.commands.measure import devices_for, read_inputs
     from placer.measure.executor import ExecutionFailure, PlacedExecutor
     from placer.measure.measurer import random_feeds
@@ -40,10 +44,11 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.outputs, "--outputs")
     graph = load_graph_from_args(args)
     placement = placement_from_args(args, graph)
+    training = training_spec_from_args(args, graph)
     devices = devices_for(args, placement)
     feeds = {**random_feeds(graph, args.seed), **(read_inputs(args.inputs) or {})}
     try:
-        with PlacedExecutor(graph, placement, devices) as executor:
+        with PlacedExecutor(graph, placement, devices, training=training) as executor:
             outputs = {k: v.detach().cpu().numpy() for k, v in executor.run(feeds, timeout_s=args.timeout).items()}
     except ExecutionFailure as exc:
         print(f"failed ({exc.failure}): {exc}", file=sys.stderr)

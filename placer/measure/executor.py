@@ -23,14 +23,16 @@ only for the tensors it reads from other devices. Design:
   workers check a deadline between nodes and raise `StepTimeout`. The first failing worker
   aborts the others.
 
-Training-step objective (later issue): a step is any callable with named inputs and outputs
-(`walk.Step`), so a backward pass is more steps appended to each device's list — the VJP of
-each node, in reverse topological order, on the node's device, reading ``grad:<tensor>`` names —
-and `build_schedule` derives the crossings (gradients flow back over the same edges), frees and
-memory the same way, and the walk runs them like any other step. Saved activations are kept by
-not freeing forward tensors a backward step reads, which the last-use rule already does. Only
-`_forward_steps` would gain a sibling, and a worker would find a backward step's callable where
-it finds a kernel (`_Worker.kernels`, by step name).
+Training step (`training=TrainingSpec(...)`): a step is any callable with named inputs and
+outputs (`walk.Step`), so the backward pass is more steps in the same list
+(`placer.measure.backward`): each forward step on a gradient path also returns its autograd
+record ``saved:<node>``; then a loss step per loss output on that output's device, the VJP of
+each node on the node's device in reverse topological order reading ``grad:<tensor>`` names,
+``accumulate:`` steps where a tensor has several readers, and the ``update:`` of each parameter
+on the device of its last contributor. `build_schedule` derives the crossings (gradients flow
+back over the same edges) and frees the same way (a record dies after its backward step), and a
+worker finds a backward step's callable where it finds a kernel (`step_functions`). Memory of
+gradients, records and optimizer state is not accounted yet.
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
+from placer.measure.backward import TrainingPlan, plan_training, training_prepared
 from placer.measure.memory import MemoryEstimate, predict_peak_memory
 from placer.measure.prepare import PreparedGraph, check_feeds, prepare
 from placer.measure.schedule import Schedule, build_schedule
+from placer.measure.training import TrainingSpec
 from placer.measure.walk import Step, walk
 from placer.placement import Placement
 
@@ -158,7 +162,8 @@ class _Worker:
         self.threads_in_use = 0
         sched = executor.schedule.per_device[device.name]
         self.schedule = sched
-        self.kernels = [executor.prepared.kernels[s.name] for s in sched.steps]
+        self.kernels = [executor.step_functions[s.name] for s in sched.steps]
+        self.mode = torch.inference_mode if executor.training is None else torch.enable_grad
         self.feeds = list(sched.feeds)
         self.outputs = list(sched.outputs)
         self.consts = executor._consts[device.name]
@@ -179,7 +184,7 @@ class _Worker:
             if job is None:
                 return
             try:
-                with torch.inference_mode():
+                with self.mode():
                     if self.is_cuda:
                         with torch.cuda.stream(self.stream):
                             self._run(job)
@@ -297,18 +302,31 @@ class PlacedExecutor:
     """Runs `graph` under `placement` on `devices`, one worker thread per device holding nodes.
 
     Build it once per placement (parameters are loaded then), call `run(feeds)` for each step,
-    and `close()` it (or use it as a context manager) to stop its threads.
+    and `close()` it (or use it as a context manager) to stop its threads. With `training`, a
+    step is a training step (`placer.measure.backward`): forward, loss, backward, update; `run`
+    then gives the loss, each trained parameter's gradient and its updated value.
     """
 
     def __init__(self, graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None,
-                 *, prepared: PreparedGraph | None = None) -> None:
+                 *, prepared: PreparedGraph | None = None, training: TrainingSpec | None = None) -> None:
         self.graph = graph
         self.devices = as_devices(devices if devices is not None else placement.devices)
         by_name = {d.name: d for d in self.devices}
         self.assignment = _check_placement(graph, placement, by_name)
-        self.prepared = prepared if prepared is not None else prepare(graph)
+        self.training = training
+        self.plan: TrainingPlan | None = None
+        if training is None:
+            self.prepared = prepared if prepared is not None else prepare(graph)
+            self.schedule = _forward_schedule(graph, self.prepared, self.assignment, [d.name for d in self.devices])
+            self.step_functions = self.prepared.kernels
+        else:
+            self.prepared = training_prepared(graph, prepared)
+            self.plan = plan_training(graph, self.prepared, self.assignment,
+                                      _forward_steps(graph, self.prepared), training)
+            self.schedule = _schedule(graph, self.prepared, self.plan.steps, self.plan.assignment,
+                                      [d.name for d in self.devices], self.plan.outputs)
+            self.step_functions = {**self.prepared.kernels, **self.plan.functions}
         used = [d for d in self.devices if d.name in set(self.assignment.values())]
-        self.schedule = _forward_schedule(graph, self.prepared, self.assignment, [d.name for d in self.devices])
         self.memory = predict_peak_memory(self.schedule, self._tensor_bytes)
         over = [(d, self.memory[d.name]) for d in used if d.mem_cap is not None and self.memory[d.name].peak > d.mem_cap]
         if over:
@@ -317,6 +335,8 @@ class PlacedExecutor:
                               peak_memory={d: m.peak for d, m in self.memory.items()})
         self._measured_peak: dict[str, int] = {}
         self._consts = {d.name: self._load_constants(d) for d in self.devices}
+        if self.plan is not None:
+            self._own_parameters(self.plan)
         self._threads = {d.name: cpu_threads(d, self.devices) if d.kind == "cpu" else None for d in self.devices}
         self._workers: list[_Worker] = []
         self._active = [d for d in self.devices if self.schedule.per_device[d.name].steps]
@@ -349,6 +369,16 @@ class PlacedExecutor:
         except torch.cuda.OutOfMemoryError as exc:
             raise OutOfMemory(f"{device.name} ran out of memory loading the parameters") from exc
         return consts
+
+    def _own_parameters(self, plan: TrainingPlan) -> None:
+        """Trained parameters become this executor's own copies (updates must not reach the shared
+        prepared graph), and each update step gets its optimizer over its owner's copy."""
+        for consts in self._consts.values():
+            for p in plan.trained:
+                if p in consts and consts[p] is self.prepared.params[p]:
+                    consts[p] = consts[p].clone()
+        plan.bind_updates(self.training, lambda p: self._consts[plan.owner[p]][p])
+        self.step_functions.update(plan.functions)
 
     def _start(self) -> None:
         main_threads = torch.get_num_threads()
@@ -399,6 +429,8 @@ class PlacedExecutor:
         results = job.results
         for t in self._direct_outputs:
             results[t] = tensors[t] if t in tensors else self.prepared.constant(t)
+        if self.plan is not None:
+            return self.plan.results(results)
         return {t: results[t] for t in self.schedule.outputs}
 
     @property
@@ -457,9 +489,14 @@ def _forward_steps(graph: OpGraph, prepared: PreparedGraph) -> list[Step]:
 
 def _forward_schedule(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str, str],
                       devices: list[str]) -> Schedule:
+    return _schedule(graph, prepared, _forward_steps(graph, prepared), assignment, devices,
+                     [o.name for o in graph.outputs])
+
+
+def _schedule(graph: OpGraph, prepared: PreparedGraph, steps: list[Step], assignment: dict[str, str],
+              devices: list[str], outputs: list[str]) -> Schedule:
     consts = set(prepared.params) | set(prepared.folded)
-    return build_schedule(_forward_steps(graph, prepared), assignment, devices, consts,
-                          {i.name for i in graph.inputs}, [o.name for o in graph.outputs])
+    return build_schedule(steps, assignment, devices, consts, {i.name for i in graph.inputs}, outputs)
 
 
 def _host_only_inputs(prepared: PreparedGraph, sched) -> set[str]:

@@ -10,6 +10,7 @@ never run them and kernels that read shapes never wait on a device.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,8 +64,9 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def prepare(graph: OpGraph, fold: bool = True) -> PreparedGraph:
-    """Bind every node's kernel (refusing unsupported ops up front) and fold constant subgraphs."""
+def prepare(graph: OpGraph, fold: bool = True, variables: Collection[str] = ()) -> PreparedGraph:
+    """Bind every node's kernel (refusing unsupported ops up front) and fold constant subgraphs;
+    initializers in `variables` (a training step's parameters) are not constants there."""
     from placer.measure.kernels import bind_node, check_supported
 
     check_supported(graph.model)
@@ -72,14 +74,16 @@ def prepare(graph: OpGraph, fold: bool = True) -> PreparedGraph:
     kernels = {name: bind_node(node.proto, node.opset) for name, node in graph.nodes.items()}
     prepared = PreparedGraph(graph=graph, kernels=kernels, params=params)
     if fold:
-        _fold(prepared)
+        _fold(prepared, set(variables))
     return prepared
 
 
-def _fold(prepared: PreparedGraph) -> None:
+def _fold(prepared: PreparedGraph, variables: set[str]) -> None:
     graph = prepared.graph
     for name, node in graph.nodes.items():
         if node.op_type in _NONDETERMINISTIC or node.domain not in STANDARD_DOMAINS:
+            continue
+        if variables and any(t in variables for t in node.inputs):
             continue
         inputs = [t for t in node.inputs if t]
         if node.op_type in _SHAPE_OPS and inputs and not prepared.is_constant(inputs[0]):

@@ -14,7 +14,7 @@ and the optimizer that updates them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -33,6 +33,15 @@ def is_float(graph: OpGraph, tensor: str) -> bool:
     """Whether `tensor` is a floating-point tensor of `graph`."""
     info = graph.tensors.get(tensor)
     return info is not None and info.dtype in FLOAT_DTYPES
+
+
+def host_read_inputs(graph: OpGraph) -> Callable[[str], frozenset[int]]:
+    """node name -> the input positions its kernel reads on the host (folded nodes included)."""
+    from placer.graph.structure import canonical_domain
+    from placer.measure.kernels import host_inputs
+
+    table = {name: host_inputs(n.op_type, n.opset, canonical_domain(n.domain)) for name, n in graph.nodes.items()}
+    return lambda node: table.get(node, frozenset())
 
 
 def gradient_tensors(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset()
@@ -180,3 +189,13 @@ def apply_update(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor
         optimizer.step()
     for p in params:
         p.grad = None
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingSpec:
+    """What a training step runs after the forward pass: its loss (with its targets, output name
+    -> tensor, checked by `Loss.check_targets`) and the optimizer of the update."""
+
+    loss: Loss = Loss()
+    optimizer: OptimizerSpec = OptimizerSpec()
+    targets: Mapping[str, torch.Tensor] = field(default_factory=dict)

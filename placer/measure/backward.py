@@ -1,0 +1,214 @@
+"""The steps a training step appends to the forward pass: loss, backward and update steps.
+
+Every step is a `walk.Step` with a device, so `build_schedule` splits them by device, derives
+the crossings (gradients flow back over the forward edges), the frees and the memory as it does
+for the forward pass. Names:
+
+- ``saved:<node>``: a forward step on a gradient path also returns its autograd record (the
+  inputs it differentiates by and the outputs it made, with the graph torch saved between
+  them); the node's backward step is its last reader, so the saved activations are freed then.
+- ``grad:<tensor>``: the gradient of a tensor. A tensor read by several nodes gets one
+  contribution per reader (``grad:<tensor>@<node>``), summed by an ``accumulate:<tensor>`` step
+  on the tensor's device before its producer's backward step (or its parameter's update).
+- ``loss:<output>``: an output's loss term, computed on the output's device (step
+  ``loss:<output>``, which also gives the output's gradient).
+- ``updated:<param>``: a parameter after the optimizer's step (``update:<param>``), on the
+  device of the parameter's last backward contributor, which holds its optimizer state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from placer.graph.opgraph import OpGraph
+from placer.measure.prepare import PreparedGraph, prepare
+from placer.measure.training import (TrainingSpec, apply_update, gradient_tensors, host_read_inputs,
+                                     trained_parameters)
+from placer.measure.walk import Step
+
+StepFn = Callable[[list], list]
+
+
+class Saved:
+    """A forward step's autograd record: the leaves it differentiates by and its outputs."""
+
+    __slots__ = ("leaves", "outputs")
+
+    def __init__(self, leaves: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        self.leaves, self.outputs = leaves, outputs
+
+
+@dataclass
+class TrainingPlan:
+    """A graph's training step under one assignment: every step in a valid order, its device,
+    its function (update functions are bound once the parameters are on their devices)."""
+
+    steps: list[Step]
+    assignment: dict[str, str]                  # step name -> device
+    functions: dict[str, StepFn]                # step name -> callable (update steps: see bind_updates)
+    trained: list[str]                          # parameter names, in the file's order
+    owner: dict[str, str]                       # parameter -> device holding its update and state
+    loss_terms: list[str]                       # tensor names of the loss terms
+    outputs: list[str] = field(default_factory=list)   # loss terms, grad:<p>, updated:<p>
+
+    def results(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """What a training step gives: ``loss`` (the sum of the terms, on the CPU), then each
+        parameter's ``grad:<p>`` and ``updated:<p>`` (the live parameter, updated in place)."""
+        loss = sum(values[t].detach().double().cpu() for t in self.loss_terms)
+        return {"loss": torch.as_tensor(loss, dtype=torch.float64),
+                **{t: values[t] for t in self.outputs if t not in self.loss_terms}}
+
+    def bind_updates(self, spec: TrainingSpec, param_on_owner: Callable[[str], torch.Tensor]) -> None:
+        """Give each update step its optimizer, built over the parameter's copy on its owner."""
+        for p in self.trained:
+            self.functions[f"update:{p}"] = _update_fn(spec, param_on_owner(p))
+
+
+def training_prepared(graph: OpGraph, prepared: PreparedGraph | None) -> PreparedGraph:
+    """`prepared` when no folded node reads a trained parameter (its value changes every step),
+    else the graph prepared again with those left to run."""
+    trained = set(trained_parameters(graph, host_read_inputs(graph)))
+    if prepared is not None and not any(t in trained for n in prepared.folded_nodes for t in graph.nodes[n].inputs):
+        return prepared
+    return prepare(graph, variables=trained)
+
+
+def plan_training(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str, str],
+                  forward: Sequence[Step], spec: TrainingSpec) -> TrainingPlan:
+    """The training step of `forward` (the placed forward steps) with `spec`'s loss and optimizer."""
+    host = host_read_inputs(graph)
+    trained = trained_parameters(graph, host)
+    reached = gradient_tensors(graph, host)
+    needs = set(trained)   # tensors a gradient must be computed for: reached and made from a parameter
+    for step in forward:
+        positions = host(step.name)
+        if any(t in needs for i, t in enumerate(step.inputs) if i not in positions):
+            needs.update(t for t in step.outputs if t in reached)
+
+    def diff_inputs(step: Step) -> list[str]:
+        positions = host(step.name)
+        return list(dict.fromkeys(t for i, t in enumerate(step.inputs) if t in needs and i not in positions))
+
+    grad_steps = [s for s in forward if any(t in needs for t in s.outputs)]
+    loss_outputs = [o for o in spec.loss.outputs(graph, spec.targets)]
+    readers: dict[str, list[str]] = {}   # tensor -> the steps contributing to its gradient
+    for o in loss_outputs:
+        if o in needs:
+            readers.setdefault(o, []).append(f"loss:{o}")
+    for s in grad_steps:
+        for t in diff_inputs(s):
+            readers.setdefault(t, []).append(s.name)
+
+    def contribution(t: str, by: str) -> str:
+        return f"grad:{t}" if len(readers[t]) == 1 else f"grad:{t}@{by}"
+
+    home = {t: assignment[s.name] for s in forward for t in s.outputs if t}
+    steps = [forward_step_with_record(s) if any(t in needs for t in s.outputs) else s for s in forward]
+    where = dict(assignment)
+    functions: dict[str, StepFn] = {s.name: _forward_fn(prepared.kernels[s.name], s, diff_inputs(s))
+                                    for s in grad_steps}
+    loss_terms = []
+    for o in loss_outputs:
+        name, target = f"loss:{o}", spec.targets.get(o)
+        grads = (contribution(o, name),) if o in needs else ()
+        steps.append(Step(name, "loss", (o,), (f"loss_term:{o}", *grads)))
+        where[name] = home[o]
+        functions[name] = _loss_fn(spec, o, target, bool(grads))
+        loss_terms.append(f"loss_term:{o}")
+
+    def accumulate(t: str, device: str) -> None:
+        if len(readers[t]) > 1:
+            name = f"accumulate:{t}"
+            steps.append(Step(name, "accumulate", tuple(contribution(t, r) for r in readers[t]), (f"grad:{t}",)))
+            where[name], functions[name] = device, _sum
+
+    pending = {p: len(readers[p]) for p in trained}
+    owner: dict[str, str] = {}
+    for s in reversed(grad_steps):
+        for t in s.outputs:
+            if t in needs:
+                accumulate(t, home[t])
+        diffs = diff_inputs(s)
+        name = f"backward:{s.name}"
+        outs = [t for t in s.outputs if t in needs]
+        steps.append(Step(name, "backward", (f"saved:{s.name}", *(f"grad:{t}" for t in outs)),
+                          tuple(contribution(t, s.name) for t in diffs)))
+        where[name] = assignment[s.name]
+        functions[name] = _backward_fn(s.name, [s.outputs.index(t) for t in outs])
+        for p in diffs:
+            if p in pending:
+                pending[p] -= 1
+                if pending[p] == 0:
+                    owner[p] = assignment[s.name]
+                    accumulate(p, owner[p])
+                    update = f"update:{p}"
+                    steps.append(Step(update, "update", (p, f"grad:{p}"), (f"updated:{p}",)))
+                    where[update] = owner[p]
+    outputs = loss_terms + [f"grad:{p}" for p in trained] + [f"updated:{p}" for p in trained]
+    return TrainingPlan(steps, where, functions, trained, owner, loss_terms, outputs)
+
+
+def forward_step_with_record(step: Step) -> Step:
+    """`step` that also returns its autograd record ``saved:<node>``."""
+    return Step(step.name, step.op_type, step.inputs, (*step.outputs, f"saved:{step.name}"))
+
+
+def _forward_fn(kernel, step: Step, diffs: list[str]) -> StepFn:
+    """Run the kernel on detached inputs, those in `diffs` requiring a gradient; outputs detached
+    for the next steps, plus the record the backward step differentiates."""
+    positions = [[i for i, t in enumerate(step.inputs) if t == d] for d in diffs]
+
+    def run(inputs: list) -> list:
+        inputs = list(inputs)
+        leaves = []
+        for where in positions:
+            leaf = inputs[where[0]].detach().requires_grad_(True)
+            for i in where:
+                inputs[i] = leaf
+            leaves.append(leaf)
+        outputs = kernel(inputs)
+        return [o.detach() for o in outputs] + [Saved(leaves, list(outputs))]
+    return run
+
+
+def _backward_fn(node: str, output_positions: list[int]) -> StepFn:
+    """The node's vector-Jacobian product: gradients of its leaves from its outputs' gradients."""
+
+    def run(inputs: list) -> list:
+        saved, grads = inputs[0], inputs[1:]
+        outs, out_grads = [], []
+        for k, g in zip(output_positions, grads):
+            if saved.outputs[k].requires_grad:
+                outs.append(saved.outputs[k])
+                out_grads.append(g)
+        if not outs:
+            raise RuntimeError(f"node {node!r} has no backward: its kernel's outputs carry no gradient")
+        result = torch.autograd.grad(outs, saved.leaves, out_grads, allow_unused=True)
+        return [torch.zeros_like(leaf) if r is None else r for leaf, r in zip(saved.leaves, result)]
+    return run
+
+
+def _loss_fn(spec: TrainingSpec, output: str, target: torch.Tensor | None, with_grad: bool) -> StepFn:
+    def run(inputs: list) -> list:
+        value, grad = spec.loss.term_and_grad(output, inputs[0], target)
+        return [value, grad] if with_grad else [value]
+    return run
+
+
+def _sum(inputs: list) -> list:
+    total = inputs[0]
+    for g in inputs[1:]:
+        total = total + g
+    return [total]
+
+
+def _update_fn(spec: TrainingSpec, param: torch.Tensor) -> StepFn:
+    optimizer = spec.optimizer.build([param])
+
+    def run(inputs: list) -> list:
+        apply_update(optimizer, [inputs[0]], [inputs[1]])
+        return [inputs[0]]
+    return run
