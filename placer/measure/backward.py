@@ -25,8 +25,8 @@ import torch
 
 from placer.graph.opgraph import OpGraph
 from placer.measure.prepare import PreparedGraph, prepare
-from placer.measure.training import (TrainingSpec, apply_update, gradient_tensors, host_read_inputs,
-                                     trained_parameters)
+from placer.measure.training import (TrainingSpec, apply_update, check_differentiable, gradient_tensors,
+                                     host_read_inputs, trained_parameters)
 from placer.measure.walk import Step
 
 StepFn = Callable[[list], list]
@@ -93,6 +93,7 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str,
         return list(dict.fromkeys(t for i, t in enumerate(step.inputs) if t in needs and i not in positions))
 
     grad_steps = [s for s in forward if any(t in needs for t in s.outputs)]
+    check_differentiable(graph, [s.name for s in grad_steps])
     loss_outputs = [o for o in spec.loss.outputs(graph, spec.targets)]
     readers: dict[str, list[str]] = {}   # tensor -> the steps contributing to its gradient
     for o in loss_outputs:

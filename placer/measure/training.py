@@ -23,6 +23,9 @@ from placer.graph.opgraph import OpGraph
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 LOSSES = ("mse", "cross_entropy")
+# Ops whose float outputs carry no gradient to their inputs: sampling, and quantization's scale.
+NO_BACKWARD = frozenset({"RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+                         "DynamicQuantizeLinear"})
 OPTIMIZERS = ("sgd", "adam")
 LOSS_HELP = ("mse: sum over the float outputs of mean((y - t)^2) / 2, targets t zero unless --targets "
              "gives them; cross_entropy: mean cross-entropy of each logits output that --targets gives "
@@ -65,6 +68,20 @@ def trained_parameters(graph: OpGraph, host_inputs: Callable[[str], frozenset[in
     """The float initializers a training step updates, in the file's order."""
     reached = gradient_tensors(graph, host_inputs)
     return [name for name in graph.initializers if name in reached and is_float(graph, name)]
+
+
+def check_differentiable(graph: OpGraph, nodes: Sequence[str]) -> None:
+    """Refuse, in one error, the ops without a backward among `nodes` (those on a gradient path)."""
+    bad: dict[str, list[str]] = {}
+    for name in nodes:
+        op = graph.nodes[name].op_type
+        if op in NO_BACKWARD:
+            bad.setdefault(op, []).append(name)
+    if bad:
+        listed = "; ".join(f"{op} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+                           for op, names in sorted(bad.items()))
+        raise PlacerError(f"a training step needs a backward of every op on a gradient path, and these have "
+                          f"none: {listed}; use --objective inference, or re-export the model without them")
 
 
 @dataclass(frozen=True)

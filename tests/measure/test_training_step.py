@@ -237,3 +237,28 @@ def test_gradients_match_central_differences_of_onnxruntime(module, shape, tmp_p
             assert analytic == pytest.approx(numeric, rel=2e-2, abs=2e-4), f"{init.name}[{flat}]"
             checked += 1
     assert checked >= 6
+
+
+def test_ops_without_a_backward_on_a_gradient_path_are_refused_in_one_error():
+    from onnx import TensorProto, helper, numpy_helper
+
+    from placer.errors import PlacerError
+
+    from .conftest import make_model
+
+    w = numpy_helper.from_array(np.ones((4,), np.float32), "w")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["xw"], name="mul"),
+             helper.make_node("RandomNormalLike", ["xw"], ["noise"], name="noise_a"),
+             helper.make_node("RandomUniformLike", ["xw"], ["jitter"], name="noise_b"),
+             helper.make_node("Sum", ["xw", "noise", "jitter"], ["y"], name="sum"),
+             # off the gradient path (its input is a graph input only): not refused
+             helper.make_node("RandomNormalLike", ["x"], ["z"], name="noise_x")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4]),
+                        helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])], [w])
+    graph = load_graph(model)
+    placement = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])
+    with pytest.raises(PlacerError, match=r"none: RandomNormalLike \(noise_a\); RandomUniformLike \(noise_b\);"):
+        PlacedExecutor(graph, placement, ["cpu"], training=TrainingSpec())
+    with PlacedExecutor(graph, placement, ["cpu"]) as executor:   # inference runs it
+        assert set(executor.run({"x": np.ones(4, np.float32)})) == {"y", "z"}
