@@ -206,7 +206,7 @@ class TrainingSession:
             "reward_mean": float(rewards.mean()), "reward_max": float(rewards.max()),
             "failure_rate": sum(not m.ok for m in measurements) / K,
             "entropy": stats.entropy, "entropy_per_group": stats.entropy / self.n_groups,
-            "greedy_step_time": state.greedy["step_time"] if state.greedy else None,
+            "greedy_step_time": None,   # filled in by measure_greedy, right after the update
             "repeated": sum(m.cached for m in measurements) / K, "baseline": stats.new_baseline})
         return stats
 
@@ -224,6 +224,8 @@ class TrainingSession:
         self.state.greedy = {"samples": self.state.samples, "phase": self.state.phase,
                              "group_devices": group_devices, "step_time": m.step_time if m.ok else None,
                              "measurement": m.to_dict()}
+        if self.state.history and self.state.history[-1]["samples"] == self.state.samples:
+            self.state.history[-1]["greedy_step_time"] = self.state.greedy["step_time"]
         self._consider(group_devices, m, "policy greedy")
 
     def measure_single_devices(self, cache: MeasurementCache | None = None) -> list[Measurement]:

@@ -1,8 +1,8 @@
 """The training loop: sample placements, measure them, update the policy, log.
 
 It reads top to bottom like the method (Mirhoseini et al., 2017): measure every single-device
-placement (they compete with the learned ones); then repeat { measure the policy's own greedy
-placement, sample K placements from the policy, measure them, one REINFORCE update, log } until
+placement (they compete with the learned ones); then repeat { sample K placements from the policy,
+measure them, one REINFORCE update, measure the policy's own (greedy) placement, log } until
 the sample count or the time budget is reached or the policy has settled; finally the best
 placements and the single devices are measured again side by side. Each step is a method of
 `TrainingSession`; what a finished run writes is in `placer.policy.run_summary`.
@@ -84,20 +84,21 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
                 session.switch_to_real()
             if budget.spent(state):
                 break
-            session.measure_greedy()                         # 0. the policy's own placement, before the update
             actions = session.sample()                       # 1. sample K placements from the policy
             measurements = session.measure(actions)          # 2. measure them (each distinct one once)
             with deferred_interrupt():
                 stats = session.update(actions, measurements)   # 3. one REINFORCE update
+                session.measure_greedy()                     # 4. the policy's own placement, as it is now
                 state.wall_time_s = budget.wall_time()
                 session.take_snapshot()                      # the batch is whole: nothing to undo from here
-            session.log(stats)                               # 4. log, checkpoint now and then
+            session.log(stats)                               # 5. log, checkpoint now and then
             session.checkpoint_if_due()
             budget.show(state)
             if state.settled() and budget.may_stop_early(state):
                 state.stopped = "converged"   # more samples would only repeat placements measured already
                 break
-        session.measure_greedy()   # the policy as it ends: the placement it would give
+        if state.greedy is None or state.greedy["samples"] != state.samples:
+            session.measure_greedy()   # the policy as it ends: the placement it would give
     except KeyboardInterrupt:
         interrupted = True
         session.forget_unfinished_batch()
