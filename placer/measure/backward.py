@@ -53,6 +53,14 @@ class TrainingPlan:
     owner: dict[str, str]                       # parameter -> device holding its update and state
     loss_terms: list[str]                       # tensor names of the loss terms
     outputs: list[str] = field(default_factory=list)   # loss terms, grad:<p>, updated:<p>
+    gradient_of: dict[str, str] = field(default_factory=dict)  # grad:<t>[@<node>] -> t
+
+    def state_bytes(self, spec: TrainingSpec, size: Callable[[str], int]) -> dict[str, int]:
+        """Device -> bytes of the optimizer state it holds for the parameters it updates."""
+        held: dict[str, int] = {}
+        for p, device in self.owner.items():
+            held[device] = held.get(device, 0) + spec.optimizer.state_bytes(size(p))
+        return held
 
     def results(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """What a training step gives: ``loss`` (the sum of the terms, on the CPU), then each
@@ -103,8 +111,12 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str,
         for t in diff_inputs(s):
             readers.setdefault(t, []).append(s.name)
 
+    gradient_of: dict[str, str] = {}
+
     def contribution(t: str, by: str) -> str:
-        return f"grad:{t}" if len(readers[t]) == 1 else f"grad:{t}@{by}"
+        name = f"grad:{t}" if len(readers[t]) == 1 else f"grad:{t}@{by}"
+        gradient_of[name] = gradient_of[f"grad:{t}"] = t
+        return name
 
     home = {t: assignment[s.name] for s in forward for t in s.outputs if t}
     steps = [forward_step_with_record(s) if any(t in needs for t in s.outputs) else s for s in forward]
@@ -135,7 +147,10 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str,
         diffs = diff_inputs(s)
         name = f"backward:{s.name}"
         outs = [t for t in s.outputs if t in needs]
-        steps.append(Step(name, "backward", (f"saved:{s.name}", *(f"grad:{t}" for t in outs)),
+        # the step also reads the node's inputs and outputs: the activations its record keeps
+        # alive (torch saves a subset of them) stay accounted until it has run
+        kept = tuple(dict.fromkeys(t for t in (*s.inputs, *s.outputs) if t))
+        steps.append(Step(name, "backward", (f"saved:{s.name}", *(f"grad:{t}" for t in outs), *kept),
                           tuple(contribution(t, s.name) for t in diffs)))
         where[name] = assignment[s.name]
         functions[name] = _backward_fn(s.name, [s.outputs.index(t) for t in outs])
@@ -149,7 +164,7 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str,
                     steps.append(Step(update, "update", (p, f"grad:{p}"), (f"updated:{p}",)))
                     where[update] = owner[p]
     outputs = loss_terms + [f"grad:{p}" for p in trained] + [f"updated:{p}" for p in trained]
-    return TrainingPlan(steps, where, functions, trained, owner, loss_terms, outputs)
+    return TrainingPlan(steps, where, functions, trained, owner, loss_terms, outputs, gradient_of)
 
 
 def forward_step_with_record(step: Step) -> Step:

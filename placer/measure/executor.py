@@ -32,7 +32,8 @@ each node on the node's device in reverse topological order reading ``grad:<tens
 on the device of its last contributor. `build_schedule` derives the crossings (gradients flow
 back over the same edges) and frees the same way (a record dies after its backward step), and a
 worker finds a backward step's callable where it finds a kernel (`step_functions`). Memory of
-gradients, records and optimizer state is not accounted yet.
+gradients and optimizer state is accounted; a record keeps its node's inputs and outputs alive
+until its backward step (an upper bound: torch saves a subset), and an update is in place.
 """
 
 from __future__ import annotations
@@ -327,7 +328,8 @@ class PlacedExecutor:
                                       [d.name for d in self.devices], self.plan.outputs)
             self.step_functions = {**self.prepared.kernels, **self.plan.functions}
         used = [d for d in self.devices if d.name in set(self.assignment.values())]
-        self.memory = predict_peak_memory(self.schedule, self._tensor_bytes)
+        held = self.plan.state_bytes(training, self._tensor_bytes) if self.plan is not None else None
+        self.memory = predict_peak_memory(self.schedule, self._tensor_bytes, held)
         over = [(d, self.memory[d.name]) for d in used if d.mem_cap is not None and self.memory[d.name].peak > d.mem_cap]
         if over:
             raise OutOfMemory("; ".join(f"{d.name} needs about {_fmt(m.peak)} (peak at {m.peak_step!r}) "
@@ -347,6 +349,8 @@ class PlacedExecutor:
     # -- building ---------------------------------------------------------------------------
 
     def _tensor_bytes(self, name: str) -> int:
+        if self.plan is not None and name in self.plan.gradient_of:
+            name = self.plan.gradient_of[name]   # a gradient is the size of its tensor
         if self.prepared.is_constant(name):
             value = self.prepared.constant(name)
             return value.numel() * value.element_size()

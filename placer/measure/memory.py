@@ -9,7 +9,7 @@ another device from its first to its last local use. Kernel workspace is not cou
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from placer.measure.schedule import DeviceSchedule, Schedule
@@ -25,9 +25,10 @@ class MemoryEstimate:
     peak_step: str | None  # the step at which the peak is reached (None: before any step)
 
 
-def device_peak(sched: DeviceSchedule, size: Callable[[str], int]) -> MemoryEstimate:
-    """Walk one device's steps, adding tensors as they appear and dropping them after last use."""
-    resident = sum(size(t) for t in sched.consts)
+def device_peak(sched: DeviceSchedule, size: Callable[[str], int], held: int = 0) -> MemoryEstimate:
+    """Walk one device's steps, adding tensors as they appear and dropping them after last use;
+    `held` bytes (a training step's optimizer state) are resident too."""
+    resident = held + sum(size(t) for t in sched.consts)
     live = sum(size(t) for t in sched.feeds)
     peak, peak_step = resident + live, None
     for i, step in enumerate(sched.steps):
@@ -39,6 +40,9 @@ def device_peak(sched: DeviceSchedule, size: Callable[[str], int]) -> MemoryEsti
     return MemoryEstimate(sched.device, resident, peak, peak_step)
 
 
-def predict_peak_memory(schedule: Schedule, size: Callable[[str], int]) -> dict[str, MemoryEstimate]:
-    """Device name -> its predicted peak, for every device of the schedule."""
-    return {d: device_peak(s, size) for d, s in schedule.per_device.items()}
+def predict_peak_memory(schedule: Schedule, size: Callable[[str], int],
+                        held: Mapping[str, int] | None = None) -> dict[str, MemoryEstimate]:
+    """Device name -> its predicted peak, for every device of the schedule (`held`: extra
+    resident bytes per device)."""
+    held = held or {}
+    return {d: device_peak(s, size, held.get(d, 0)) for d, s in schedule.per_device.items()}

@@ -262,3 +262,42 @@ def test_ops_without_a_backward_on_a_gradient_path_are_refused_in_one_error():
         PlacedExecutor(graph, placement, ["cpu"], training=TrainingSpec())
     with PlacedExecutor(graph, placement, ["cpu"]) as executor:   # inference runs it
         assert set(executor.run({"x": np.ones(4, np.float32)})) == {"y", "z"}
+
+
+def _mul_relu_graph():
+    """y = Relu(x * w) over float32[256]: every tensor and gradient is 1 KiB."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from .conftest import make_model
+
+    w = numpy_helper.from_array(np.linspace(-1, 1, 256).astype(np.float32), "w")
+    nodes = [helper.make_node("Mul", ["x", "w"], ["a"], name="mul"), helper.make_node("Relu", ["a"], ["y"], name="relu")]
+    return load_graph(make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256])],
+                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])], [w]))
+
+
+@pytest.mark.parametrize("optimizer, peak", [("sgd", 7 * 1024), ("adam", 8 * 1024)])
+def test_training_peak_counts_saved_activations_gradients_and_optimizer_state(optimizer, peak):
+    graph = _mul_relu_graph()
+    placement = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])
+    with PlacedExecutor(graph, placement, ["cpu"]) as executor:
+        assert executor.predicted_memory["cpu"].peak == 3 * 1024   # w; x and a, then a and y
+    spec = TrainingSpec(optimizer=OptimizerSpec(optimizer))
+    with PlacedExecutor(graph, placement, ["cpu"], training=spec) as executor:
+        estimate = executor.predicted_memory["cpu"]
+    # resident: w and its state (1 or 2 KiB); at relu's backward x and a are still saved for mul's
+    # backward, y for relu's, with grad:y and the new grad:a
+    assert estimate.resident == 1024 + OptimizerSpec(optimizer).state_bytes(1024)
+    assert (estimate.peak, estimate.peak_step) == (peak, "backward:relu")
+
+
+def test_an_over_cap_training_placement_is_out_of_memory_before_it_runs():
+    from placer.measure.executor import OutOfMemory
+
+    graph = _mul_relu_graph()
+    placement = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])
+    devices = ["cpu[mem=4KiB]"]
+    with PlacedExecutor(graph, placement, devices) as executor:   # inference fits
+        executor.run({"x": np.ones(256, np.float32)})
+    with pytest.raises(OutOfMemory, match=r"cpu needs about 7.0 KiB \(peak at 'backward:relu'\) but its cap is 4.0 KiB"):
+        PlacedExecutor(graph, placement, devices, training=TrainingSpec())
