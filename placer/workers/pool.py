@@ -89,8 +89,7 @@ class RayMeasurer:
                               f"the cluster holds {fit}; use --workers {fit} or fewer devices per worker")
         remote = ray.remote(MeasuringWorker).options(num_cpus=needs.cores, num_gpus=needs.gpus, max_restarts=0)
         spec_ref = ray.put(self.spec)   # sent once, however many workers read it
-        pending = {f"worker-{i}": Worker(f"worker-{i}", remote.remote(spec_ref)) for i in range(n)}
-        self.workers = dict(pending)
+        self.workers = {f"worker-{i}": Worker(f"worker-{i}", remote.remote(spec_ref)) for i in range(n)}
         places = self._call_each(lambda w: w.actor.where.remote(), timeout_s, self._refuse)
         for name, where in places.items():
             w = self.workers[name]
