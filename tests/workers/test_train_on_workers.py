@@ -27,9 +27,7 @@ def same_run(a_dir, b_dir) -> None:
     a = torch.load(a_dir / FILENAME, weights_only=False)
     b = torch.load(b_dir / FILENAME, weights_only=False)
     assert a["state"]["history"] == b["state"]["history"] and len(a["state"]["history"]) >= 3
-    # The cache's entries, not its hit count: a resumed run counts one more hit, with or without
-    # workers (it measures the policy's greedy placement again on resume).
-    assert a["state"]["best"] == b["state"]["best"] and a["cache"]["entries"] == b["cache"]["entries"]
+    assert a["state"]["best"] == b["state"]["best"] and a["cache"] == b["cache"]
     assert all(torch.equal(a["policy"][k], b["policy"][k]) for k in a["policy"])
 
 
