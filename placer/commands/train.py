@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
                    reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction, warm_start=warm,
                    run_info={"graph": graph.source, "reward": plan.reward,
                              "cost_model": args.cost_model if simulator is not None else None,
-                             "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout})
+                             "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout,
+                             "workers": args.workers, "ray_address": args.ray_address})
     finish_pool(pool)
     s = result.summary
     if s["confirmed_side_by_side"]:
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     done = f"{s['samples']} samples" if not by["simulated"] else \
         f"{by['simulated']} simulated + {by['real']} real samples"
     greedy = s["greedy"] or {}
-    print(f"  the policy's placement  " + (f"{greedy['step_time'] * 1e3:10.3f} ms" if greedy.get("step_time")
+    print("  the policy's placement  " + (f"{greedy['step_time'] * 1e3:10.3f} ms" if greedy.get("step_time")
                                            else "    failed") + "  (greedy decoding: what it learned)")
     print(f"  best placement found    {s['best_step_time'] * 1e3:10.3f} ms  ({s['best_source']}, "
           f"{done}, {s['wall_time_s']:.0f} s of training)")
