@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_devices_arg, add_graph_args, add_placement_args, check_writable
+from placer.commands.common import (add_devices_arg, add_graph_args, add_objective_args, add_placement_args,
+                                    check_writable)
 
 
 def register(subparsers) -> None:
@@ -19,6 +20,7 @@ def register(subparsers) -> None:
     add_graph_args(parser)
     add_placement_args(parser)
     add_devices_arg(parser)
+    add_objective_args(parser)
     parser.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed runs first (default 2)")
     parser.add_argument("--repeats", type=int, default=5, metavar="N", help="timed runs (default 5)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
@@ -34,19 +36,26 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Measure the placement named by the arguments; 0 when it ran, 1 when it failed."""
-    from placer.commands.common import load_graph_from_args, placement_from_args
+    from placer.commands.common import load_graph_from_args, placement_from_args, training_spec_from_args
+    from placer.errors import PlacerError
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
     from placer.measure.prepare import prepare
 
+    if args.profile and args.objective == "training":
+        raise PlacerError("--profile times the forward pass only (profiles of the backward pass and the update "
+                          "are not built yet); drop --profile or measure with --objective inference")
     if args.profile:
         check_writable(args.profile, "--profile")
     graph = load_graph_from_args(args)
     placement = placement_from_args(args, graph)
     devices = devices_for(args, placement)
-    protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout)
+    training = training_spec_from_args(args, graph)
+    protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout,
+                               objective=args.objective)
     prepared = prepare(graph)
     feeds = read_inputs(args.inputs)
-    measurer = RealMeasurer(graph, devices, protocol=protocol, feeds=feeds, seed=args.seed, prepared=prepared)
+    measurer = RealMeasurer(graph, devices, protocol=protocol, feeds=feeds, seed=args.seed, prepared=prepared,
+                            training=training)
     m = measurer.measure(placement)
     if args.profile:
         from placer.measure.profile import profile_graph
@@ -61,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
         counts = ", ".join(f"{d} ({n})" for d, n in placement.device_counts().items())
         print(f"graph        {graph.source}  (sha256 {graph.sha256[:12]})")
         print(f"placement    {len(placement.nodes)} nodes on {counts}")
+        if training is not None:
+            print(f"objective    training step (loss {training.loss.kind}, "
+                  f"{', '.join(f'{k} {v}' for k, v in training.optimizer.to_dict().items())})")
         if m.ok:
             print(f"step time    {m.step_time * 1e3:.3f} ms  (IQR {m.spread * 1e3:.3f} ms; median of "
                   f"{protocol.repeats} runs after {protocol.warmup} warm-up)")

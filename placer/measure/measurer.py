@@ -19,12 +19,16 @@ import torch
 from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.measure.backward import training_prepared
 from placer.measure.executor import ExecutionFailure, PlacedExecutor
 from placer.measure.measurement import INVALID, KERNEL_ERROR, Measurement
 from placer.measure.prepare import PreparedGraph, check_feeds, prepare, to_tensor
+from placer.measure.training import TrainingSpec
 from placer.placement import Placement
 
 log = logging.getLogger(__name__)
+
+OBJECTIVES = ("inference", "training")
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,13 @@ class MeasureProtocol:
     warmup: int = 2          # untimed runs first (allocator, caches, thread pools warm up)
     repeats: int = 5         # timed runs; the step time is their median
     timeout_s: float = 60.0  # limit of one step; a slower placement is a TIMEOUT failure
+    objective: str = "inference"  # what a step is: the forward pass, or a whole training step
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.repeats < 1 or not self.timeout_s > 0:
             raise PlacerError("a measuring protocol needs warmup >= 0, repeats >= 1 and timeout_s > 0")
+        if self.objective not in OBJECTIVES:
+            raise PlacerError(f"unknown objective {self.objective!r}; choose one of {', '.join(OBJECTIVES)}")
 
     def to_dict(self) -> dict[str, float | int | str]:
         return {**asdict(self), "statistic": "median", "spread": "iqr"}
@@ -67,17 +74,27 @@ def step_statistics(times: list[float]) -> tuple[float, float]:
 
 
 class RealMeasurer:
-    """Measures placements of `graph` on `devices` for real (a `Measurer`)."""
+    """Measures placements of `graph` on `devices` for real (a `Measurer`). With the protocol's
+    objective "training", a step is a training step with `training`'s loss and optimizer
+    (default: `TrainingSpec()`)."""
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(),
                  feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
-                 prepared: PreparedGraph | None = None) -> None:
+                 prepared: PreparedGraph | None = None, training: TrainingSpec | None = None) -> None:
         self.graph = graph
         self.device_objs = as_devices(devices)
         self.devices = [d.name for d in self.device_objs]
         self.protocol = protocol
-        self.prepared = prepared if prepared is not None else prepare(graph)
+        if training is not None and protocol.objective != "training":
+            raise PlacerError("a training step's loss and optimizer were given to an inference protocol; "
+                              "measure with MeasureProtocol(objective='training')")
+        self.training = (training or TrainingSpec()) if protocol.objective == "training" else None
+        if self.training is not None:
+            # the trained paths run every step: prepared once here, not per placement
+            self.prepared = training_prepared(graph, prepared)
+        else:
+            self.prepared = prepared if prepared is not None else prepare(graph)
         # `feeds` may override some inputs only: the rest stay random
         given = {**random_feeds(graph, seed), **(feeds or {})}
         tensors = check_feeds(graph, {k: to_tensor(v) if isinstance(v, np.ndarray) else v for k, v in given.items()})
@@ -86,13 +103,17 @@ class RealMeasurer:
         self.feeds = tensors
 
     def _protocol_record(self) -> dict:
-        return {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs]}
+        record = {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs]}
+        if self.training is not None:
+            record.update(loss=self.training.loss.kind, **self.training.optimizer.to_dict())
+        return record
 
     def measure(self, placement: Placement) -> Measurement:
         """Run `placement`: warm-ups, then timed runs; a failure is a failed `Measurement`."""
         record = self._protocol_record()
         try:
-            executor = PlacedExecutor(self.graph, placement, self.device_objs, prepared=self.prepared)
+            executor = PlacedExecutor(self.graph, placement, self.device_objs, prepared=self.prepared,
+                                      training=self.training)
         except PlacerError as exc:
             return Measurement(ok=False, failure=INVALID, reason=str(exc), protocol=record)
         except ExecutionFailure as exc:

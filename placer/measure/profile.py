@@ -123,6 +123,9 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
                   transfer_sizes: tuple[int, ...] = TRANSFER_SIZES) -> Profile:
     """Time every node on each class of identical devices, and transfers between the classes;
     every member of a class gets the class's figures."""
+    if protocol.objective != "inference":
+        raise PlacerError("a profile times the forward pass only: the backward pass and the update are not "
+                          "profiled yet; profile with the inference objective")
     devs = as_devices(devices)
     prepared = prepared if prepared is not None else prepare(graph)
     feeds = {**random_feeds(graph, seed), **(feeds or {})}

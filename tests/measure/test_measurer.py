@@ -90,3 +90,21 @@ def test_step_statistics_are_median_and_interquartile_range():
 def test_bad_protocol_is_refused():
     with pytest.raises(PlacerError):
         MeasureProtocol(repeats=0)
+
+
+def test_a_training_protocol_measures_training_steps_and_an_inference_one_refuses_a_loss(branchy):
+    from placer.measure.training import TrainingSpec
+
+    _, graph = branchy
+    placement = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])
+    protocol = MeasureProtocol(warmup=0, repeats=1, objective="training")
+    m = RealMeasurer(graph, ["cpu"], protocol=protocol).measure(placement)
+    assert m.ok and m.protocol["objective"] == "training" and m.protocol["momentum"] == 0.9
+    with pytest.raises(PlacerError, match="inference protocol"):
+        RealMeasurer(graph, ["cpu"], training=TrainingSpec())
+    with pytest.raises(PlacerError, match="unknown objective"):
+        MeasureProtocol(objective="serving")
+    from placer.measure.profile import profile_graph
+
+    with pytest.raises(PlacerError, match="forward pass only"):
+        profile_graph(graph, ["cpu"], protocol=protocol)

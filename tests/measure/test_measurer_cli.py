@@ -49,3 +49,23 @@ def test_measure_failure_exits_1_with_the_reason(model_path, capsys):
     code = main(["measure", "--graph", str(model_path), "--device", "cpu:0", "--devices", "cpu:0[mem=1KiB]"])
     assert code == 1
     assert "failed       oom" in capsys.readouterr().out
+
+
+def test_measure_training_step_records_its_objective_and_takes_longer(model_path, capsys):
+    args = ["measure", "--graph", str(model_path), "--device", "cpu", "--warmup", "1", "--repeats", "3", "--json"]
+    assert main(args) == 0
+    inference = json.loads(capsys.readouterr().out)
+    assert main([*args, "--objective", "training", "--optimizer", "adam"]) == 0
+    training = json.loads(capsys.readouterr().out)
+    assert inference["protocol"]["objective"] == "inference"
+    assert {k: training["protocol"][k] for k in ("objective", "loss", "optimizer", "lr")} == \
+        {"objective": "training", "loss": "mse", "optimizer": "adam", "lr": 0.001}
+    # saved activations, gradients and Adam's two moments of every parameter
+    assert training["peak_memory"]["cpu"] > inference["peak_memory"]["cpu"]
+    assert training["step_time"] > inference["step_time"]
+
+
+def test_measure_refuses_a_training_profile(model_path, tmp_path, capsys):
+    assert main(["measure", "--graph", str(model_path), "--objective", "training",
+                 "--profile", str(tmp_path / "p.json")]) == 2
+    assert "--profile times the forward pass only" in capsys.readouterr().err
