@@ -29,7 +29,8 @@ def register(subparsers) -> None:
     parser.add_argument("--inputs", metavar="IN.npz", help="graph inputs to use instead of random ones")
     parser.add_argument("--profile", metavar="OUT.json",
                         help="also time every node on every device and the transfers between them, "
-                             "and write that profile (the data of the profiled cost model) here")
+                             "and write that profile (the data of the profiled cost model) here; with "
+                             "--objective training also each node's backward and each parameter's update")
     parser.add_argument("--json", action="store_true", help="print the measurement as JSON")
     parser.set_defaults(func=run)
 
@@ -37,13 +38,9 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Measure the placement named by the arguments; 0 when it ran, 1 when it failed."""
     from placer.commands.common import load_graph_from_args, placement_from_args, training_spec_from_args
-    from placer.errors import PlacerError
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
     from placer.measure.prepare import prepare
 
-    if args.profile and args.objective == "training":
-        raise PlacerError("--profile times the forward pass only (profiles of the backward pass and the update "
-                          "are not built yet); drop --profile or measure with --objective inference")
     if args.profile:
         check_writable(args.profile, "--profile")
     graph = load_graph_from_args(args)
@@ -61,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
         from placer.measure.profile import profile_graph
 
         profile_graph(graph, devices, feeds=feeds, seed=args.seed, prepared=prepared,
-                      protocol=MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout)
-                      ).save(args.profile)
+                      protocol=MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout,
+                                               objective=args.objective), training=training).save(args.profile)
     if args.json:
         print(json.dumps({"graph": {"source": graph.source, "sha256": graph.sha256},
                           "placement": placement.device_counts(), **m.to_dict()}, indent=1))

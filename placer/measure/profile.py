@@ -9,6 +9,10 @@ them only, and the median per node is kept. Transfers are timed for a few sizes 
 of devices per (source class, destination class), fitted as ``latency + bytes / bandwidth``, and
 the median fit is kept. Between virtual CPU devices nothing is copied (they share memory): the
 cost is the hand-over between two worker threads, a latency with no bandwidth term.
+
+With the training objective every step of a training step is timed the same way, under its
+step name (`placer.measure.backward`): each node's forward (with its autograd record),
+``backward:<node>``, ``loss:<output>``, ``accumulate:<tensor>`` and ``update:<parameter>``.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ import torch
 from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.measure.backward import training_prepared
 from placer.measure.executor import ExecutionFailure, PlacedExecutor, StepProfile, cpu_threads
 from placer.measure.measurer import MeasureProtocol, random_feeds
 from placer.measure.prepare import PreparedGraph, prepare
+from placer.measure.training import TrainingSpec
 from placer.placement import Placement
 
 log = logging.getLogger(__name__)
@@ -41,6 +47,7 @@ log = logging.getLogger(__name__)
 FORMAT = "placer.profile/1"
 TRANSFER_SIZES = (4 * 2**10, 2**20, 16 * 2**20)
 TRANSFER_PAIRS = 3   # device pairs timed per (source class, destination class)
+PROFILE_PROTOCOL = MeasureProtocol(warmup=1, repeats=3)
 
 
 @dataclass
@@ -59,8 +66,10 @@ class TransferStat:
 
 @dataclass
 class Profile:
-    """Measured op times (node -> device -> seconds; inf where the node failed there), transfers,
-    and how they were measured. Folded nodes (computed once per placement) cost 0."""
+    """Measured op times (step -> device -> seconds; inf where the step failed there), transfers,
+    and how they were measured. Folded nodes (computed once per placement) cost 0. A step is a
+    node, and for the training objective also a node's backward, a loss term, an accumulation
+    or a parameter's update (`placer.measure.backward` names them)."""
 
     devices: list[str]
     op_times: dict[str, dict[str, float]]
@@ -72,8 +81,13 @@ class Profile:
     protocol: dict[str, Any] = field(default_factory=dict)
 
     def op_time(self, node: str, device: str) -> float:
-        """Seconds of `node` on `device` (inf when unknown or failed)."""
+        """Seconds of step `node` on `device` (inf when unknown or failed)."""
         return self.op_times.get(node, {}).get(device, math.inf)
+
+    @property
+    def objective(self) -> str:
+        """What a step was: "inference" (the forward pass) or "training" (forward, backward, update)."""
+        return str(self.protocol.get("objective", "inference"))
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Seconds to move `nbytes` from `src` to `dst` (0 on the same device)."""
@@ -117,39 +131,50 @@ class Profile:
 
 
 def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
-                  protocol: MeasureProtocol = MeasureProtocol(warmup=1, repeats=3),
+                  protocol: MeasureProtocol = PROFILE_PROTOCOL,
                   feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
                   prepared: PreparedGraph | None = None,
-                  transfer_sizes: tuple[int, ...] = TRANSFER_SIZES) -> Profile:
-    """Time every node on each class of identical devices, and transfers between the classes;
-    every member of a class gets the class's figures."""
-    if protocol.objective != "inference":
-        raise PlacerError("a profile times the forward pass only: the backward pass and the update are not "
-                          "profiled yet; profile with the inference objective")
+                  transfer_sizes: tuple[int, ...] = TRANSFER_SIZES,
+                  training: TrainingSpec | None = None) -> Profile:
+    """Time every step on each class of identical devices, and transfers between the classes;
+    every member of a class gets the class's figures. With the protocol's objective "training"
+    the steps are those of a training step with `training`'s loss and optimizer (default:
+    `TrainingSpec()`)."""
+    if training is not None and protocol.objective != "training":
+        raise PlacerError("a training step's loss and optimizer were given to an inference protocol; "
+                          "profile with MeasureProtocol(objective='training')")
+    if protocol.objective == "training":
+        training = training or TrainingSpec()
+        prepared = training_prepared(graph, prepared)
     devs = as_devices(devices)
     prepared = prepared if prepared is not None else prepare(graph)
     feeds = {**random_feeds(graph, seed), **(feeds or {})}
     classes = device_classes(devs)
-    op_times: dict[str, dict[str, float]] = {n: {} for n in graph.nodes}
+    by_class = {cls: _profile_class(graph, prepared, members, devs, feeds, protocol, training)
+                for cls, members in _members(devs, classes).items()}
+    # every step some class ran (a class that failed has no figures: its steps are inf there)
+    steps = list(dict.fromkeys([*graph.nodes, *(s for times, _, _ in by_class.values() for s in times)]))
+    op_times: dict[str, dict[str, float]] = {s: {} for s in steps}
     step_times: dict[str, float] = {}
     failures: dict[str, str] = {}
-    for members in _members(devs, classes).values():
-        times, step, failure = _profile_class(graph, prepared, members, devs, feeds, protocol)
-        for dev in members:
-            for node in graph.nodes:
-                op_times[node][dev.name] = 0.0 if node in prepared.folded else times.get(node, math.inf)
-            if failure:
-                failures[dev.name] = failure
-            else:
-                step_times[dev.name] = step
+    for dev in devs:
+        times, step, failure = by_class[classes[dev.name]]
+        for s in steps:
+            op_times[s][dev.name] = 0.0 if s in prepared.folded else times.get(s, math.inf)
+        if failure:
+            failures[dev.name] = failure
+        else:
+            step_times[dev.name] = step
     for node in prepared.folded_nodes:
         op_times[node] = {d.name: 0.0 for d in devs}
+    record = {**protocol.to_dict(), "devices": [str(d) for d in devs], "classes": classes,
+              "transfer_sizes": list(transfer_sizes)}
+    if training is not None:
+        record.update(loss=training.loss.kind, **training.optimizer.to_dict())
     return Profile(devices=[d.name for d in devs], op_times=op_times,
                    transfers=_class_transfers(devs, classes, transfer_sizes),
                    folded_nodes=list(prepared.folded_nodes), step_times=step_times, failures=failures,
-                   graph_sha256=graph.sha256,
-                   protocol={**protocol.to_dict(), "devices": [str(d) for d in devs], "classes": classes,
-                             "transfer_sizes": list(transfer_sizes)})
+                   graph_sha256=graph.sha256, protocol=record)
 
 
 def device_class(dev: Device, devices: list[Device]) -> str:
@@ -174,15 +199,16 @@ def _members(devs: list[Device], classes: dict[str, str]) -> dict[str, list[Devi
 
 
 def _profile_class(graph: OpGraph, prepared: PreparedGraph, members: list[Device], devs: list[Device],
-                   feeds: dict[str, np.ndarray], protocol: MeasureProtocol
+                   feeds: dict[str, np.ndarray], protocol: MeasureProtocol, training: TrainingSpec | None
                    ) -> tuple[dict[str, float], float, str | None]:
-    """Per-node and whole-graph medians of the class, each timed round on the next member in turn."""
+    """Per-step and whole-step medians of the class, each timed round on the next member in turn."""
     used = members[:protocol.repeats]   # a member that would get no timed round is not started
     samples: dict[str, list[float]] = {}
     steps: list[float] = []
     try:
         with ExitStack() as stack:
-            executors = [stack.enter_context(PlacedExecutor(graph, _alone(graph, d, devs), devs, prepared=prepared))
+            executors = [stack.enter_context(PlacedExecutor(graph, _alone(graph, d, devs), devs,
+                                                            prepared=prepared, training=training))
                          for d in used]
             for executor in executors:
                 for _ in range(protocol.warmup):

@@ -3,7 +3,8 @@
 It wraps a `placer.measure.profile.Profile` (each node timed on each class of identical devices
 alone, transfers timed per pair of classes) and caches it on disk, keyed by everything that
 changes the figures: the graph (hash and bound input shapes), the device classes (threads
-included), the torch version and the machine. A second run on the same graph and classes reads
+included), the objective (a training step's profile also times each node's backward and each
+parameter's update, with its loss and optimizer), the torch version and the machine. A second run on the same graph and classes reads
 the file instead of profiling again, even for other indices or more members of a class: the
 figures are the class's, copied to each device. Memory caps are left out of both the profiling
 and the key: they constrain placements, not speed.
@@ -28,12 +29,14 @@ import torch
 from placer.devices import Device
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
-from placer.measure.profile import Profile, device_classes, spread_transfers
+from placer.measure.measurer import MeasureProtocol
+from placer.measure.profile import PROFILE_PROTOCOL, Profile, device_classes, spread_transfers
+from placer.measure.training import TrainingSpec
 
 log = logging.getLogger(__name__)
 
 # Bump when the profile's meaning changes, so files written by older code are not reused.
-CACHE_VERSION = 2   # 2: one profile per class of identical devices
+CACHE_VERSION = 3   # 2: one profile per class of identical devices; 3: the objective in the key
 
 
 @dataclass
@@ -79,27 +82,30 @@ class ProfiledCostModel:
 
     @classmethod
     def for_graph(cls, graph: OpGraph, devices: Sequence[Device], *, cache_dir: str | Path | None = None,
-                  refresh: bool = False, feeds: dict[str, np.ndarray] | None = None, **profile_kwargs
-                  ) -> ProfiledCostModel:
+                  refresh: bool = False, feeds: dict[str, np.ndarray] | None = None,
+                  training: TrainingSpec | None = None, protocol: MeasureProtocol = PROFILE_PROTOCOL,
+                  **profile_kwargs) -> ProfiledCostModel:
         """The profiled costs of `graph` on `devices`: from the cache, else measured now and cached.
 
-        `refresh` measures again even when a cached profile exists; `profile_kwargs` go to
-        `placer.measure.profile.profile_graph` (e.g. `protocol`).
+        With `training` the profile is of a training step with its loss and optimizer (the
+        protocol's objective follows). `refresh` measures again even when a cached profile
+        exists; `profile_kwargs` go to `placer.measure.profile.profile_graph` (e.g. `prepared`).
         """
         from placer.measure.profile import profile_graph
 
+        protocol = replace(protocol, objective="training" if training is not None else "inference")
         # Caps constrain placements, not speed: each device runs the whole graph alone when
         # profiled, which a cap meant for a share of the graph would refuse.
         devs = [replace(d, mem_cap=None) for d in devices]
         path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        path = path / f"{cache_key(graph, devs)}.json"
+        path = path / f"{cache_key(graph, devs, training)}.json"
         if path.is_file() and not refresh:
             profile = _read(path, graph, devs)
             if profile is not None:
                 log.info("profile of %s on %s read from %s", graph.source or "the graph", [d.name for d in devs], path)
                 return cls(profile, path, from_cache=True)
         log.info("profiling %s on %s (every node on every device)", graph.source or "the graph", [d.name for d in devs])
-        profile = profile_graph(graph, devs, feeds=feeds, **profile_kwargs)
+        profile = profile_graph(graph, devs, feeds=feeds, protocol=protocol, training=training, **profile_kwargs)
         missing = [d for d in profile.devices if d in profile.failures]
         if len(missing) == len(profile.devices):
             raise PlacerError(f"profiling failed on every device ({profile.failures}); "
@@ -125,16 +131,19 @@ def default_cache_dir() -> Path:
     return Path(root) / "profiles"
 
 
-def cache_key(graph: OpGraph, devices: list[Device]) -> str:
-    """A digest of what the profile depends on: graph, bound input shapes, device classes,
-    software, machine. Order and indices do not count, nor members past a class's second (the
-    second adds the transfers within the class)."""
+def cache_key(graph: OpGraph, devices: list[Device], training: TrainingSpec | None = None) -> str:
+    """A digest of what the profile depends on: graph, bound input shapes, device classes, the
+    objective (with the training step's loss and optimizer), software, machine. Order and indices
+    do not count, nor members past a class's second (the second adds the transfers within the
+    class)."""
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
         if torch.cuda.is_available() else []
     counts = Counter(device_classes([replace(d, mem_cap=None) for d in devices]).values())
     key = {"version": CACHE_VERSION, "graph": graph.sha256,
            "inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
            "nodes": len(graph.nodes), "classes": sorted([c, min(n, 2)] for c, n in counts.items()),
+           "objective": "inference" if training is None else
+           {"training": {"loss": training.loss.kind, **training.optimizer.to_dict()}},
            "torch": torch.__version__,
            "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
@@ -148,7 +157,7 @@ def _read(path: Path, graph: OpGraph, devices: list[Device]) -> Profile | None:
     except (PlacerError, ValueError, KeyError, TypeError) as exc:
         log.warning("ignoring the unreadable cached profile %s (%s); profiling again", path, exc)
         return None
-    if profile is None or profile.graph_sha256 != graph.sha256 or set(profile.op_times) != set(graph.nodes):
+    if profile is None or profile.graph_sha256 != graph.sha256 or not set(graph.nodes) <= set(profile.op_times):
         log.warning("cached profile %s does not match the graph or devices; profiling again", path)
         return None
     return profile

@@ -104,7 +104,3 @@ def test_a_training_protocol_measures_training_steps_and_an_inference_one_refuse
         RealMeasurer(graph, ["cpu"], training=TrainingSpec())
     with pytest.raises(PlacerError, match="unknown objective"):
         MeasureProtocol(objective="serving")
-    from placer.measure.profile import profile_graph
-
-    with pytest.raises(PlacerError, match="forward pass only"):
-        profile_graph(graph, ["cpu"], protocol=protocol)

@@ -65,7 +65,10 @@ def test_measure_training_step_records_its_objective_and_takes_longer(model_path
     assert training["step_time"] > inference["step_time"]
 
 
-def test_measure_refuses_a_training_profile(model_path, tmp_path, capsys):
-    assert main(["measure", "--graph", str(model_path), "--objective", "training",
-                 "--profile", str(tmp_path / "p.json")]) == 2
-    assert "--profile times the forward pass only" in capsys.readouterr().err
+def test_measure_writes_a_training_profile_with_backward_and_update_times(model_path, tmp_path, capsys):
+    assert main(["measure", "--graph", str(model_path), "--device", "cpu", "--objective", "training",
+                 "--optimizer", "adam", "--warmup", "0", "--repeats", "1",
+                 "--profile", str(tmp_path / "p.json")]) == 0
+    profile = json.loads((tmp_path / "p.json").read_text())
+    assert profile["protocol"]["objective"] == "training" and profile["protocol"]["optimizer"] == "adam"
+    assert "backward:conv_a" in profile["op_times"] and "update:w1" in profile["op_times"]

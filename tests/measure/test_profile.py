@@ -87,3 +87,25 @@ def test_rounds_alternate_between_identical_devices_and_the_median_takes_every_r
     assert runs == ["cpu:0", "cpu:1"] * 3   # a warm-up on each, then the timed rounds in turn
     # the median of the four timed rounds (5), not of one device's (1.5 or 8.5), nor of the warm-ups
     assert profile.op_times["add"] == {"cpu:0": 5.0, "cpu:1": 5.0}
+
+
+def test_a_training_profile_times_every_backward_and_update_step(branchy):
+    from placer.measure.training import OptimizerSpec, TrainingSpec
+
+    _, graph = branchy
+    profile = profile_graph(graph, ["cpu:0", "cpu:1"], transfer_sizes=(4096,),
+                            protocol=MeasureProtocol(warmup=0, repeats=2, objective="training"),
+                            training=TrainingSpec(optimizer=OptimizerSpec("adam")))
+    assert profile.objective == "training" and profile.protocol["optimizer"] == "adam"
+    steps = set(profile.op_times)
+    assert set(graph.nodes) < steps
+    # a backward for each node on the gradient path, none for the shape subgraph; an update per parameter
+    assert {"backward:conv_a", "backward:relu_a", "backward:head", "backward:softmax"} <= steps
+    assert not any(s.startswith("backward:") and s.split(":", 1)[1] in profile.folded_nodes for s in steps)
+    assert {f"update:{p}" for p in ("w1", "b1", "w2", "w3", "fc")} <= steps
+    assert {"loss:probs", "loss:a_relu"} <= steps
+    for step in steps - set(profile.folded_nodes):
+        assert all(0 < t < math.inf for t in profile.op_times[step].values()), step
+    inference = profile_graph(graph, ["cpu:0"], protocol=MeasureProtocol(warmup=0, repeats=2),
+                              transfer_sizes=(4096,))
+    assert inference.objective == "inference" and not any(":" in s for s in inference.op_times)

@@ -52,6 +52,22 @@ def test_the_cache_key_changes_with_the_device_classes_not_their_indices_or_orde
         assert cache_key(graph, parse_devices(same)) == key, same
 
 
+def test_the_cache_key_records_the_objective_with_its_loss_and_optimizer(branchy, tmp_path):
+    from placer.measure.training import Loss, OptimizerSpec, TrainingSpec
+
+    _, graph = branchy
+    devices = parse_devices(DEVICES)
+    keys = {cache_key(graph, devices), cache_key(graph, devices, TrainingSpec()),
+            cache_key(graph, devices, TrainingSpec(optimizer=OptimizerSpec("adam"))),
+            cache_key(graph, devices, TrainingSpec(loss=Loss("cross_entropy")))}
+    assert len(keys) == 4
+    cost = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, protocol=QUICK, training=TrainingSpec())
+    assert cost.profile.objective == "training" and "update:fc" in cost.profile.op_times
+    assert cost.path.name == f"{cache_key(graph, devices, TrainingSpec())}.json"
+    again = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, training=TrainingSpec())
+    assert again.from_cache and again.profile.op_times == cost.profile.op_times
+
+
 def test_a_profile_cached_for_two_identical_devices_serves_four(profiled, tmp_path, monkeypatch):
     graph, first = profiled
     monkeypatch.setattr(profile_module, "profile_graph", lambda *a, **k: pytest.fail("profiled again"))
