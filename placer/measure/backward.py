@@ -84,9 +84,10 @@ def training_prepared(graph: OpGraph, prepared: PreparedGraph | None) -> Prepare
     return prepare(graph, variables=trained)
 
 
-def plan_training(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str, str],
+def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: dict[str, str],
                   forward: Sequence[Step], spec: TrainingSpec) -> TrainingPlan:
-    """The training step of `forward` (the placed forward steps) with `spec`'s loss and optimizer."""
+    """The training step of `forward` (the placed forward steps) with `spec`'s loss and optimizer.
+    Without `prepared` the forward steps get no kernel: a plan of the steps only (the simulator's)."""
     host = host_read_inputs(graph)
     trained = trained_parameters(graph, host)
     reached = gradient_tensors(graph, host)
@@ -121,7 +122,8 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str,
     home = {t: assignment[s.name] for s in forward for t in s.outputs if t}
     steps = [forward_step_with_record(s) if any(t in needs for t in s.outputs) else s for s in forward]
     where = dict(assignment)
-    functions: dict[str, StepFn] = {s.name: _forward_fn(prepared.kernels[s.name], s, diff_inputs(s))
+    kernels = prepared.kernels if prepared is not None else {}
+    functions: dict[str, StepFn] = {s.name: _forward_fn(kernels.get(s.name), s, diff_inputs(s))
                                     for s in grad_steps}
     loss_terms = []
     for o in loss_outputs:

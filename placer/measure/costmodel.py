@@ -2,6 +2,7 @@
 
 The simulator and the cost-aware placers read time only through this protocol, so an analytic
 model (deterministic, for tests) and a profiled one (measured on the real devices) plug in alike.
+`training_step_time` prices the steps a training step adds to the forward pass.
 """
 
 from __future__ import annotations
@@ -20,4 +21,10 @@ class CostModel(Protocol):
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Seconds to move `nbytes` from `src` to `dst` (0 when they are the same device)."""
+        ...
+
+    def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
+        """Seconds of a training step's `step` (`kind`: backward, loss, accumulate or update;
+        `placer.measure.backward` names them) on `device`: `node` is the forward node whose
+        device runs it, `nbytes` the gradient (or loss output) bytes it reads."""
         ...

@@ -2,7 +2,7 @@
 
 No placement can beat either of:
 - the critical path: the longest dependency chain with every node at its fastest device and
-  no transfers;
+  no transfers (for a training step: through the forward, loss, backward and update steps);
 - the load bound: all work must be done by the devices together. As an LP (scipy's HiGHS):
   min T such that each node is split fractionally over devices and no device's share of work
   exceeds T. Without scipy, the plain bound sum(fastest time) / devices (never larger).
@@ -19,6 +19,8 @@ import numpy as np
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
+from placer.measure.sim_program import SimProgram, training_program
+from placer.measure.training import TrainingSpec
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +40,14 @@ class LowerBound:
 
 def _times(graph: OpGraph, devices: list[str], cost: CostModel) -> np.ndarray:
     times = np.array([[cost.op_time(node, d) for d in devices] for node in graph.nodes.values()], dtype=float)
+    _check_runnable(graph, devices, times)
+    return times
+
+
+def _check_runnable(graph: OpGraph, devices: list[str], times: np.ndarray) -> None:
     stuck = [n for n, row in zip(graph.nodes, times) if not np.isfinite(row).any()]
     if stuck:
         raise PlacerError(f"node {stuck[0]!r} can run on none of {devices}; add a device that supports it")
-    return times
 
 
 def critical_path(graph: OpGraph, fastest: dict[str, float]) -> float:
@@ -76,14 +82,36 @@ def load_bound_lp(times: np.ndarray) -> float:
     return float(result.fun)
 
 
-def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel) -> LowerBound:
-    """max(critical path at fastest devices, load bound) for `graph` on `devices`."""
+def program_critical_path(program: SimProgram, fastest: list[float]) -> float:
+    """Longest dependency chain through a simulated program's steps, each at `fastest[step]`."""
+    producer: dict[str, int] = {}
+    done: list[float] = []
+    for i, step in enumerate(program.steps):  # a valid order
+        before = max((done[producer[t]] for t in step.inputs if t in producer), default=0.0)
+        done.append(before + fastest[i])
+        producer.update((t, i) for t in step.outputs if t)
+    return max(done, default=0.0)
+
+
+def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
+                training: TrainingSpec | None = None) -> LowerBound:
+    """max(critical path at fastest devices, load bound) for `graph` on `devices`; with
+    `training`, of the whole training step (a node's forward, backward and the updates it owns
+    share its device, so its load is their sum)."""
     if not devices:
         raise PlacerError("no devices given for the lower bound; give at least one")
-    times = _times(graph, devices, cost)
-    fastest_row = np.where(np.isfinite(times), times, np.inf).min(axis=1)
-    fastest = dict(zip(graph.nodes, fastest_row.tolist()))
-    cp = critical_path(graph, fastest)
+    if training is None:
+        times = _times(graph, devices, cost)
+        fastest_row = np.where(np.isfinite(times), times, np.inf).min(axis=1)
+        cp = critical_path(graph, dict(zip(graph.nodes, fastest_row.tolist())))
+    else:
+        program = training_program(graph, devices, cost, training)
+        step_times = np.asarray(program.times, dtype=float)
+        times = np.zeros((len(graph.nodes), len(devices)))
+        np.add.at(times, np.asarray(program.node_of), step_times)
+        _check_runnable(graph, devices, times)
+        cp = program_critical_path(program, step_times.min(axis=1).tolist())
+        fastest_row = times.min(axis=1)
     average = float(fastest_row.sum()) / len(devices)
     try:
         load, method = max(load_bound_lp(times), average), "lp"

@@ -105,7 +105,7 @@ class RealMeasurer:
     def _protocol_record(self) -> dict:
         record = {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs]}
         if self.training is not None:
-            record.update(loss=self.training.loss.kind, **self.training.optimizer.to_dict())
+            record.update(self.training.to_dict())
         return record
 
     def measure(self, placement: Placement) -> Measurement:

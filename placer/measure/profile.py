@@ -170,7 +170,7 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
     record = {**protocol.to_dict(), "devices": [str(d) for d in devs], "classes": classes,
               "transfer_sizes": list(transfer_sizes)}
     if training is not None:
-        record.update(loss=training.loss.kind, **training.optimizer.to_dict())
+        record.update(training.to_dict())
     return Profile(devices=[d.name for d in devs], op_times=op_times,
                    transfers=_class_transfers(devs, classes, transfer_sizes),
                    folded_nodes=list(prepared.folded_nodes), step_times=step_times, failures=failures,

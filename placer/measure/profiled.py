@@ -76,6 +76,19 @@ class ProfiledCostModel:
         t = self.profile.op_time(node.name, device)
         return t if t == 0.0 or not math.isfinite(t) else t + self.overhead.get(device, 0.0)
 
+    @property
+    def objective(self) -> str:
+        """The profile's objective: its op times are of forward passes or of training steps."""
+        return self.profile.objective
+
+    def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
+        """Median measured seconds of the training step's `step` plus its overhead share."""
+        if step not in self.profile.op_times:
+            raise PlacerError(f"the profile has no time for the training step's {step!r}: it was made for the "
+                              f"{self.objective} objective; profile with the training objective")
+        t = self.profile.op_time(step, device)
+        return t if not math.isfinite(t) else t + self.overhead.get(device, 0.0)
+
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Fitted latency + bytes / bandwidth of the src -> dst link (0 on one device)."""
         return self.profile.transfer_time(nbytes, src, dst)
@@ -143,7 +156,7 @@ def cache_key(graph: OpGraph, devices: list[Device], training: TrainingSpec | No
            "inputs": [[t.name, list(t.shape), t.dtype] for t in graph.inputs],
            "nodes": len(graph.nodes), "classes": sorted([c, min(n, 2)] for c, n in counts.items()),
            "objective": "inference" if training is None else
-           {"training": {"loss": training.loss.kind, **training.optimizer.to_dict()}},
+           {"training": training.to_dict()},
            "torch": torch.__version__,
            "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]

@@ -16,6 +16,11 @@ destination from the start of the transfer to the end of its last consumer there
 graph inputs stay resident on every device that reads them. A device whose peak exceeds its cap
 fails the placement as out-of-memory.
 
+A training step (`training=TrainingSpec(...)`) is simulated the same way over its own steps
+(`placer.measure.sim_program`): the forward steps, the loss, each node's backward on the node's
+device in reverse topological order with gradients crossing the forward edges backwards (as many
+bytes as the forward tensor), and the updates; gradients and optimizer state count in memory.
+
 Costs come only from a `placer.measure.costmodel.CostModel`.
 """
 
@@ -33,6 +38,8 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.measure.costmodel import CostModel
 from placer.measure.measurement import INVALID, OOM, Measurement
+from placer.measure.sim_program import inference_program, training_program
+from placer.measure.training import TrainingSpec
 from placer.measure.walk import Step, last_uses, walk
 from placer.placement import Placement
 
@@ -41,6 +48,12 @@ from placer.placement import Placement
 _FLOPS = {"cpu": 2e10, "cuda": 1e13}          # FLOP/s
 _MEM_BW = {"cpu": 1e10, "cuda": 5e11}         # bytes/s of memory traffic per op
 _LAUNCH = {"cpu": 5e-6, "cuda": 1e-5}         # fixed cost per op, seconds
+# A training step: a node's backward costs BACKWARD_FACTOR times its forward (the usual rule: the
+# gradients of its inputs and of its weights, each about one forward), and a loss, accumulate or
+# update step makes PASSES passes over the gradient bytes it reads at the memory bandwidth (an
+# update reads the parameter, its gradient and its state and writes two of them back).
+BACKWARD_FACTOR = 2.0
+PASSES = {"loss": 2, "accumulate": 2, "update": 4}
 # Links: (latency s, bandwidth bytes/s). Virtual CPU devices share memory, so a copy is a memcpy.
 _LINKS = {("cpu", "cpu"): (1e-6, 1e10), ("cpu", "cuda"): (1e-5, 1.2e10),
           ("cuda", "cpu"): (1e-5, 1.2e10), ("cuda", "cuda"): (1e-5, 5e10)}
@@ -51,7 +64,7 @@ class AnalyticCostModel:
     """Deterministic costs from the graph's own features.
 
     op time = FLOPs / device speed + bytes touched (outputs + weights) / memory bandwidth
-    + a fixed launch overhead; transfer = link latency + bytes / link bandwidth. Every figure can
+    + a fixed launch overhead; a training step's backward and updates: `training_step_time`; transfer = link latency + bytes / link bandwidth. Every figure can
     be set per device name (`speeds`, `mem_bandwidths`) or per link (`links`).
     """
 
@@ -77,6 +90,12 @@ class AnalyticCostModel:
         moved = node.output_bytes + node.param_bytes
         return (max(node.flops, 0.0) / self.speeds[device] + moved / self.mem_bandwidths[device]
                 + self.launch_overhead[device])
+
+    def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
+        """A backward: BACKWARD_FACTOR x the node's forward; else PASSES[kind] passes over `nbytes`."""
+        if kind == "backward":
+            return BACKWARD_FACTOR * self.op_time(node, device)
+        return PASSES[kind] * nbytes / self.mem_bandwidths[device] + self.launch_overhead[device]
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Seconds to copy `nbytes` from `src` to `dst` (0 on the same device)."""
@@ -104,63 +123,78 @@ class Simulator:
     """
 
     def __init__(self, graph: OpGraph, devices: Sequence[str], cost_model: CostModel,
-                 mem_caps: Sequence[int | None] | None = None) -> None:
+                 mem_caps: Sequence[int | None] | None = None, training: TrainingSpec | None = None) -> None:
         self.graph = graph
         self.devices = list(devices)
         self.mem_caps = list(mem_caps) if mem_caps is not None else [None] * len(self.devices)
-        names = list(graph.nodes)
-        self.node_names = names
-        index = {n: i for i, n in enumerate(names)}
+        self.training = training
+        objective = "inference" if training is None else "training"
+        if getattr(cost_model, "objective", objective) != objective:
+            raise PlacerError(f"the cost model's times are of the {cost_model.objective} objective, not of the "
+                              f"{objective} one being simulated; profile with --objective {objective}")
+        self.node_names = list(graph.nodes)
+        program = (inference_program(graph, self.devices, cost_model) if training is None
+                   else training_program(graph, self.devices, cost_model, training))
+        # The simulated steps: a node's own (inference), or the training step's, each on its node's device.
+        self.step_names = [step.name for step in program.steps]
+        self.step_node = program.node_of
+        self._step_node = np.asarray(program.node_of, dtype=np.int64)
+        index = {n: i for i, n in enumerate(self.step_names)}
         D = len(self.devices)
 
-        # op_time[i][d]: seconds of node i on device d.
-        self.op_time = [[float(cost_model.op_time(node, dev)) for dev in self.devices]
-                        for node in graph.nodes.values()]
+        # op_time[i][d]: seconds of step i on device d.
+        self.op_time = program.times
 
-        # Tensors produced by nodes and read by a node or returned: one entry each.
-        graph_outputs = {t.name for t in graph.outputs}
-        consumers = graph.consumers
-        producer = graph.producer
+        # Tensors produced by steps and read by a step or returned: one entry each.
+        consumers: dict[str, list[int]] = {}
+        for i, step in enumerate(program.steps):
+            for t in dict.fromkeys(step.inputs):
+                if t:
+                    consumers.setdefault(t, []).append(i)
+        producer = {t: i for i, step in enumerate(program.steps) for t in step.outputs if t}
         self.t_producer: list[int] = []
         self.t_bytes: list[int] = []
         self.t_consumers: list[list[int]] = []
         self.t_is_output: list[bool] = []
         self.t_xfer: list[list[float]] = []     # [src * D + dst] -> seconds
         tensor_id: dict[str, int] = {}
-        self.out_tensors: list[list[int]] = [[] for _ in names]
-        for i, node in enumerate(graph.nodes.values()):
-            for t in node.outputs:
-                if not t or (t not in consumers and t not in graph_outputs):
+        self.out_tensors: list[list[int]] = [[] for _ in program.steps]
+        for i, step in enumerate(program.steps):
+            for t in step.outputs:
+                if not t or (t not in consumers and t not in program.outputs):
                     continue
-                info = graph.tensors.get(t)
-                nbytes = info.nbytes if info is not None else 0
+                nbytes = program.size(t)
                 tid = len(self.t_bytes)
                 tensor_id[t] = tid
                 self.t_producer.append(i)
                 self.t_bytes.append(nbytes)
-                self.t_consumers.append([index[c] for c in consumers.get(t, [])])
-                self.t_is_output.append(t in graph_outputs)
+                self.t_consumers.append(consumers.get(t, []))
+                self.t_is_output.append(t in program.outputs)
                 self.t_xfer.append([float(cost_model.transfer_time(nbytes, s, d))
                                     for s in self.devices for d in self.devices])
                 self.out_tensors[i].append(tid)
-        # The program the walk runs: each node reads the tensors other nodes produce and writes
-        # the ones some node reads or the graph returns; a value is a tensor's arrival per device.
-        self.steps = [Step(name, node.op_type,
-                           tuple(dict.fromkeys(t for t in node.inputs if t in tensor_id and producer.get(t) != name)),
-                           tuple(t for t in node.outputs if t in tensor_id))
-                      for name, node in graph.nodes.items()]
+        # The program the walk runs: each step reads the tensors other steps produce and writes
+        # the ones some step reads or the program returns; a value is a tensor's arrival per device.
+        self.steps = [Step(step.name, step.op_type,
+                           tuple(dict.fromkeys(t for t in step.inputs if t in tensor_id and producer.get(t) != i)),
+                           tuple(t for t in step.outputs if t in tensor_id))
+                      for i, step in enumerate(program.steps)]
         self.frees = last_uses(self.steps)
 
-        # Resident data: weights and graph inputs, each counted once on every device reading it.
+        # Resident data: weights and graph inputs, each counted once on every device reading it,
+        # and a training step's optimizer state on its update's device.
         resident: dict[str, int] = {t.name: t.nbytes for t in graph.initializers.values()}
         resident.update({t.name: t.nbytes for t in graph.inputs})
         self.r_bytes: list[int] = []
         self.r_consumers: list[list[int]] = []
         for t, nbytes in resident.items():
-            readers = [index[c] for c in consumers.get(t, [])]
+            readers = consumers.get(t, [])
             if readers:
                 self.r_bytes.append(nbytes)
                 self.r_consumers.append(readers)
+        for nbytes, step in program.held:
+            self.r_bytes.append(nbytes)
+            self.r_consumers.append([step])
         self._D = D
 
         # The same facts as flat arrays, for the memory pass (numpy over edges, not Python loops).
@@ -176,12 +210,14 @@ class Simulator:
     def simulate(self, assign: Sequence[int]) -> SimResult:
         """Simulate one step of the placement `assign` (device index of each node, in order)."""
         D = self._D
+        if self.training is not None:
+            assign = [assign[k] for k in self.step_node]   # each step of the training step on its node's device
         op_time = self.op_time
         n = len(op_time)
         for i in range(n):
             if op_time[i][assign[i]] == math.inf:
                 return SimResult(math.inf, [0] * D, INVALID,
-                                 f"node {self.node_names[i]} cannot run on {self.devices[assign[i]]}")
+                                 f"node {self.step_names[i]} cannot run on {self.devices[assign[i]]}")
 
         start = [0.0] * n
         finish = [0.0] * n
@@ -312,7 +348,7 @@ def simulate_batch(sim: Simulator, assign: np.ndarray) -> BatchResult:
     This is what makes thousands of placements per second possible for search and fidelity
     studies; one placement at a time is faster through `Simulator.simulate`.
     """
-    A = np.asarray(assign, dtype=np.int64)
+    A = np.asarray(assign, dtype=np.int64)[:, sim._step_node]   # each simulated step on its node's device
     B, n = A.shape
     D, T = sim._D, len(sim.t_bytes)
     rows = np.arange(B)
@@ -410,12 +446,14 @@ def _batch_peaks(sim: Simulator, A: np.ndarray, start: np.ndarray, finish: np.nd
 class SimulatedMeasurer:
     """A `Measurer` whose step times come from the simulator: deterministic and fast.
 
-    `mem_caps` (device name -> bytes) overrides the caps given in the `Device` specs. Every call
-    simulates (microseconds); the trainer remembers what it needs (`placer.policy.measurement_cache`).
+    `mem_caps` (device name -> bytes) overrides the caps given in the `Device` specs. With
+    `training`, a step is a training step with its loss and optimizer (the cost model must price
+    it: the analytic one, or a profile of the training objective). Every call simulates
+    (microseconds); the trainer remembers what it needs (`placer.policy.measurement_cache`).
     """
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str], cost_model: CostModel | None = None,
-                 mem_caps: dict[str, int] | None = None) -> None:
+                 mem_caps: dict[str, int] | None = None, training: TrainingSpec | None = None) -> None:
         devs = as_devices(devices)
         names = [d.name for d in devs]
         caps = {d.name: d.mem_cap for d in devs if d.mem_cap is not None}
@@ -423,9 +461,12 @@ class SimulatedMeasurer:
         self.devices = names
         self.graph = graph
         self.cost_model = cost_model if cost_model is not None else AnalyticCostModel(names)
-        self.simulator = Simulator(graph, names, self.cost_model, [caps.get(d) for d in names])
+        self.simulator = Simulator(graph, names, self.cost_model, [caps.get(d) for d in names], training)
         self._index = {d: i for i, d in enumerate(names)}
-        self.protocol = {"kind": "simulated", "cost_model": type(self.cost_model).__name__}
+        self.protocol = {"kind": "simulated", "cost_model": type(self.cost_model).__name__,
+                         "objective": "inference" if training is None else "training"}
+        if training is not None:
+            self.protocol.update(training.to_dict())
 
     def measure(self, placement: Placement) -> Measurement:
         """Simulate `placement`; a placement that misses nodes or names unknown devices fails as invalid."""

@@ -216,3 +216,7 @@ class TrainingSpec:
     loss: Loss = Loss()
     optimizer: OptimizerSpec = OptimizerSpec()
     targets: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, float | str]:
+        """The loss and the optimizer, as measurements and profiles record them (targets left out)."""
+        return {"loss": self.loss.kind, **self.optimizer.to_dict()}

@@ -119,3 +119,19 @@ def test_the_simulator_predicts_the_same_single_device_step_on_identical_devices
     steps = [measurer.measure(Placement.single_device(list(graph.nodes), d, graph.sha256, cost.devices)).step_time
              for d in cost.devices]
     assert steps[0] == steps[1] and math.isfinite(steps[0])
+
+
+def test_a_training_profile_drives_the_training_simulator_and_its_lower_bound(branchy, tmp_path):
+    from placer.measure.training import TrainingSpec
+
+    _, graph = branchy
+    cost = ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK,
+                                       training=TrainingSpec())
+    sim = Simulator(graph, cost.devices, cost, training=TrainingSpec())
+    bound = lower_bound(graph, cost.devices, cost, TrainingSpec()).value
+    for i, d in enumerate(cost.devices):
+        step = sim.simulate([i] * len(graph.nodes)).step_time
+        raw = Simulator(graph, cost.devices, ProfiledCostModel(cost.profile, calibrate=False), training=TrainingSpec())
+        raw_step = raw.simulate([i] * len(graph.nodes)).step_time
+        assert step == pytest.approx(max(cost.profile.step_times[d], raw_step), rel=1e-6)
+        assert step >= bound * (1 - 1e-9)

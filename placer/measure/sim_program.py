@@ -1,0 +1,75 @@
+"""The program the simulator walks: a step per node (inference), or the whole training step.
+
+A training step is the executor's (`placer.measure.backward.plan_training`): the forward steps,
+each output's loss term, then each node's backward in reverse topological order, gradient
+accumulations and the parameters' updates. Every one of them runs on the device of some node
+(a backward on its node's, a loss on its output's producer's, an update on the device of the
+parameter's last backward contributor), so a placement of the nodes places the whole program:
+the plan is made once with every node as its own "device", and `node_of` maps each step to that
+node. A gradient is the size of its tensor; the optimizer state of a parameter is resident on
+its update's device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from placer.graph.opgraph import OpGraph
+from placer.measure.costmodel import CostModel
+from placer.measure.training import TrainingSpec
+from placer.measure.walk import Step
+
+
+@dataclass
+class SimProgram:
+    """Steps in a valid order, the node whose device runs each, and their costs."""
+
+    steps: list[Step]                  # inputs and outputs: every tensor a step reads and writes
+    node_of: list[int]                 # step -> index of the node (in graph order) whose device runs it
+    times: list[list[float]]           # step -> device -> seconds
+    outputs: set[str]                  # what the step returns (kept to its end)
+    size: Callable[[str], int]         # tensor -> bytes
+    held: list[tuple[int, int]]        # (bytes, step) resident wherever that step runs: optimizer state
+
+
+def inference_program(graph: OpGraph, devices: Sequence[str], cost: CostModel) -> SimProgram:
+    """One step per node, at the cost model's op time."""
+    return SimProgram(steps=[Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()],
+                      node_of=list(range(len(graph.nodes))),
+                      times=[[float(cost.op_time(node, d)) for d in devices] for node in graph.nodes.values()],
+                      outputs={t.name for t in graph.outputs}, size=_tensor_size(graph, {}), held=[])
+
+
+def training_program(graph: OpGraph, devices: Sequence[str], cost: CostModel, spec: TrainingSpec) -> SimProgram:
+    """The training step of `graph` with `spec`'s loss and optimizer; the cost model's
+    `training_step_time` prices the loss, backward, accumulate and update steps."""
+    from placer.measure.backward import plan_training
+
+    forward = [Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()]
+    plan = plan_training(graph, None, {n: n for n in graph.nodes}, forward, spec)
+    size = _tensor_size(graph, plan.gradient_of)
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    node_of = [index[plan.assignment[s.name]] for s in plan.steps]
+    times = []
+    for step, k in zip(plan.steps, node_of):
+        node = graph.nodes[plan.assignment[step.name]]
+        if step.op_type in ("loss", "accumulate", "update", "backward"):
+            touched = sum(size(t) for t in step.inputs if t.startswith("grad:") or step.op_type == "loss")
+            times.append([float(cost.training_step_time(step.name, step.op_type, node, touched, d))
+                          for d in devices])
+        else:
+            times.append([float(cost.op_time(node, d)) for d in devices])
+    held = [(spec.optimizer.state_bytes(size(p)), next(i for i, s in enumerate(plan.steps)
+                                                          if s.name == f"update:{p}"))
+            for p in plan.trained]
+    return SimProgram(plan.steps, node_of, times, set(plan.outputs), size, held)
+
+
+def _tensor_size(graph: OpGraph, gradient_of: dict[str, str]) -> Callable[[str], int]:
+    """Bytes of a tensor as the executor counts them: a gradient the size of its tensor, the
+    step's own records (saved activations are kept through the tensors they read) nothing."""
+    def size(name: str) -> int:
+        info = graph.tensors.get(gradient_of.get(name, name))
+        return info.nbytes if info is not None else 0
+    return size

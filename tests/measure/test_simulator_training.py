@@ -1,0 +1,121 @@
+"""The simulator and the lower bound model a whole training step: forward, loss, backward, update."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from placer.errors import PlacerError
+from placer.graph.load import load_graph
+from placer.measure.lower_bound import lower_bound
+from placer.measure.profile import Profile
+from placer.measure.profiled import ProfiledCostModel
+from placer.measure.sim_program import training_program
+from placer.measure.simulator import (BACKWARD_FACTOR, AnalyticCostModel, SimulatedMeasurer, Simulator,
+                                      simulate_batch)
+from placer.measure.training import OptimizerSpec, TrainingSpec
+from placer.placement import Placement
+
+from .test_simulator import ACT, WEIGHT, _model, _weight, chain, fork
+
+DEVICES = ["cpu:0", "cpu:1", "cuda:0"]
+
+
+def test_a_training_step_on_one_device_is_the_sum_of_its_steps_and_dearer_than_inference():
+    g = load_graph(chain(3))
+    cost = AnalyticCostModel(DEVICES)
+    program = training_program(g, DEVICES, cost, TrainingSpec())
+    names = [s.name for s in program.steps]
+    assert names[:3] == ["mm0", "mm1", "mm2"] and names[3] == "loss:y2"
+    assert names.index("backward:mm2") < names.index("backward:mm1") < names.index("backward:mm0")
+    assert {"update:w0", "update:w1", "update:w2"} <= set(names)
+    for node in ("mm0", "mm1", "mm2"):
+        forward, backward = (program.times[names.index(s)] for s in (node, f"backward:{node}"))
+        assert backward == [BACKWARD_FACTOR * t for t in forward]
+    training = Simulator(g, DEVICES, cost, training=TrainingSpec())
+    inference = Simulator(g, DEVICES, cost)
+    for d in range(len(DEVICES)):
+        step = training.simulate([d] * 3).step_time
+        assert step == pytest.approx(sum(row[d] for row in program.times), rel=1e-12)
+        assert step > (1 + BACKWARD_FACTOR) * inference.simulate([d] * 3).step_time
+
+
+class OnlyTransfers(AnalyticCostModel):
+    """Free steps, copies of 1 s + 1 ms per byte: a step's time is its chain of copies."""
+
+    def op_time(self, node, device):
+        return 0.0
+
+    def training_step_time(self, step, kind, node, nbytes, device):
+        return 0.0
+
+    def transfer_time(self, nbytes, src, dst):
+        return 0.0 if src == dst else 1.0 + nbytes * 1e-3
+
+
+def test_gradients_cross_the_forward_edges_backwards():
+    g = load_graph(chain(2))
+    sim = Simulator(g, DEVICES, OnlyTransfers(DEVICES), training=TrainingSpec())
+    assert sim.simulate([0, 0]).step_time == 0.0
+    # y0 goes forward and grad:y0 (as many bytes) comes back, one after the other
+    assert sim.simulate([0, 1]).step_time == pytest.approx(2 * (1.0 + ACT * 1e-3))
+
+
+def test_training_memory_holds_gradients_saved_activations_and_optimizer_state():
+    g = load_graph(chain(2))
+    cost = AnalyticCostModel(DEVICES)
+    inference = Simulator(g, DEVICES, cost).simulate([0, 0]).peak_memory[0]
+    sgd = Simulator(g, DEVICES, cost, training=TrainingSpec()).simulate([0, 0]).peak_memory[0]
+    adam = Simulator(g, DEVICES, cost,
+                     training=TrainingSpec(optimizer=OptimizerSpec("adam"))).simulate([0, 0]).peak_memory[0]
+    assert sgd >= inference + 2 * WEIGHT            # the momentum of both weights
+    assert adam == sgd + 2 * WEIGHT                  # Adam keeps two moments: one weight's worth more each
+
+
+def test_the_batch_pass_gives_exactly_the_one_at_a_time_training_steps():
+    g = load_graph(fork())
+    sim = Simulator(g, DEVICES, AnalyticCostModel(DEVICES), [5 * WEIGHT, None, None], training=TrainingSpec())
+    every = np.random.default_rng(0).integers(0, len(DEVICES), (200, len(g.nodes)))
+    batch = simulate_batch(sim, every)
+    assert {"oom", None} == set(batch.failure)
+    bound = lower_bound(g, DEVICES, AnalyticCostModel(DEVICES), TrainingSpec()).value
+    for row, step, peaks, failure in zip(every, batch.step_time, batch.peak_memory, batch.failure):
+        one = sim.simulate(row.tolist())
+        assert one.failure == failure and one.step_time == step and one.peak_memory == peaks.tolist()
+        assert step >= bound * (1 - 1e-9)
+
+
+def test_the_training_lower_bound_counts_the_backward_and_the_updates():
+    g = load_graph(chain(3))
+    cost = AnalyticCostModel(DEVICES)
+    inference, training = lower_bound(g, DEVICES, cost), lower_bound(g, DEVICES, cost, TrainingSpec())
+    # a chain: forward, then backward through the same nodes, at the fastest device
+    assert training.critical_path > (1 + BACKWARD_FACTOR) * inference.critical_path
+    assert training.value > inference.value
+    sim = Simulator(g, DEVICES, cost, training=TrainingSpec())
+    assert all(training.value <= sim.simulate([d] * 3).step_time for d in range(len(DEVICES)))
+
+
+def test_the_training_load_bound_shares_every_step_of_independent_work():
+    """Four independent MatMuls on two identical devices: each device does at least half of
+    every forward, backward, loss and update."""
+    nodes = [helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"], name=f"mm{i}") for i in range(4)]
+    g = load_graph(_model(nodes, [f"y{i}" for i in range(4)], [_weight(f"w{i}", i) for i in range(4)]))
+    devices = ["cpu:0", "cpu:1"]
+    cost = AnalyticCostModel(devices)
+    program = training_program(g, devices, cost, TrainingSpec())
+    assert lower_bound(g, devices, cost, TrainingSpec()).load == pytest.approx(
+        sum(row[0] for row in program.times) / 2, rel=1e-6)
+
+
+def test_the_simulated_measurer_records_the_objective_and_refuses_a_forward_profile():
+    g = load_graph(chain(2))
+    placement = Placement.single_device(list(g.nodes), "cpu:0", devices=DEVICES)
+    m = SimulatedMeasurer(g, DEVICES, training=TrainingSpec(optimizer=OptimizerSpec("adam"))).measure(placement)
+    assert m.ok and m.protocol["objective"] == "training" and m.protocol["optimizer"] == "adam"
+    assert SimulatedMeasurer(g, DEVICES).measure(placement).protocol["objective"] == "inference"
+    forward = ProfiledCostModel(Profile(devices=DEVICES, op_times={n: dict.fromkeys(DEVICES, 1e-3) for n in g.nodes},
+                                        protocol={"objective": "inference"}))
+    with pytest.raises(PlacerError, match="profile with --objective training"):
+        SimulatedMeasurer(g, DEVICES, forward, training=TrainingSpec())
