@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from placer.commands.common import (add_devices_arg, add_graph_args, check_writable, devices_from_args,
-                                   load_graph_from_args)
+from placer.commands.common import (add_devices_arg, add_graph_args, add_objective_args, check_writable,
+                                   devices_from_args, load_graph_from_args, training_spec_from_args)
 from placer.errors import PlacerError
 
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
@@ -34,6 +34,7 @@ def register(subparsers) -> None:
                     "--json prints what compare.json holds instead of the table.")
     add_graph_args(parser)
     add_devices_arg(parser)
+    add_objective_args(parser)
     parser.add_argument("--include-rl", metavar="runs/NAME", default=None,
                         help="also measure the best placement of a training run (its placement.json)")
     parser.add_argument("--placers", default=",".join(PLACERS), metavar="P1,P2",
@@ -69,16 +70,19 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(args.out or Path("runs") / f"compare-{Path(args.graph).stem}", "--out", folder=True)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
-    protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout)
+    protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout,
+                               objective=args.objective)
+    training = training_spec_from_args(args, graph)
 
     start = time.perf_counter()
-    cost = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile)
+    cost = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, training=training)
     profile_s = time.perf_counter() - start
     print(f"profile: {'cached' if cost.from_cache else f'measured in {profile_s:.1f} s'} ({cost.path})",
           file=sys.stderr)
 
     comparison = _measure_side_by_side(graph, devices, cost, placers, args.include_rl, args.samples, args.seed,
-                                       protocol, progress=lambda row: print(f"measuring {row.name} ...", file=sys.stderr))
+                                       protocol, progress=lambda row: print(f"measuring {row.name} ...", file=sys.stderr),
+                                       training=training)
 
     print(comparison_json(comparison) if args.json else format_table(comparison), end="" if args.json else "\n")
     _warn_if_profile_drifted(comparison, cost)
@@ -88,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, samples: int | None, seed: int,
-                          protocol, progress=None):
-    """Run the placers (and add the run's placements), then measure them all in one go."""
+                          protocol, progress=None, training=None):
+    """Run the placers (and add the run's placements), then measure them all in one go; with
+    `training` (the protocol's objective is then training) every placement on the training step."""
     from placer.measure.measurer import RealMeasurer
     from placer.placers import caps_from_devices
     from placer.placers.compare import baseline_rows, compare
@@ -97,25 +102,27 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     names = [d.name for d in devices]
     caps = caps_from_devices(devices)
     options = {"random_search": _random_search_options(graph, names, run_dir, samples)}
-    rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options)
+    rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
     if run_dir:
         rows.extend(learned_rows(graph, run_dir, names))
-    measurer = RealMeasurer(graph, devices, protocol=protocol, seed=seed)
-    comparison = compare(graph, names, measurer, cost, rows, caps, progress=progress)
+    measurer = RealMeasurer(graph, devices, protocol=protocol, seed=seed, training=training)
+    comparison = compare(graph, names, measurer, cost, rows, caps, progress=progress, training=training)
     comparison.info = {"profile": str(getattr(cost, "path", None)), "profile_cached": getattr(cost, "from_cache", None),
-                       "protocol": protocol.to_dict(), "devices": [str(d) for d in devices]}
+                       "protocol": measurer.protocol_record(), "devices": [str(d) for d in devices]}
     return comparison
 
 
 def comparison_for_run(graph, devices, cost, run_dir, *, seed: int = 0, warmup: int = 2, repeats: int = 5,
-                       timeout: float = 60.0):
+                       timeout: float = 60.0, training=None):
     """What `placer compare --include-rl RUN` measures: every placer, random search with the run's
-    samples and groups, and the run's placements, side by side."""
+    samples and groups, and the run's placements, side by side (on the training step with `training`)."""
     from placer.measure.measurer import MeasureProtocol
     from placer.placers import PLACERS
 
+    objective = "inference" if training is None else "training"
     return _measure_side_by_side(graph, devices, cost, list(PLACERS), run_dir, None, seed,
-                                 MeasureProtocol(warmup=warmup, repeats=repeats, timeout_s=timeout))
+                                 MeasureProtocol(warmup=warmup, repeats=repeats, timeout_s=timeout,
+                                                 objective=objective), training=training)
 
 
 def _random_search_options(graph, names: list[str], run_dir, samples: int | None) -> dict:

@@ -40,6 +40,10 @@ def format_table(comparison: Comparison) -> str:
               (f" at {comparison.best_single_step_time * 1e3:.2f} ms" if comparison.best_single_step_time else ""))
     if comparison.learning:
         footer += "\n" + _learning_line(comparison.learning)
+    protocol = comparison.info.get("protocol", {})
+    if protocol.get("objective") == "training":
+        footer += (f"\nstep = training step (forward, loss {protocol.get('loss')}, backward, "
+                   f"{protocol.get('optimizer')} update)")
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + ["", footer])
 
 

@@ -102,7 +102,9 @@ class RealMeasurer:
             tensors = {k: v.pin_memory() for k, v in tensors.items()}   # async host-to-device copies
         self.feeds = tensors
 
-    def _protocol_record(self) -> dict:
+    def protocol_record(self) -> dict:
+        """What every measurement records of how it was measured: the protocol, the devices, the
+        training step's loss and optimizer."""
         record = {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs]}
         if self.training is not None:
             record.update(self.training.to_dict())
@@ -110,7 +112,7 @@ class RealMeasurer:
 
     def measure(self, placement: Placement) -> Measurement:
         """Run `placement`: warm-ups, then timed runs; a failure is a failed `Measurement`."""
-        record = self._protocol_record()
+        record = self.protocol_record()
         try:
             executor = PlacedExecutor(self.graph, placement, self.device_objs, prepared=self.prepared,
                                       training=self.training)

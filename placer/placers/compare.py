@@ -20,6 +20,8 @@ from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.measure.lower_bound import LowerBound, lower_bound
 from placer.measure.measurement import Measurement, Measurer
+from placer.measure.training import TrainingSpec
+from placer.measure.training_costs import TrainingStepCosts
 from placer.placement import Placement
 from placer.placers import PLACERS
 from placer.placers.base import Caps
@@ -104,10 +106,14 @@ def check_placer_names(placers: list[str]) -> None:
 
 
 def baseline_rows(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps, placers: list[str],
-                  seed: int = 0, options: dict[str, dict[str, Any]] | None = None) -> list[CompareRow]:
+                  seed: int = 0, options: dict[str, dict[str, Any]] | None = None,
+                  training: TrainingSpec | None = None) -> list[CompareRow]:
     """Run the placers (`single` expands to one row per device); a refusal becomes a row too.
-    `options`: extra keyword arguments per placer name, e.g. {"random_search": {"samples": 2000}}."""
+    `options`: extra keyword arguments per placer name, e.g. {"random_search": {"samples": 2000}}.
+    With `training` the placers see a training step's costs (`TrainingStepCosts`)."""
     check_placer_names(placers)
+    if training is not None:
+        cost = TrainingStepCosts(graph, devices, cost, training)
     rows = []
     for name in placers:
         spec = PLACERS[name]
@@ -140,13 +146,15 @@ def learned_row(graph: OpGraph, placement: Placement, devices: list[str], *, nam
 
 
 def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostModel, rows: list[CompareRow],
-            caps: Caps | None = None, progress=None) -> Comparison:
-    """Measure every row's placement, predict it, and set it against the best single device and the bound."""
+            caps: Caps | None = None, progress=None, training: TrainingSpec | None = None) -> Comparison:
+    """Measure every row's placement, predict it, and set it against the best single device and the
+    bound; with `training`, predictions and the bound are of the training step (`measurer` must
+    measure training steps too)."""
     from placer.measure.simulator import Simulator
 
     caps = dict(caps or {})
-    bound = lower_bound(graph, devices, cost)
-    sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices])
+    bound = lower_bound(graph, devices, cost, training)
+    sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices], training=training)
     index = {d: i for i, d in enumerate(devices)}
     for row in rows:
         if row.placement is None:

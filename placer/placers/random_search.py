@@ -19,6 +19,7 @@ from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.measure.measurement import INVALID
 from placer.measure.simulator import Simulator, simulate_batch
+from placer.measure.training_costs import TrainingStepCosts
 from placer.placement import Placement
 from placer.placers.base import Caps, human_bytes, make_placement, over_caps, require_cost, require_devices
 
@@ -38,7 +39,9 @@ class _Search:
         self.grouping = grouping or group_graph(graph, n_devices=len(devices))
         # The first N rows are the same for any total: numpy draws the matrix row by row.
         self.draws = np.random.default_rng(seed).integers(0, len(devices), size=(samples, len(self.grouping)))
-        sim = Simulator(graph, devices, cost, [self.caps.get(d) for d in devices])
+        # the training objective: simulate the whole training step, not its per-node summary
+        inner, training = (cost.inner, cost.training) if isinstance(cost, TrainingStepCosts) else (cost, None)
+        sim = Simulator(graph, devices, inner, [self.caps.get(d) for d in devices], training=training)
         group_of = np.array([self.grouping.node_group[n] for n in sim.node_names])
         self.failures: list[str | None] = []
         self.times = np.concatenate([self._simulate(sim, self.draws[i:i + CHUNK, group_of])

@@ -101,3 +101,29 @@ def test_placer_compare_json_prints_what_compare_json_holds_and_nothing_else(tmp
     assert data["format"] == "placer.compare/1"
     assert [r["name"] for r in data["rows"]] == ["single:cpu:0", "single:cpu:1", "m_etf"]
     assert "saved" in printed.err and "lower bound" not in printed.out
+
+
+def test_placer_compare_on_the_training_objective_measures_every_baseline_on_the_training_step(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    args = ["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
+            "--repeats", "1", "--no-plot", "--json", "--placers", "single,m_etf,heft,random_search", "--samples", "8"]
+    assert main([*args, "--out", str(tmp_path / "inference")]) == 0
+    inference = json.loads(capsys.readouterr().out)
+    assert main([*args, "--out", str(tmp_path / "training"), "--objective", "training", "--optimizer", "adam"]) == 0
+    training = json.loads(capsys.readouterr().out)
+    assert main([a for a in args if a != "--json"] + ["--out", str(tmp_path / "text"), "--objective", "training"]) == 0
+    assert "step = training step (forward, loss mse, backward, sgd update)" in capsys.readouterr().out
+    assert training["info"]["protocol"]["objective"] == "training" and training["info"]["protocol"]["optimizer"] == "adam"
+    assert inference["info"]["protocol"]["objective"] == "inference"
+    rows = {r["name"]: r for r in training["rows"]}
+    assert set(rows) == {"single:cpu:0", "single:cpu:1", "m_etf", "heft", "random_search"}
+    for row in rows.values():
+        assert row["status"] == "ok" and row["measurement"]["protocol"]["objective"] == "training"
+        assert row["predicted_step_time_s"] > 0
+    # the bound and the predictions are of the whole training step: backward and update included;
+    # two identical devices share its load, a single device runs it all
+    assert training["lower_bound"]["load"] == pytest.approx(rows["single:cpu:0"]["predicted_step_time_s"] / 2)
+    single = {r["name"]: r for r in inference["rows"]}["single:cpu:0"]
+    assert rows["single:cpu:0"]["predicted_step_time_s"] > single["predicted_step_time_s"]
