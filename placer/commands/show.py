@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_graph_args, add_placement_args, check_writable
+from placer.commands.common import add_graph_args, add_objective_args, add_placement_args, check_writable
 
 
 def register(subparsers) -> None:
@@ -13,9 +13,12 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "show", help="summarise and draw a placement (the one stored in the model, or --placement)",
         description="Per device: nodes, FLOPs, parameter bytes, bytes sent to and received from other "
-                    "devices; with -o, a picture of the graph coloured by device.")
+                    "devices, and the peak memory the executor accounts for a step (with --objective "
+                    "training: with gradients, saved activations and optimizer state); with -o, a picture "
+                    "of the graph coloured by device.")
     add_graph_args(parser)
     add_placement_args(parser)
+    add_objective_args(parser)
     parser.add_argument("-o", "--output", metavar="PICTURE.png", help="draw the placement into this image file")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.set_defaults(func=run)
@@ -26,8 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from placer.annotate.read import read_placement
     from placer.annotate.resolve import parse_device_map, resolve_placement
     from placer.annotate.summary import cross_device_bytes, summarize
-    from placer.commands.common import load_graph_from_args
+    from placer.commands.common import load_graph_from_args, training_spec_from_args
     from placer.errors import PlacerError
+    from placer.measure.executor import accounted_memory
     from placer.placement import Placement
 
     if args.output:
@@ -45,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     placement = resolve_placement(graph, placement, parse_device_map(args.map), check_devices=False)
     rows = summarize(graph, placement)
     crossing = cross_device_bytes(graph, placement)
+    training = training_spec_from_args(args, graph)
+    memory = {d: m.peak for d, m in accounted_memory(graph, placement, training=training).items()}
     picture = None
     if args.output:
         from placer.annotate.draw import draw_placement
@@ -53,15 +59,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         print(json.dumps({"graph": args.graph, "sha256": graph.sha256, "placement": origin,
-                          "devices": [r.to_dict() for r in rows], "bytes_crossing": crossing,
+                          "devices": [{**r.to_dict(), "peak_memory": memory.get(r.device, 0)} for r in rows],
+                          "objective": args.objective, "bytes_crossing": crossing,
                           "picture": str(picture) if picture else None}, indent=2))
         return 0
     print(f"{args.graph}: {len(graph.nodes)} nodes on {len(placement.devices)} devices (placement {origin})")
-    header = f"{'device':<10} {'nodes':>6} {'FLOPs':>9} {'params':>10} {'sent':>10} {'received':>10}"
+    header = (f"{'device':<10} {'nodes':>6} {'FLOPs':>9} {'params':>10} {'sent':>10} {'received':>10} "
+              f"{'peak memory':>12}")
     print(header)
     for r in rows:
         print(f"{r.device:<10} {r.nodes:>6} {_count(r.flops):>9} {_size(r.param_bytes):>10} "
-              f"{_size(r.bytes_sent):>10} {_size(r.bytes_received):>10}")
+              f"{_size(r.bytes_sent):>10} {_size(r.bytes_received):>10} {_size(memory.get(r.device, 0)):>12}")
+    if training is not None:
+        print(f"peak memory of a training step (loss {training.loss.kind}, {training.optimizer.name}): "
+              "gradients, saved activations and optimizer state included")
     print(f"bytes crossing devices per step: {_size(crossing)}")
     if picture:
         print(f"wrote {picture}")

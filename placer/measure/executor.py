@@ -315,21 +315,12 @@ class PlacedExecutor:
         by_name = {d.name: d for d in self.devices}
         self.assignment = _check_placement(graph, placement, by_name)
         self.training = training
-        self.plan: TrainingPlan | None = None
-        if training is None:
-            self.prepared = prepared if prepared is not None else prepare(graph)
-            self.schedule = _forward_schedule(graph, self.prepared, self.assignment, [d.name for d in self.devices])
-            self.step_functions = self.prepared.kernels
-        else:
-            self.prepared = training_prepared(graph, prepared)
-            self.plan = plan_training(graph, self.prepared, self.assignment,
-                                      _forward_steps(graph, self.prepared), training)
-            self.schedule = _schedule(graph, self.prepared, self.plan.steps, self.plan.assignment,
-                                      [d.name for d in self.devices], self.plan.outputs)
-            self.step_functions = {**self.prepared.kernels, **self.plan.functions}
+        self.prepared, self.plan, self.schedule = _plan(graph, prepared, self.assignment,
+                                                        [d.name for d in self.devices], training)
+        self.step_functions = (self.prepared.kernels if self.plan is None
+                               else {**self.prepared.kernels, **self.plan.functions})
         used = [d for d in self.devices if d.name in set(self.assignment.values())]
-        held = self.plan.state_bytes(training, self._tensor_bytes) if self.plan is not None else None
-        self.memory = predict_peak_memory(self.schedule, self._tensor_bytes, held)
+        self.memory = _accounted(graph, self.prepared, self.plan, self.schedule, training)
         over = [(d, self.memory[d.name]) for d in used if d.mem_cap is not None and self.memory[d.name].peak > d.mem_cap]
         if over:
             raise OutOfMemory("; ".join(f"{d.name} needs about {_fmt(m.peak)} (peak at {m.peak_step!r}) "
@@ -347,15 +338,6 @@ class PlacedExecutor:
         self._direct_outputs = {t for t in self.schedule.outputs if t not in self.schedule.home}
 
     # -- building ---------------------------------------------------------------------------
-
-    def _tensor_bytes(self, name: str) -> int:
-        if self.plan is not None and name in self.plan.gradient_of:
-            name = self.plan.gradient_of[name]   # a gradient is the size of its tensor
-        if self.prepared.is_constant(name):
-            value = self.prepared.constant(name)
-            return value.numel() * value.element_size()
-        info = self.graph.tensors.get(name)
-        return info.nbytes if info is not None else 0
 
     def _load_constants(self, device: Device) -> dict[str, torch.Tensor]:
         """Parameters and folded values this device reads, moved there once."""
@@ -483,6 +465,45 @@ def _check_placement(graph: OpGraph, placement: Placement, by_name: dict[str, De
         raise PlacerError(f"the placement uses device(s) {unknown} that are not among "
                           f"{list(by_name)}; add them to --devices or map them with --map")
     return {n: placement.nodes[n] for n in graph.nodes}
+
+
+def accounted_memory(graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None, *,
+                     prepared: PreparedGraph | None = None, training: TrainingSpec | None = None
+                     ) -> dict[str, MemoryEstimate]:
+    """Each device's peak memory under `placement` as the executor accounts it before running
+    (resident constants and live tensors; with `training` also gradients, saved activations and
+    optimizer state), without loading or running anything."""
+    devs = as_devices(devices if devices is not None else placement.devices)
+    assignment = _check_placement(graph, placement, {d.name: d for d in devs})
+    prepared, plan, schedule = _plan(graph, prepared, assignment, [d.name for d in devs], training)
+    return _accounted(graph, prepared, plan, schedule, training)
+
+
+def _plan(graph: OpGraph, prepared: PreparedGraph | None, assignment: dict[str, str], devices: list[str],
+          training: TrainingSpec | None) -> tuple[PreparedGraph, TrainingPlan | None, Schedule]:
+    """What runs where: the prepared graph, the training plan (None for inference), the schedule."""
+    if training is None:
+        prepared = prepared if prepared is not None else prepare(graph)
+        return prepared, None, _forward_schedule(graph, prepared, assignment, devices)
+    prepared = training_prepared(graph, prepared)
+    plan = plan_training(graph, prepared, assignment, _forward_steps(graph, prepared), training)
+    return prepared, plan, _schedule(graph, prepared, plan.steps, plan.assignment, devices, plan.outputs)
+
+
+def _accounted(graph: OpGraph, prepared: PreparedGraph, plan: TrainingPlan | None, schedule: Schedule,
+               training: TrainingSpec | None) -> dict[str, MemoryEstimate]:
+    """Peak per device from lifetimes; a training step's optimizer state is resident where it updates."""
+    def size(name: str) -> int:
+        if plan is not None and name in plan.gradient_of:
+            name = plan.gradient_of[name]   # a gradient is the size of its tensor
+        if prepared.is_constant(name):
+            value = prepared.constant(name)
+            return value.numel() * value.element_size()
+        info = graph.tensors.get(name)
+        return info.nbytes if info is not None else 0
+
+    held = plan.state_bytes(training, size) if plan is not None else None
+    return predict_peak_memory(schedule, size, held)
 
 
 def _forward_steps(graph: OpGraph, prepared: PreparedGraph) -> list[Step]:
