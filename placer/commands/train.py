@@ -8,7 +8,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from placer.commands.common import add_devices_arg, add_graph_args
+from placer.commands.common import add_devices_arg, add_graph_args, add_objective_args
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS, RewardPlan
@@ -30,6 +30,7 @@ def register(subparsers) -> None:
                     "best placement measured, for `placer apply`) and summary.json.")
     add_graph_args(parser)
     add_devices_arg(parser)
+    add_objective_args(parser)
     add_worker_args(parser)
     parser.add_argument("--budget", default=None, metavar="TIME",
                         help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
@@ -102,9 +103,10 @@ def _run_dir(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Train, then print the best placement's step time against the best single device."""
-    from placer.commands.common import devices_from_args, load_graph_from_args
+    from placer.commands.common import devices_from_args, load_graph_from_args, training_spec_from_args
     from placer.graph.grouping import group_graph
     from placer.measure.simulator import SimulatedMeasurer
+    from placer.measure.training_costs import TrainingStepCosts
     from placer.placers import caps_from_devices
     from placer.policy.trainer import train
     from placer.policy.warm_start import plan_warm_start
@@ -121,20 +123,26 @@ def run(args: argparse.Namespace) -> int:
     devices = devices_from_args(args)
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
 
-    protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout)
+    training = training_spec_from_args(args, graph)
+    if training is not None and args.workers:
+        raise PlacerError("--workers measures the forward pass only: its workers do not build training steps "
+                          "yet; drop --workers or train with --objective inference")
+    protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
     # Real measurement, for the rewards unless they are simulated, and in every mode for the
     # side-by-side confirmation at the end: the reported figures are real measurements.
-    confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed)
+    confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed, training=training)
     measurer = confirm if plan.reward != "simulated" else None
     pool = pool_from_args(args, graph, devices, protocol)   # --workers: many placements measured at once
     measurer = pool if pool is not None else measurer
     # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
     cost = _cost_model(args, graph, devices, confirm)
-    simulator = SimulatedMeasurer(graph, devices, cost) if plan.reward != "real" else None
+    simulator = SimulatedMeasurer(graph, devices, cost, training=training) if plan.reward != "real" else None
     grouping = group_graph(graph, args.groups, len(devices), args.grouping)
     warm = None
     if hp.warm_start != "none":
-        warm = plan_warm_start(graph, [d.name for d in devices], cost, caps_from_devices(devices), grouping,
+        # the baselines it starts from see a training step's costs per node on the training objective
+        costs = cost if training is None else TrainingStepCosts(graph, [d.name for d in devices], cost, training)
+        warm = plan_warm_start(graph, [d.name for d in devices], costs, caps_from_devices(devices), grouping,
                                hp.warm_start, seed=args.seed)
         grouping = warm.grouping
         print(f"warm start: the policy first imitates {warm.source} ({warm.simulated_step_time * 1e3:.2f} ms "
@@ -144,7 +152,9 @@ def run(args: argparse.Namespace) -> int:
     result = train(graph, measurer, grouping, run_dir, hp, samples=args.samples, budget_s=budget_s, seed=args.seed,
                    resume=args.resume, progress=not args.no_progress, confirm=confirm,
                    reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction, warm_start=warm,
-                   run_info={"graph": graph.source, "reward": plan.reward,
+                   run_info={"graph": graph.source, "reward": plan.reward, "objective": args.objective,
+                             **({"loss": training.loss.kind, "optimizer": training.optimizer.name}
+                                if training is not None else {}),
                              "cost_model": args.cost_model if simulator is not None else None,
                              "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout,
                              "workers": args.workers, "ray_address": args.ray_address})
@@ -171,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     print(_convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
     if not args.no_compare and not result.interrupted:
-        _closing_comparison(args, graph, devices, cost, run_dir)
+        _closing_comparison(args, graph, devices, cost, run_dir, training)
     if result.interrupted:
         print(f"interrupted; continue with --resume --run-dir {run_dir}")
         return 130
@@ -195,7 +205,7 @@ def _convergence_text(s: dict) -> str:
             "its placement is still a draw among many, train longer (--resume with more --samples or --budget)")
 
 
-def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir: Path) -> None:
+def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir: Path, training=None) -> None:
     """Every baseline placer, random search with the run's samples, and the run's placements,
     measured side by side now: the figures that say whether learning beat the heuristics."""
     from placer.commands.compare import comparison_for_run
@@ -203,7 +213,8 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
 
     print("measuring every baseline placer and the learned placements side by side ...")
     comparison = comparison_for_run(graph, devices, cost, run_dir, seed=args.seed,
-                                    warmup=max(2, args.warmup), repeats=max(5, args.repeats), timeout=args.timeout)
+                                    warmup=max(2, args.warmup), repeats=max(5, args.repeats), timeout=args.timeout,
+                                    training=training)
     print(format_table(comparison))
     write_outputs(comparison, run_dir / "compare", plot=False)
 
@@ -217,7 +228,8 @@ def _cost_model(args: argparse.Namespace, graph, devices, real):
     from placer.measure.profiled import ProfiledCostModel
 
     started = time.monotonic()
-    costs = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, prepared=real.prepared)
+    costs = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, prepared=real.prepared,
+                                        training=real.training)
     if costs.from_cache:
         print(f"profiled costs read from {costs.path}")
     else:

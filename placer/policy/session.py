@@ -134,6 +134,9 @@ class TrainingSession:
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=hp.lr)
         self.identity = {"graph_sha256": graph.sha256, "devices": self.devices, "grouping": grouping.signature(),
                          "hparams": hp.to_dict(), "seed": seed, **plan.identity(),
+                         # what a step is: a forward pass or a training step (with its loss and optimizer)
+                         "objective": {k: run_info[k] for k in ("objective", "loss", "optimizer") if k in run_info}
+                         or {"objective": "inference"},
                          "simulator": describe_protocol(sources.simulated) if plan.reward != REAL else None,
                          "warm_start": warm_start.source if warm_start is not None else None}
         if resume:
@@ -297,7 +300,8 @@ class TrainingSession:
     def _resume(self) -> None:
         # Checkpoints written before rewards had modes were real-measurement runs.
         data = load_checkpoint(self.run_dir, self.identity,
-                               defaults={"reward": REAL, "real_fraction": None, "simulator": None, "warm_start": None})
+                               defaults={"reward": REAL, "real_fraction": None, "simulator": None, "warm_start": None,
+                                         "objective": {"objective": "inference"}})
         self.policy.load_state_dict(data["policy"])
         self.optimizer.load_state_dict(data["optimizer"])
         self.state = TrainState(**data["state"])
