@@ -30,6 +30,21 @@ def zoo_graph(name: str, **options: int) -> OpGraph:
     return load_graph(zoo_path(name, **options))
 
 
+def zoo_model_and_inputs(name: str, **options: int):
+    """(graph, the zoo's torch module with the same weights, seeded feeds, the same values as the
+    module's inputs in the graph's input order)."""
+    import torch
+
+    from placer.measure.measurer import random_feeds
+
+    graph = zoo_graph(name, **options)
+    module, example = graphs.build_model(name, **options)
+    feeds = random_feeds(graph, seed=0)
+    inputs = tuple(torch.from_numpy(feeds[i.name]) for i in graph.inputs)
+    assert all(a.shape == b.shape for a, b in zip(inputs, example))
+    return graph, module, feeds, inputs
+
+
 def interleaved(runs: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
     """Time each callable once per round, in turn, so slow drifts of the machine hit all alike."""
     for _ in range(warmup):
@@ -46,6 +61,16 @@ def interleaved(runs: dict[str, Callable[[], object]], rounds: int, warmup: int 
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
+
+
+def eager_row(name: str, nodes: int, runner: "ThreadRunner", eager: Callable[[], object],
+              engine: Callable[[], object], rounds: int, width: int = 11) -> float:
+    """Time `eager` (on `runner`'s thread) and `engine` interleaved, print the row (model, nodes,
+    both medians in ms, their ratio) and return engine / eager."""
+    times = interleaved({"eager": lambda: runner(eager), "engine": engine}, rounds)
+    e, x = median(times["eager"]), median(times["engine"])
+    print(f"{name:14s} {nodes:5d} {e * 1e3:9.2f} {x * 1e3:{width}.2f} {x / e:6.3f}", flush=True)
+    return x / e
 
 
 class ThreadRunner:

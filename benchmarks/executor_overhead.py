@@ -11,10 +11,8 @@ import sys
 
 import torch
 
-import graphs
-from _bench import ThreadRunner, interleaved, machine_note, median, zoo_graph
+from _bench import ThreadRunner, eager_row, machine_note, zoo_model_and_inputs
 from placer.measure.executor import PlacedExecutor
-from placer.measure.measurer import random_feeds
 from placer.placement import Placement
 
 # (name, options): options shared by the export and the eager model so the weights are the same
@@ -39,12 +37,8 @@ def main() -> int:
     runner = ThreadRunner(args.threads)
     ratios = []
     for name, opts in models.items():
-        graph = zoo_graph(name, **opts)
-        module, example = graphs.build_model(name, **opts)
-        feeds = random_feeds(graph, seed=0)
         # the eager model gets the same input values (same order as the graph's inputs)
-        eager_inputs = tuple(torch.from_numpy(feeds[i.name]) for i in graph.inputs)
-        assert all(a.shape == b.shape for a, b in zip(eager_inputs, example))
+        graph, module, feeds, eager_inputs = zoo_model_and_inputs(name, **opts)
         device = f"cpu[threads={args.threads}]"
         placement = Placement.single_device(list(graph.nodes), "cpu")
         with PlacedExecutor(graph, placement, [device]) as executor:
@@ -52,11 +46,7 @@ def main() -> int:
                 with torch.inference_mode():
                     module(*eager_inputs)
 
-            times = interleaved({"eager": lambda: runner(eager), "executor": lambda: executor.run(feeds)}, rounds)
-        e, x = median(times["eager"]), median(times["executor"])
-        ratios.append(x / e)
-        print(f"{name:14s} {len(graph.nodes):5d} {e * 1e3:9.2f} {x * 1e3:11.2f} {x / e:6.3f}")
-        sys.stdout.flush()
+            ratios.append(eager_row(name, len(graph.nodes), runner, eager, lambda: executor.run(feeds), rounds))
     runner.close()
     print(f"worst ratio {max(ratios):.3f} (target <= 1.10); ratio = executor / eager, medians")
     return 0
