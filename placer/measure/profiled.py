@@ -100,12 +100,14 @@ class ProfiledCostModel:
                   **profile_kwargs) -> ProfiledCostModel:
         """The profiled costs of `graph` on `devices`: from the cache, else measured now and cached.
 
-        With `training` the profile is of a training step with its loss and optimizer (the
-        protocol's objective follows). `refresh` measures again even when a cached profile
+        With `training` (or a protocol of the training objective) the profile is of a training step
+        with its loss and optimizer (default `TrainingSpec()`). `refresh` measures again even when a cached profile
         exists; `profile_kwargs` go to `placer.measure.profile.profile_graph` (e.g. `prepared`).
         """
         from placer.measure.profile import profile_graph
 
+        if training is None and protocol.objective == "training":
+            training = TrainingSpec()   # a training protocol without a spec: the default loss and optimizer
         protocol = replace(protocol, objective="training" if training is not None else "inference")
         # Caps constrain placements, not speed: each device runs the whole graph alone when
         # profiled, which a cap meant for a share of the graph would refuse.

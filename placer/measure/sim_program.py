@@ -60,9 +60,8 @@ def training_program(graph: OpGraph, devices: Sequence[str], cost: CostModel, sp
                           for d in devices])
         else:
             times.append([float(cost.op_time(node, d)) for d in devices])
-    held = [(spec.optimizer.state_bytes(size(p)), next(i for i, s in enumerate(plan.steps)
-                                                          if s.name == f"update:{p}"))
-            for p in plan.trained]
+    position = {s.name: i for i, s in enumerate(plan.steps)}
+    held = [(spec.optimizer.state_bytes(size(p)), position[f"update:{p}"]) for p in plan.trained]
     return SimProgram(plan.steps, node_of, times, set(plan.outputs), size, held)
 
 

@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -66,6 +67,9 @@ def test_the_cache_key_records_the_objective_with_its_loss_and_optimizer(branchy
     assert cost.path.name == f"{cache_key(graph, devices, TrainingSpec())}.json"
     again = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, training=TrainingSpec())
     assert again.from_cache and again.profile.op_times == cost.profile.op_times
+    # a protocol of the training objective without a spec: the default loss and optimizer
+    same = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, protocol=replace(QUICK, objective="training"))
+    assert same.from_cache and same.path == cost.path
 
 
 def test_a_profile_cached_for_two_identical_devices_serves_four(profiled, tmp_path, monkeypatch):
