@@ -124,15 +124,12 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
 
     training = training_spec_from_args(args, graph)
-    if training is not None and args.workers:
-        raise PlacerError("--workers measures the forward pass only: its workers do not build training steps "
-                          "yet; drop --workers or train with --objective inference")
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
     # Real measurement, for the rewards unless they are simulated, and in every mode for the
     # side-by-side confirmation at the end: the reported figures are real measurements.
     confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed, training=training)
     measurer = confirm if plan.reward != "simulated" else None
-    pool = pool_from_args(args, graph, devices, protocol)   # --workers: many placements measured at once
+    pool = pool_from_args(args, graph, devices, protocol, training)   # --workers: many placements measured at once
     measurer = pool if pool is not None else measurer
     # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
     cost = _cost_model(args, graph, devices, confirm)

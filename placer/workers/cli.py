@@ -19,8 +19,9 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
                             "instead of starting a local Ray runtime; each node runs workers on its own devices")
 
 
-def pool_from_args(args: argparse.Namespace, graph, devices, protocol):
-    """The `RayMeasurer` that --workers asks for, started and calibrated (None without --workers)."""
+def pool_from_args(args: argparse.Namespace, graph, devices, protocol, training=None):
+    """The `RayMeasurer` that --workers asks for, started and calibrated (None without --workers);
+    `training`: the `TrainingSpec` each worker times training steps with (--objective training)."""
     if args.ray_address and not args.workers:
         raise PlacerError("--ray-address needs --workers N")
     if args.workers is None:
@@ -34,7 +35,8 @@ def pool_from_args(args: argparse.Namespace, graph, devices, protocol):
     from placer.workers.spec import RealSpec
 
     check_gpu_names(devices)
-    spec = RealSpec([str(d) for d in devices], graph=graph, protocol=protocol, seed=args.seed)
+    spec = RealSpec([str(d) for d in devices], graph=graph, protocol=protocol, seed=args.seed,
+                    training=training)
     print(f"starting {args.workers} worker{'s' if args.workers != 1 else ''} on {args.ray_address or 'a local Ray runtime'}, "
           f"each with {', '.join(str(d) for d in devices)} ...")
     pool = RayMeasurer(spec, args.workers, args.ray_address)

@@ -17,6 +17,7 @@ from placer.measure.measurement import Measurer
 if TYPE_CHECKING:   # torch comes with them: a simulated worker need not load it
     from placer.graph.opgraph import OpGraph
     from placer.measure.measurer import MeasureProtocol
+    from placer.measure.training import TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,13 @@ class WorkerSpec:
 
 @dataclass
 class RealSpec(WorkerSpec):
-    """A `RealMeasurer` of `graph` (shapes bound, sent once to every worker) on the devices."""
+    """A `RealMeasurer` of `graph` (shapes bound, sent once to every worker) on the devices; on the
+    training objective each worker times training steps with `training`'s loss, targets and optimizer."""
 
     graph: OpGraph | None = None
     protocol: MeasureProtocol | None = None
     seed: int = 0
+    training: TrainingSpec | None = None
 
     def __post_init__(self) -> None:
         if self.protocol is None:
@@ -80,4 +83,4 @@ class RealSpec(WorkerSpec):
     def build(self) -> Measurer:
         from placer.measure.measurer import RealMeasurer
 
-        return RealMeasurer(self.graph, self.devices, protocol=self.protocol, seed=self.seed)
+        return RealMeasurer(self.graph, self.devices, protocol=self.protocol, seed=self.seed, training=self.training)

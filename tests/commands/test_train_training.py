@@ -48,10 +48,3 @@ def test_a_run_resumes_only_on_its_own_objective(tmp_path, capsys):
     assert train("inference", "--samples", "8", "--resume") == 2
     assert "different objective" in capsys.readouterr().err
     assert train("training", "--samples", "8", "--resume") == 0
-
-
-def test_training_steps_on_workers_are_refused_in_one_line(tmp_path, capsys):
-    model = _tiny_model_file(tmp_path / "tiny.onnx")
-    assert main(["train", "--graph", str(model), "--workers", "2", "--run-dir", str(tmp_path / "r"), *FAST,
-                 "--objective", "training"]) == 2
-    assert "--workers measures the forward pass only" in capsys.readouterr().err

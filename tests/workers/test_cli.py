@@ -8,8 +8,10 @@ import time
 
 import onnx
 import pytest
+import torch
 
 from placer.cli import main
+from placer.policy.checkpoint import FILENAME
 from testgraphs import branches
 
 # One 1-thread device per worker: two workers fit the 2 cores of the test runtime.
@@ -32,6 +34,16 @@ def test_train_measures_on_workers_and_prints_their_single_device_figures(model_
     assert code == 0, out
     assert "2 workers measured the single devices:" in out and "worker-1: cpu:0 " in out
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["samples"] >= 2
+
+
+def test_train_measures_training_steps_on_workers(model_file, tmp_path, capsys):
+    code = main(["train", "--graph", str(model_file), "--samples", "4", "--run-dir", str(tmp_path / "run"),
+                 "--workers", "2", "--objective", "training", "--optimizer", "adam", *FAST])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    measured = torch.load(tmp_path / "run" / FILENAME, weights_only=False)["cache"]["entries"]
+    assert measured and all(m["protocol"]["objective"] == "training" and m["protocol"]["optimizer"] == "adam"
+                            for _, m in measured)
 
 
 @pytest.mark.parametrize("extra, message", [
