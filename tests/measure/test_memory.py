@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from placer.graph.load import load_graph
+from placer.measure.executor import accounted_memory
 from placer.measure.memory import predict_peak_memory
+from placer.measure.training import OptimizerSpec, TrainingSpec, trained_parameters
 from placer.measure.schedule import build_schedule
 from placer.measure.walk import Step
+from placer.placement import Placement
+from testgraphs import branches
 
 SIZES = {"x": 100, "w": 1000, "a": 10, "b": 20, "c": 40, "y": 5}
 
@@ -55,3 +60,25 @@ def test_an_output_only_read_elsewhere_is_dropped_after_publishing():
     schedule, _ = _peaks({"A": "cpu:0", "B": "cpu:1", "C": "cpu:1", "D": "cpu:1"}, ["cpu:0", "cpu:1"])
     cpu0 = schedule.per_device["cpu:0"]
     assert cpu0.publish[0] == ["a"] and "a" in cpu0.frees[0]
+
+
+def test_held_bytes_are_resident_on_their_own_device_for_the_whole_step():
+    schedule, plain = _peaks({"A": "cpu:0", "B": "cpu:1", "C": "cpu:0", "D": "cpu:1"}, ["cpu:0", "cpu:1"])
+    held = predict_peak_memory(schedule, SIZES.__getitem__, {"cpu:0": 300})
+    assert (held["cpu:0"].resident, held["cpu:0"].peak) == (plain["cpu:0"].resident + 300, plain["cpu:0"].peak + 300)
+    assert held["cpu:1"] == plain["cpu:1"]
+
+
+@pytest.mark.parametrize("optimizer, copies", [(OptimizerSpec(momentum=0.0), 0), (OptimizerSpec(), 1),
+                                               (OptimizerSpec("adam"), 2)])
+def test_a_training_step_accounts_its_optimizer_state_per_parameter(optimizer, copies):
+    """The executor's accounting holds the optimizer's state of every trained parameter: none for
+    plain SGD, a momentum copy, Adam's two moments."""
+    graph = load_graph(branches(2, 1))
+    single = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])
+    params = sum(graph.tensors[p].nbytes for p in trained_parameters(graph))
+    stateless = accounted_memory(graph, single, training=TrainingSpec(optimizer=OptimizerSpec(momentum=0.0)))
+    with_state = accounted_memory(graph, single, training=TrainingSpec(optimizer=optimizer))
+    assert params > 0
+    assert with_state["cpu"].resident == stateless["cpu"].resident + copies * params
+    assert with_state["cpu"].peak == stateless["cpu"].peak + copies * params
