@@ -8,8 +8,10 @@ for the forward pass. Names:
   inputs it differentiates by and the outputs it made, with the graph torch saved between
   them); the node's backward step is its last reader, so the saved activations are freed then.
 - ``grad:<tensor>``: the gradient of a tensor. A tensor read by several nodes gets one
-  contribution per reader (``grad:<tensor>@<node>``), summed by an ``accumulate:<tensor>`` step
-  on the tensor's device before its producer's backward step (or its parameter's update).
+  contribution per reader (``grad:<tensor>@<node>``), added to a running sum as each arrives
+  (``accumulate:<tensor>@<node>`` steps, ``grad:<tensor>@sum:<node>`` partial sums), the last
+  ``accumulate:<tensor>`` on the tensor's device giving ``grad:<tensor>`` before its producer's
+  backward step (or its parameter's update).
 - ``loss:<output>``: an output's loss term, computed on the output's device (step
   ``loss:<output>``, which also gives the output's gradient).
 - ``updated:<param>``: a parameter after the optimizer's step (``update:<param>``), on the
@@ -134,18 +136,37 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: di
         functions[name] = _loss_fn(spec, o, target, bool(grads))
         loss_terms.append(f"loss_term:{o}")
 
-    def accumulate(t: str, device: str) -> None:
-        if len(readers[t]) > 1:
-            name = f"accumulate:{t}"
-            steps.append(Step(name, "accumulate", tuple(contribution(t, r) for r in readers[t]), (f"grad:{t}",)))
-            where[name], functions[name] = device, _sum
+    # A tensor's contributions are summed as they arrive (the loss's first, then the backward
+    # steps in reverse order), into a running sum on the device that uses the total: the
+    # producer's (a parameter: its owner's, the device of its last contributor). Summing them all
+    # at the end kept every contribution alive until then: rnnlm's decoder weight, 20 readers,
+    # held 20 fresh 20 MB gradients a step, each paid for in page faults.
+    running: dict[str, tuple[str, int]] = {}   # tensor -> (its partial sum's name, contributions in it)
 
+    def arrive(t: str, by: str) -> None:
+        """Add reader `by`'s contribution to `t`'s running sum: ``accumulate:<t>`` makes the total
+        ``grad:<t>``, the partial sums before it are ``accumulate:<t>@<by>``."""
+        if len(readers[t]) == 1:
+            return
+        mine = contribution(t, by)
+        if t not in running:
+            running[t] = (mine, 1)
+            return
+        partial, n = running[t]
+        done = n + 1 == len(readers[t])
+        name, total = (f"accumulate:{t}", f"grad:{t}") if done else (f"accumulate:{t}@{by}", f"grad:{t}@sum:{by}")
+        gradient_of[total] = t
+        steps.append(Step(name, "accumulate", (partial, mine), (total,)))
+        where[name] = home[t] if t in home else assignment[next(r for r in readers[t] if r in assignment)]
+        functions[name] = _add if n == 1 else _add_into
+        running[t] = (total, n + 1)
+
+    for o in loss_outputs:
+        if o in needs:
+            arrive(o, f"loss:{o}")
     pending = {p: len(readers[p]) for p in trained}
     owner: dict[str, str] = {}
     for s in reversed(grad_steps):
-        for t in s.outputs:
-            if t in needs:
-                accumulate(t, home[t])
         diffs = diff_inputs(s)
         name = f"backward:{s.name}"
         outs = [t for t in s.outputs if t in needs]
@@ -156,12 +177,13 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: di
                           tuple(contribution(t, s.name) for t in diffs)))
         where[name] = assignment[s.name]
         functions[name] = _backward_fn(s.name, [s.outputs.index(t) for t in outs])
+        for t in diffs:
+            arrive(t, s.name)
         for p in diffs:
             if p in pending:
                 pending[p] -= 1
                 if pending[p] == 0:
                     owner[p] = assignment[s.name]
-                    accumulate(p, owner[p])
                     update = f"update:{p}"
                     steps.append(Step(update, "update", (p, f"grad:{p}"), (f"updated:{p}",)))
                     where[update] = owner[p]
@@ -216,14 +238,15 @@ def _loss_fn(spec: TrainingSpec, output: str, target: torch.Tensor | None, with_
     return run
 
 
-def _sum(inputs: list) -> list:
-    # One fresh tensor, then added to in place: a new tensor per addition cost rnnlm's 20-reader
-    # decoder weight 178 ms a step in a profile (43 after). Not in place on a contribution: one
-    # may alias another tensor (an Add's backward hands the same gradient to both its inputs).
-    total = inputs[0] + inputs[1]
-    for g in inputs[2:]:
-        total.add_(g)
-    return [total]
+def _add(inputs: list) -> list:
+    # A fresh tensor, not in place on a contribution: one may alias another tensor (an Add's
+    # backward hands the same gradient to both its inputs).
+    return [inputs[0] + inputs[1]]
+
+
+def _add_into(inputs: list) -> list:
+    # In place on the partial sum: an earlier accumulate step made it, and only this one reads it.
+    return [inputs[0].add_(inputs[1])]
 
 
 def _update_fn(spec: TrainingSpec, param: torch.Tensor) -> StepFn:

@@ -36,7 +36,8 @@ from placer.measure.training import TrainingSpec
 log = logging.getLogger(__name__)
 
 # Bump when the profile's meaning changes, so files written by older code are not reused.
-CACHE_VERSION = 3   # 2: one profile per class of identical devices; 3: the objective in the key
+CACHE_VERSION = 4   # 2: one profile per class of identical devices; 3: the objective in the key;
+                    # 4: a training step's gradients summed as they arrive (accumulate:<t>@<node> steps)
 
 
 @dataclass

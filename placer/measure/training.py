@@ -130,8 +130,8 @@ class Loss:
         """One output's term of the loss (a scalar on the output's device)."""
         if self.kind == "mse":
             y = output.float() if output.dtype in (torch.float16, torch.bfloat16) else output
-            t = torch.zeros_like(y) if target is None else target.to(y.device, y.dtype)
-            return torch.mean((y - t) ** 2) / 2
+            d = y if target is None else y - target.to(y.device, y.dtype)   # no target: zero, y - 0 is y
+            return torch.mean(d ** 2) / 2
         axis = _class_axis(name, tuple(output.shape), tuple(target.shape))
         logits = output.movedim(axis, 1) if axis != 1 else output
         return torch.nn.functional.cross_entropy(logits.float(), target.to(output.device))
@@ -140,7 +140,9 @@ class Loss:
                       ) -> tuple[torch.Tensor, torch.Tensor]:
         """(term, d term / d output): where one output's backward pass starts."""
         with torch.inference_mode(False), torch.enable_grad():
-            y = output.detach().clone().requires_grad_(True)
+            # a leaf sharing the output's memory (the term reads it only); an inference tensor
+            # cannot require a gradient, so that one is copied
+            y = (output.clone() if output.is_inference() else output.detach()).requires_grad_(True)
             value = self.term(name, y, target)
             (grad,) = torch.autograd.grad(value, y)
         return value.detach(), grad

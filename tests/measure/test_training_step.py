@@ -301,3 +301,33 @@ def test_an_over_cap_training_placement_is_out_of_memory_before_it_runs():
         executor.run({"x": np.ones(256, np.float32)})
     with pytest.raises(OutOfMemory, match=r"cpu needs about 7.0 KiB \(peak at 'backward:relu'\) but its cap is 4.0 KiB"):
         PlacedExecutor(graph, placement, devices, training=TrainingSpec())
+
+
+def test_a_weight_with_many_readers_sums_its_gradients_as_they_arrive():
+    """y = x * w * w * w * w: w's four contributions go into a running sum, so no more than two
+    of them are ever alive (all four until the end cost rnnlm's decoder a page fault per page)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from placer.measure.walk import last_uses
+
+    from .conftest import make_model
+
+    w = np.linspace(0.5, 1.5, 256).astype(np.float32)
+    nodes = [helper.make_node("Mul", [f"a{i}", "w"], [f"a{i + 1}" if i < 3 else "y"], name=f"mul{i}") for i in range(4)]
+    graph = load_graph(make_model(nodes, [helper.make_tensor_value_info("a0", TensorProto.FLOAT, [256])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])],
+                                  [numpy_helper.from_array(w, "w")]))
+    placement = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])
+    x = np.linspace(-1, 1, 256).astype(np.float32)
+    with PlacedExecutor(graph, placement, ["cpu"], training=TrainingSpec()) as executor:
+        steps = executor.schedule.per_device["cpu"].steps
+        got = executor.run({"a0": x})["grad:w"]
+    live, most = set(), 0
+    for step, frees in zip(steps, last_uses(steps)):
+        live |= {t for t in step.outputs if t.startswith("grad:w@") and "@sum:" not in t}   # not partial sums
+        most = max(most, len(live))
+        live -= set(frees)
+    assert most == 2
+    wt = torch.tensor(w, requires_grad=True)
+    (torch.mean((torch.tensor(x) * wt ** 4) ** 2) / 2).backward()
+    torch.testing.assert_close(got, wt.grad)
