@@ -26,6 +26,7 @@ class TrainingStepCosts:
         self.devices = list(devices)
         self.inner, self.training = inner, training
         program = training_program(graph, self.devices, inner, training)
+        self.program = program   # what the cap-respecting placers budget memory by, step by step
         totals = np.zeros((len(graph.nodes), len(self.devices)))
         np.add.at(totals, np.asarray(program.node_of), np.asarray(program.times, dtype=float))
         self._index = {d: i for i, d in enumerate(self.devices)}

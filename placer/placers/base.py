@@ -8,16 +8,20 @@ one accept None), `caps` device name -> bytes (a missing device has no cap).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from placer.devices import Device, device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.measure.costmodel import CostModel
+from placer.measure.sim_program import SimProgram
+from placer.measure.training import TrainingSpec
+from placer.measure.training_costs import TrainingStepCosts
 from placer.placement import Placement
 
 Caps = dict[str, int]
+T = TypeVar("T")
 
 
 class Placer(Protocol):
@@ -28,6 +32,12 @@ class Placer(Protocol):
 def caps_from_devices(devices: Sequence[Device]) -> Caps:
     """Device name -> memory cap, for the devices that have one (`cuda:0[mem=4GiB]`)."""
     return {d.name: d.mem_cap for d in devices if d.mem_cap is not None}
+
+
+def training_of(cost: CostModel | None) -> TrainingSpec | None:
+    """The training step a placer places on the training objective (its cost model is then a
+    `TrainingStepCosts`), None for the forward pass."""
+    return cost.training if isinstance(cost, TrainingStepCosts) else None
 
 
 def node_memory(node: OpNode) -> int:
@@ -44,13 +54,24 @@ class MemoryBook:
     copies) is freed once every node that reads it has been placed; graph outputs stay.
     When nodes are placed in the order they run (topological fill) this bounds the executor's
     estimate from above; list schedulers place out of that order, so they check their result
-    with `executor_peak_memory` and fall back to ``frees=False`` (nothing freed: safe in any
-    order). The real measurement has the last word: an over-cap placement fails as out-of-memory.
+    with `over_caps` and fall back to ``frees=False`` (nothing freed: safe in any order).
+    The real measurement has the last word: an over-cap placement fails as out-of-memory.
+
+    On the training objective (`cost` a `TrainingStepCosts`) a node brings every step of the
+    training step that runs on its device (`placer.measure.sim_program`): its forward, backward,
+    loss terms, accumulations and updates, with their tensors and gradients, and the optimizer
+    state of the parameters it updates. There, freeing in placement order is no bound (a forward
+    tensor is kept until its backward), so every cap-respecting placer checks its result with
+    `over_caps` and falls back to ``frees=False`` (`within_caps`).
     """
 
-    def __init__(self, graph: OpGraph, devices: list[str], caps: Caps | None, frees: bool = True) -> None:
+    def __init__(self, graph: OpGraph, devices: list[str], caps: Caps | None, frees: bool = True,
+                 cost: CostModel | None = None) -> None:
         self.graph = graph
+        program = cost.program if isinstance(cost, TrainingStepCosts) else None
         self.frees = frees   # False: nothing is ever freed, a bound on any order of execution
+        self._touches, self._held = _touched_tensors(graph, program)
+        self._size = program.size if program is not None else self._tensor_size
         self.caps = {d: float((caps or {}).get(d, math.inf)) for d in devices}
         # Weights and graph inputs stay for the whole step, so they add to the peak of
         # activations whenever they arrive: peak = resident + the largest live activation set.
@@ -67,25 +88,23 @@ class MemoryBook:
         """Device -> resident bytes plus the largest set of live activations so far."""
         return {d: self.resident[d] + self.live_peak[d] for d in self.resident}
 
-    def _size(self, tensor: str) -> int:
+    def _tensor_size(self, tensor: str) -> int:
         info = self.graph.tensors.get(tensor)
         return info.nbytes if info is not None else 0
 
     def _new_tensors(self, node: str, device: str) -> list[str]:
         """Tensors placing `node` on `device` would add there: missing inputs, then outputs."""
-        op = self.graph.nodes[node]
         have = self._present[device]
-        reads = [t for t in dict.fromkeys(op.inputs) if t and t not in have]
-        return reads + [t for t in op.outputs if t and t not in have]
+        return [t for t in self._touches[node] if t not in have]
 
-    def _split(self, tensors: list[str]) -> tuple[int, int]:
-        """(resident bytes, activation bytes) of `tensors`."""
-        kept = sum(self._size(t) for t in tensors if t in self._kept)
-        return kept, sum(self._size(t) for t in tensors) - kept
+    def _split(self, node: str, tensors: list[str]) -> tuple[int, int]:
+        """(resident bytes, activation bytes) of `node`'s `tensors`; its optimizer state is resident."""
+        kept = self._held.get(node, 0) + sum(self._size(t) for t in tensors if t in self._kept)
+        return kept, sum(self._size(t) for t in tensors if t not in self._kept)
 
     def need(self, node: str, device: str) -> int:
         """How much `node` would raise `device`'s peak if placed there now."""
-        kept, act = self._split(self._new_tensors(node, device))
+        kept, act = self._split(node, self._new_tensors(node, device))
         return kept + max(self.live_peak[device], self.live[device] + act) - self.live_peak[device]
 
     def fits(self, node: str, device: str) -> bool:
@@ -96,7 +115,7 @@ class MemoryBook:
     def add(self, node: str, device: str) -> None:
         """Charge `node` to `device`, then free what no unplaced node will read any more."""
         new = self._new_tensors(node, device)
-        kept, act = self._split(new)
+        kept, act = self._split(node, new)
         self.resident[device] += kept
         self.live[device] += act
         self.live_peak[device] = max(self.live_peak[device], self.live[device])
@@ -120,6 +139,27 @@ class MemoryBook:
                     self.live[d] -= self._size(t)
 
 
+def _touched_tensors(graph: OpGraph, program: SimProgram | None
+                     ) -> tuple[dict[str, list[str]], dict[str, int]]:
+    """node -> the tensors its steps read and write (inputs first), and node -> optimizer state
+    bytes resident where it runs: its own inputs and outputs for the forward pass, every step
+    of `program` run on its device for a training step."""
+    if program is None:
+        return {name: [t for t in dict.fromkeys([*n.inputs, *n.outputs]) if t]
+                for name, n in graph.nodes.items()}, {}
+    names = list(graph.nodes)
+    reads: dict[str, list[str]] = {n: [] for n in names}
+    writes: dict[str, list[str]] = {n: [] for n in names}
+    for step, k in zip(program.steps, program.node_of):
+        reads[names[k]] += step.inputs
+        writes[names[k]] += step.outputs
+    held: dict[str, int] = {}
+    for nbytes, step in program.held:
+        node = names[program.node_of[step]]
+        held[node] = held.get(node, 0) + nbytes
+    return {n: [t for t in dict.fromkeys([*reads[n], *writes[n]]) if t] for n in names}, held
+
+
 def executor_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]:
     """Per-device peak the executor predicts for `placement` (the accounting that refuses an
     over-cap placement before running: `placer.measure.memory`), without preparing kernels.
@@ -137,10 +177,19 @@ def executor_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]
     return {d: e.peak for d, e in predict_peak_memory(schedule, size).items()}
 
 
-def over_caps(graph: OpGraph, placement: Placement, caps: Caps | None) -> list[str]:
-    """Devices whose `executor_peak_memory` exceeds their cap."""
-    peaks = executor_peak_memory(graph, placement)
-    return [d for d, cap in (caps or {}).items() if d in peaks and peaks[d] > cap]
+def over_caps(graph: OpGraph, placement: Placement, caps: Caps | None,
+              training: TrainingSpec | None = None) -> list[str]:
+    """Devices whose `executor_peak_memory` exceeds their cap; with `training`, whose training step
+    the executor accounts over its cap (gradients, saved activations, optimizer state)."""
+    if not caps:
+        return []
+    if training is None:
+        peaks = executor_peak_memory(graph, placement)
+    else:
+        from placer.measure.executor import accounted_memory
+
+        peaks = {d: e.peak for d, e in accounted_memory(graph, placement, training=training).items()}
+    return [d for d, cap in caps.items() if d in peaks and peaks[d] > cap]
 
 
 def book_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]:
@@ -149,6 +198,17 @@ def book_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]:
     for name in graph.nodes:
         book.add(name, placement.nodes[name])
     return book.peak
+
+
+def within_caps(graph: OpGraph, devices: list[str], caps: Caps | None, cost: CostModel | None,
+                place: Callable[[bool], T], nodes_of: Callable[[T], dict[str, str]] = lambda nodes: nodes) -> T:
+    """`place(frees)` with memory freed as readers are placed; if the executor would find its
+    placement (`nodes_of` it: node -> device) over a cap, `place` again with nothing freed (safe
+    in any order)."""
+    result = place(True)
+    if caps and over_caps(graph, Placement(list(devices), dict(nodes_of(result))), caps, training_of(cost)):
+        result = place(False)
+    return result
 
 
 def require_cost(cost: CostModel | None, placer: str) -> CostModel:
@@ -163,13 +223,18 @@ def require_devices(devices: list[str]) -> None:
         raise PlacerError("no devices to place on; give at least one, e.g. --devices cpu:0,cpu:1")
 
 
-def does_not_fit(placer: str, graph: OpGraph, caps: Caps, node: str | None = None) -> PlacerError:
-    """The error a cap-respecting placer raises when the graph cannot fit under the caps."""
+def does_not_fit(placer: str, graph: OpGraph, caps: Caps, node: str | None = None, *,
+                 cost: CostModel | None = None) -> PlacerError:
+    """The error a cap-respecting placer raises when the graph (a training step of it, when `cost`
+    is a `TrainingStepCosts`) cannot fit under the caps."""
     total = sum(node_memory(n) for n in graph.nodes.values())
+    what = (f"a training step of the graph ({human_bytes(total)} of weights and outputs, plus gradients, saved "
+            "activations and optimizer state)" if training_of(cost) is not None
+            else f"the graph ({human_bytes(total)} of weights and outputs)")
     where = f"; stuck at node {node!r}" if node else ""
     capped = ", ".join(f"{d}={human_bytes(c)}" for d, c in caps.items())
-    return PlacerError(f"{placer}: the graph ({human_bytes(total)} of weights and outputs) does not fit under "
-                       f"the memory caps {capped}{where}; raise the mem= caps or add devices")
+    return PlacerError(f"{placer}: {what} does not fit under the memory caps {capped}{where}; "
+                       "raise the mem= caps or add devices")
 
 
 def human_bytes(n: float) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.placement import Placement
-from placer.placers.base import Caps, does_not_fit, make_placement, require_cost, require_devices
+from placer.placers.base import Caps, make_placement, require_cost, require_devices
 from placer.placers.scheduling import ScheduleState, schedule_within_caps
 
 
@@ -50,8 +50,7 @@ def _schedule(state: ScheduleState, order: list[str]) -> ScheduleState:
             if best is None or key < best:
                 best = key
         if best is None:
-            raise does_not_fit("heft", state.graph, {d: int(c) for d, c in state.caps.items() if math.isfinite(c)},
-                               node)
+            raise state.does_not_fit("heft", node)
         _, _, device, start = best
         state.commit(node, device, start)
     return state
@@ -65,6 +64,6 @@ def heft(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
     rank = upward_ranks(ScheduleState(graph, devices, cost, None))
     topo_index = {n: i for i, n in enumerate(graph.nodes)}
     order = sorted(graph.nodes, key=lambda n: (-rank[n], topo_index[n]))
-    state = schedule_within_caps(graph, devices, caps, lambda frees: _schedule(
+    state = schedule_within_caps(graph, devices, caps, cost, lambda frees: _schedule(
         ScheduleState(graph, devices, cost, caps, frees), order))
     return make_placement(graph, devices, state.place, "heft", predicted_makespan=state.makespan)

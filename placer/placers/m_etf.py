@@ -8,13 +8,12 @@ node's weights and outputs on its device, outputs freed once their last consumer
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.placement import Placement
-from placer.placers.base import Caps, does_not_fit, make_placement, require_cost, require_devices
+from placer.placers.base import Caps, make_placement, require_cost, require_devices
 from placer.placers.scheduling import ScheduleState, schedule_within_caps
 
 # gate(node, device, start, starts) -> may this pair be scheduled now? `starts` maps every ready
@@ -41,8 +40,7 @@ def etf_schedule(state: ScheduleState, placer: str, gate: Gate | None = None,
                 if best is None or key < best:
                     best = key
         if best is None:
-            raise does_not_fit(placer, graph, {d: int(c) for d, c in state.caps.items() if math.isfinite(c)},
-                               min(ready, key=state.topo_index.__getitem__))
+            raise state.does_not_fit(placer, min(ready, key=state.topo_index.__getitem__))
         start, _, node, device = best
         state.commit(node, device, start)
         ready.remove(node)
@@ -61,6 +59,6 @@ def m_etf(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
     """Earliest-task-first list scheduling under memory caps."""
     require_devices(devices)
     cost = require_cost(cost, "m_etf")
-    state = schedule_within_caps(graph, devices, caps, lambda frees: etf_schedule(
+    state = schedule_within_caps(graph, devices, caps, cost, lambda frees: etf_schedule(
         ScheduleState(graph, devices, cost, caps, frees), "m_etf"))
     return make_placement(graph, devices, state.place, "m_etf", predicted_makespan=state.makespan)

@@ -65,6 +65,6 @@ def m_sct(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
         return etf_schedule(ScheduleState(graph, devices, cost, caps, frees), "m_sct", gate=gate,
                             on_commit=lambda node, device: last_on.__setitem__(device, node))
 
-    state = schedule_within_caps(graph, devices, caps, schedule)
+    state = schedule_within_caps(graph, devices, caps, cost, schedule)
     return make_placement(graph, devices, state.place, "m_sct", predicted_makespan=state.makespan,
                           favourite_children="greedy")

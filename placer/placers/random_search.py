@@ -21,7 +21,8 @@ from placer.measure.measurement import INVALID
 from placer.measure.simulator import Simulator, simulate_batch
 from placer.measure.training_costs import TrainingStepCosts
 from placer.placement import Placement
-from placer.placers.base import Caps, human_bytes, make_placement, over_caps, require_cost, require_devices
+from placer.placers.base import (Caps, human_bytes, make_placement, over_caps, require_cost, require_devices,
+                                 training_of)
 
 CHUNK = 256   # placements simulated per batch: large enough to vectorise, small in memory
 
@@ -40,8 +41,9 @@ class _Search:
         # The first N rows are the same for any total: numpy draws the matrix row by row.
         self.draws = np.random.default_rng(seed).integers(0, len(devices), size=(samples, len(self.grouping)))
         # the training objective: simulate the whole training step, not its per-node summary
-        inner, training = (cost.inner, cost.training) if isinstance(cost, TrainingStepCosts) else (cost, None)
-        sim = Simulator(graph, devices, inner, [self.caps.get(d) for d in devices], training=training)
+        self.training = training_of(cost)
+        inner = cost.inner if isinstance(cost, TrainingStepCosts) else cost
+        sim = Simulator(graph, devices, inner, [self.caps.get(d) for d in devices], training=self.training)
         group_of = np.array([self.grouping.node_group[n] for n in sim.node_names])
         self.failures: list[str | None] = []
         self.times = np.concatenate([self._simulate(sim, self.draws[i:i + CHUNK, group_of])
@@ -58,7 +60,8 @@ class _Search:
 
     def _fits_executor(self, i: int) -> bool:
         """The executor's own memory check, which refuses an over-cap placement before it runs."""
-        return not over_caps(self.graph, Placement(list(self.devices), self.placement_nodes(i)), self.caps)
+        return not over_caps(self.graph, Placement(list(self.devices), self.placement_nodes(i)), self.caps,
+                             self.training)
 
     def best(self, n: int) -> int | None:
         """Index of the fastest placement that fits among the first `n` draws (None: none does)."""

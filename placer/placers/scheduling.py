@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 
+from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from collections.abc import Callable
 
-from placer.placement import Placement
-from placer.placers.base import Caps, MemoryBook, over_caps
+from placer.placers.base import Caps, MemoryBook, does_not_fit, within_caps
 
 
 class ScheduleState:
@@ -27,7 +27,7 @@ class ScheduleState:
     def __init__(self, graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None,
                  frees: bool = True) -> None:
         self.graph, self.devices, self.cost = graph, list(devices), cost
-        self.memory = MemoryBook(graph, devices, caps, frees)
+        self.memory = MemoryBook(graph, devices, caps, frees, cost)
         self.caps = self.memory.caps
         self.topo_index = {n: i for i, n in enumerate(graph.nodes)}
         self.preds: dict[str, list[tuple[str, int]]] = {
@@ -74,16 +74,18 @@ class ScheduleState:
         self.busy[device].append((start, finish))
         self.busy[device].sort()
 
+    def does_not_fit(self, placer: str, node: str) -> PlacerError:
+        """The error of `placer` stuck at `node` under these caps."""
+        caps = {d: int(c) for d, c in self.caps.items() if math.isfinite(c)}
+        return does_not_fit(placer, self.graph, caps, node, cost=self.cost)
+
     @property
     def makespan(self) -> float:
         return max(self.finish.values(), default=0.0)
 
 
-def schedule_within_caps(graph: OpGraph, devices: list[str], caps: Caps | None,
+def schedule_within_caps(graph: OpGraph, devices: list[str], caps: Caps | None, cost: CostModel,
                          schedule: Callable[[bool], ScheduleState]) -> ScheduleState:
     """Run `schedule(frees)` with memory freed as consumers are placed; if the executor would
     find the result over a cap, run it again with nothing freed (safe in any order)."""
-    state = schedule(True)
-    if caps and over_caps(graph, Placement(list(devices), dict(state.place)), caps):
-        state = schedule(False)
-    return state
+    return within_caps(graph, devices, caps, cost, schedule, lambda state: state.place)

@@ -15,16 +15,18 @@ from collections.abc import Callable
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.placement import Placement
-from placer.placers.base import Caps, MemoryBook, does_not_fit, make_placement, node_memory, require_devices
+from placer.placers.base import (Caps, MemoryBook, does_not_fit, make_placement, node_memory, require_devices,
+                                 within_caps)
 
 
 def _fill(graph: OpGraph, devices: list[str], budget: Callable[[str, int, int], float], placer: str,
-          caps: Caps) -> dict[str, str]:
+          caps: Caps, cost: CostModel | None, frees: bool = True) -> dict[str, str]:
     """Topological fill: the current device takes nodes while its share (the sum of the nodes'
     weights and outputs) stays within `budget(device, share not yet placed, devices left)` and
-    its memory, as the `MemoryBook` tracks it, within its cap; then the next device."""
+    its memory, as the `MemoryBook` tracks it (a training step's on the training objective), within
+    its cap; then the next device."""
     nodes: dict[str, str] = {}
-    book = MemoryBook(graph, devices, caps)
+    book = MemoryBook(graph, devices, caps, frees, cost)
     order = list(graph.nodes)
     left = sum(node_memory(n) for n in graph.nodes.values())
     i = 0
@@ -38,7 +40,7 @@ def _fill(graph: OpGraph, devices: list[str], budget: Callable[[str, int, int], 
             i += 1
         left -= share
     if i < len(order):
-        raise does_not_fit(placer, graph, caps, order[i])
+        raise does_not_fit(placer, graph, caps, order[i], cost=cost)
     return nodes
 
 
@@ -53,7 +55,9 @@ def m_topo(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
         # The last device takes whatever is left (its cap still applies).
         return left / devices_left + largest if devices_left > 1 else float("inf")
 
-    return make_placement(graph, devices, _fill(graph, devices, budget, "m_topo", caps), "m_topo")
+    nodes = within_caps(graph, devices, caps, cost, lambda frees: _fill(graph, devices, budget, "m_topo", caps,
+                                                                         cost, frees))
+    return make_placement(graph, devices, nodes, "m_topo")
 
 
 def memory_greedy(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
@@ -61,5 +65,6 @@ def memory_greedy(graph: OpGraph, devices: list[str], cost: CostModel | None = N
     """Fill devices in the given order up to their caps, nodes in topological order."""
     require_devices(devices)
     caps = caps or {}
-    nodes = _fill(graph, devices, lambda d, left, k: float("inf"), "memory_greedy", caps)
+    nodes = within_caps(graph, devices, caps, cost, lambda frees: _fill(
+        graph, devices, lambda d, left, k: float("inf"), "memory_greedy", caps, cost, frees))
     return make_placement(graph, devices, nodes, "memory_greedy")

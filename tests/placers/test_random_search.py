@@ -79,7 +79,7 @@ def test_the_executors_memory_check_has_the_last_word(dag, monkeypatch):
     cost = AnalyticCostModel(DEVICES)
     caps = {"cpu:0": 10**9}
     fastest = random_search(dag, DEVICES, cost, caps, samples=100)
-    monkeypatch.setattr(module, "over_caps", lambda graph, p, caps: ["cpu:0"] if p.nodes == fastest.nodes else [])
+    monkeypatch.setattr(module, "over_caps", lambda graph, p, caps, training=None: ["cpu:0"] if p.nodes == fastest.nodes else [])
     second = random_search(dag, DEVICES, cost, caps, samples=100)
     assert second.nodes != fastest.nodes
     assert second.extra["placer"]["simulated_step_time"] >= fastest.extra["placer"]["simulated_step_time"]

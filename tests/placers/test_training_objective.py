@@ -5,12 +5,16 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from placer.errors import PlacerError
 from placer.graph.load import load_graph
+from placer.measure.executor import accounted_memory
 from placer.measure.sim_program import training_program
 from placer.measure.simulator import AnalyticCostModel, Simulator
-from placer.measure.training import TrainingSpec
+from placer.measure.training import OptimizerSpec, TrainingSpec
 from placer.measure.training_costs import TrainingStepCosts
-from placer.placers import random_search
+from placer.placement import Placement
+from placer.placers import PLACERS, random_search
+from placer.placers.base import MemoryBook, over_caps
 from placer.placers.compare import baseline_rows
 
 DEVICES = ["cpu:0", "cpu:1", "cuda:0"]
@@ -66,3 +70,83 @@ def test_every_baseline_places_the_training_objective(ladder):
                          "metis", "m_topo", "random_search"], options={"random_search": {"samples": 8}},
                          training=TrainingSpec())
     assert all(r.placement is not None and r.refused is None for r in rows), [r.refused for r in rows]
+
+
+CPUS = ["cpu:0", "cpu:1"]
+ADAM = TrainingSpec(optimizer=OptimizerSpec("adam"))
+
+
+def training_peaks(graph, placement) -> dict[str, int]:
+    """What the executor accounts for the training step before running it (what it refuses by)."""
+    return {d: e.peak for d, e in accounted_memory(graph, placement, training=ADAM).items()}
+
+
+def place_training_steps(graph, caps) -> tuple[list[str], list[str]]:
+    """Every cap-respecting placer on `graph`'s training step: (those whose placement is within
+    the caps as the executor accounts it, refusals); a placement over a cap fails the test."""
+    cost = TrainingStepCosts(graph, CPUS, AnalyticCostModel(CPUS), ADAM)
+    fits, refused = [], []
+    for name, spec in PLACERS.items():
+        if not spec.respects_memory:
+            continue
+        try:
+            peaks = training_peaks(graph, spec.place(graph, CPUS, cost, caps))
+        except PlacerError as exc:
+            refused.append(str(exc))
+            continue
+        assert all(peaks[d] <= cap for d, cap in caps.items()), (name, peaks)
+        fits.append(name)
+    return fits, refused
+
+
+# The ladder's forward pass takes 103 KiB on one device, its training step with Adam 387 KiB.
+@pytest.mark.parametrize("caps, placed", [({"cpu:0": 250_000, "cpu:1": 250_000}, 6), ({"cpu:0": 200_000}, 6),
+                                          ({"cpu:0": 120_000, "cpu:1": 120_000}, 0)])
+def test_cap_respecting_placers_budget_a_training_steps_memory(ladder, caps, placed):
+    """Caps the forward pass fits under on one device but a training step does not: every
+    cap-respecting placer's training placement is within the caps as the executor accounts a
+    training step (or refused as impossible), where their forward-pass budgets went over."""
+    single = Placement.single_device(list(ladder.nodes), "cpu:0", devices=CPUS)
+    assert accounted_memory(ladder, single)["cpu:0"].peak < min(caps.values()) < training_peaks(ladder, single)["cpu:0"]
+    fits, refused = place_training_steps(ladder, caps)
+    assert len(fits) == placed and all("training step" in r or "none of" in r for r in refused), refused
+    if placed:   # budgeting the forward pass, memory-greedy keeps every node on cpu:0: out of memory
+        forward = PLACERS["memory_greedy"].place(ladder, CPUS, AnalyticCostModel(CPUS), caps)
+        assert training_peaks(ladder, forward)["cpu:0"] > caps["cpu:0"]
+
+
+def test_what_placement_order_frees_is_checked_against_the_training_steps_accounting():
+    """x -> Tanh -> b0 -> Tanh -> b1 ... and h(i+1) = h(i) * b(i): each b is saved for a Mul's
+    backward but has no gradient, so freeing it once its readers are placed undercounts a training
+    step (272 KiB against the executor's 368 KiB on one device); the placers check their result
+    with the executor's accounting and place again with nothing freed."""
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    nodes, prev = [helper.make_node("MatMul", ["x", "w"], ["h0"], name="mm")], "x"
+    for i in range(8):
+        nodes.append(helper.make_node("Tanh", [prev], [f"b{i}"], name=f"side{i}"))
+        nodes.append(helper.make_node("Mul", [f"h{i}", f"b{i}"], [f"h{i + 1}"], name=f"mul{i}"))
+        prev = f"b{i}"
+    graph = helper.make_graph(nodes, "side", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                              [helper.make_tensor_value_info("h8", TensorProto.FLOAT, [64, 64])], [w])
+    side = load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    fits, refused = place_training_steps(side, {"cpu:0": 300_000})
+    assert len(fits) == 6, refused
+
+
+def test_the_memory_book_bounds_a_training_step_from_above(ladder):
+    """With nothing freed, the book's training budget is never below the executor's accounting."""
+    cost = TrainingStepCosts(ladder, CPUS, AnalyticCostModel(CPUS), ADAM)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        placement = Placement(CPUS, {n: CPUS[rng.integers(2)] for n in ladder.nodes})
+        book = MemoryBook(ladder, CPUS, None, frees=False, cost=cost)
+        for name in ladder.nodes:
+            book.add(name, placement.nodes[name])
+        executor = training_peaks(ladder, placement)
+        assert all(book.peak[d] >= executor.get(d, 0) for d in CPUS), (book.peak, executor)
+
+
+def test_the_executors_check_of_a_training_placement_counts_the_training_step(ladder):
+    single = Placement.single_device(list(ladder.nodes), "cpu:0", devices=CPUS)
+    assert over_caps(ladder, single, {"cpu:0": 200_000}) == []
+    assert over_caps(ladder, single, {"cpu:0": 200_000}, ADAM) == ["cpu:0"]
