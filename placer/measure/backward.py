@@ -33,6 +33,11 @@ from placer.measure.walk import Step
 
 StepFn = Callable[[list], list]
 
+try:   # what torch.autograd.grad calls after checking its arguments (see _vjp)
+    from torch.autograd.graph import _engine_run_backward
+except ImportError:   # a torch without it: the public call
+    _engine_run_backward = None
+
 
 class Saved:
     """A forward step's autograd record: the leaves it differentiates by and its outputs."""
@@ -226,9 +231,19 @@ def _backward_fn(node: str, output_positions: list[int]) -> StepFn:
                 out_grads.append(g)
         if not outs:
             raise RuntimeError(f"node {node!r} has no backward: its kernel's outputs carry no gradient")
-        result = torch.autograd.grad(outs, saved.leaves, out_grads, allow_unused=True)
+        result = _vjp(tuple(outs), tuple(saved.leaves), tuple(out_grads))
         return [torch.zeros_like(leaf) if r is None else r for leaf, r in zip(saved.leaves, result)]
     return run
+
+
+def _vjp(outputs: tuple, leaves: tuple, grads: tuple) -> tuple:
+    """``torch.autograd.grad(outputs, leaves, grads, allow_unused=True)`` without its Python checks
+    of every argument (tensor-likes, torch functions, each gradient's shape against its output),
+    which our kernels' own outputs and gradients pass by construction: nmt runs 1,687 backward
+    steps, and the checks were 45 ms of its 0.75 s step. torch's own helper, where it has one."""
+    if _engine_run_backward is None:
+        return torch.autograd.grad(outputs, leaves, grads, allow_unused=True)
+    return _engine_run_backward(outputs, grads, False, False, leaves, True, accumulate_grad=False)
 
 
 def _loss_fn(spec: TrainingSpec, output: str, target: torch.Tensor | None, with_grad: bool) -> StepFn:
