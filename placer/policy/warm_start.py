@@ -61,6 +61,7 @@ def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: C
     simulator with `caps`), and align `grouping` with its placement."""
     from placer.measure.simulator import Simulator
     from placer.placers import PLACERS
+    from placer.placers.base import training_of
     from placer.placers.compare import baseline_rows
 
     names = WARM_START_PLACERS if choice == "best_baseline" else (choice,)
@@ -68,7 +69,12 @@ def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: C
     if unknown:
         raise PlacerError(f"unknown warm-start placer {unknown[0]!r}; use best_baseline, none, or one of "
                           f"{', '.join(WARM_START_PLACERS)}")
-    sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices])
+    # On the training objective the placers see a training step's costs per node
+    # (`TrainingStepCosts`); the candidates are then judged on the simulated training step itself,
+    # memory of gradients and optimizer state included.
+    training = training_of(cost)
+    sim = Simulator(graph, devices, cost.inner if training is not None else cost, [caps.get(d) for d in devices],
+                    training=training)
     index = {d: i for i, d in enumerate(devices)}
     candidates: dict[str, float | None] = {}
     best: tuple[float, str, Placement] | None = None

@@ -150,3 +150,18 @@ def test_the_executors_check_of_a_training_placement_counts_the_training_step(la
     single = Placement.single_device(list(ladder.nodes), "cpu:0", devices=CPUS)
     assert over_caps(ladder, single, {"cpu:0": 200_000}) == []
     assert over_caps(ladder, single, {"cpu:0": 200_000}, ADAM) == ["cpu:0"]
+
+
+def test_the_warm_start_judges_its_candidates_on_the_simulated_training_step(ladder):
+    from placer.graph.grouping import group_graph
+    from placer.policy.warm_start import plan_warm_start
+
+    cost, training = AnalyticCostModel(DEVICES), TrainingSpec()
+    # round-robin: a placement across devices, where the forward pass with a training step's costs
+    # per node and the training step itself (gradients crossing back after the forward) differ
+    warm = plan_warm_start(ladder, DEVICES, TrainingStepCosts(ladder, DEVICES, cost, training), {},
+                           group_graph(ladder, 4, len(DEVICES)), choice="round_robin")
+    node_devices = warm.grouping.node_assignment(warm.group_devices, list(ladder.nodes))
+    step = Simulator(ladder, DEVICES, cost, training=training).simulate(node_devices).step_time
+    assert warm.simulated_step_time == pytest.approx(step, rel=1e-12)
+    assert step > Simulator(ladder, DEVICES, cost).simulate(node_devices).step_time
