@@ -23,6 +23,7 @@ def test_every_reward_mode_learns_and_reports_training_steps(reward, tmp_path, m
                  "--objective", "training", "--optimizer", "adam", *FAST, *extra]) == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["measurer"]["protocol"]["objective"] == "training" and summary["best_step_time"] > 0
+    assert summary["objective"] == {"objective": "training", "loss": "mse", "optimizer": "adam", "lr": 0.001}
     if reward != "real":
         simulator = summary["simulator"]["protocol"]
         assert simulator["objective"] == "training" and simulator["optimizer"] == "adam"

@@ -26,6 +26,7 @@ def test_a_simulated_run_leaves_a_complete_run_folder(model_file, tmp_path, caps
     assert summary["samples"] == 8 and summary["speedup_vs_best_single_device"] >= 1.0
     # The 4 groups asked for, split where the warm start's baseline placement cuts them.
     assert summary["grouping"] == "partition+aligned" and summary["groups"] >= 4
+    assert summary["objective"] == {"objective": "inference"}
     assert summary["warm_start"]["source"] and summary["greedy"]["step_time"] > 0
     assert (run / "greedy_placement.json").is_file()
     assert Placement.load(run / "placement.json").graph_sha256 == summary["graph_sha256"]
