@@ -52,19 +52,6 @@ def confirm_side_by_side(confirm: Measurer, session: TrainingSession) -> dict[st
     return {"candidates": candidates, "single_devices": single_measurements, "greedy": confirmed_greedy}
 
 
-def _objective(sources: Any) -> dict[str, Any]:
-    """What one step is: the forward pass, or a training step with its loss and optimizer."""
-    for measurer in (sources.confirm, sources.real, sources.simulated):
-        if hasattr(measurer, "training"):
-            training = measurer.training
-        elif hasattr(measurer, "simulator"):
-            training = measurer.simulator.training
-        else:
-            continue
-        return {"objective": "training", **training.to_dict()} if training else {"objective": "inference"}
-    return {"objective": "inference"}
-
-
 def _time_of(m: dict[str, Any]) -> float | None:
     return m.get("step_time") if m.get("ok") else None
 
@@ -113,7 +100,7 @@ def write_outputs(session: TrainingSession, interrupted: bool,
         "groups": n_groups, "grouping": grouping.method, "group_members": grouping.groups,
         # What the reported figures (best, single devices, speedup) were measured with.
         "measurer": {"kind": type(reported_by).__name__, "protocol": describe_protocol(reported_by)},
-        "objective": _objective(sources),
+        "objective": session.objective,
         "reward": sources.plan.reward,
         "real_fraction": sources.plan.real_fraction if sources.plan.reward == "hybrid" else None,
         "simulator": {"kind": type(sources.simulated).__name__, "protocol": describe_protocol(sources.simulated)}

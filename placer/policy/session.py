@@ -96,6 +96,20 @@ def describe_protocol(measurer: Measurer | None) -> Any:
     return proto.to_dict() if hasattr(proto, "to_dict") else proto
 
 
+def describe_objective(sources: RewardSources) -> dict[str, Any]:
+    """What one step is, as the measurers measure it: the forward pass, or a training step with its
+    loss and optimizer (for the checkpoint identity and the summary)."""
+    for measurer in (sources.confirm, sources.real, sources.simulated):
+        if hasattr(measurer, "training"):
+            training = measurer.training
+        elif hasattr(measurer, "simulator"):
+            training = measurer.simulator.training
+        else:
+            continue
+        return {"objective": "training", **training.to_dict()} if training else {"objective": "inference"}
+    return {"objective": "inference"}
+
+
 class TrainingSession:
     """The policy, its optimizer, the environment, the caches, the TensorBoard writer and the
     state of one run in `run_dir`, set up fresh (seeded, warm-started) or from its checkpoint."""
@@ -132,11 +146,10 @@ class TrainingSession:
         self.policy = Seq2SeqPolicy(self.features.shape[1], self.n_groups, len(self.devices), hp.hidden_size,
                                     hp.temperature, hp.tanh_constant, hp.forget_bias)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=hp.lr)
+        self.objective = describe_objective(sources)   # a forward pass, or a training step
         self.identity = {"graph_sha256": graph.sha256, "devices": self.devices, "grouping": grouping.signature(),
                          "hparams": hp.to_dict(), "seed": seed, **plan.identity(),
-                         # what a step is: a forward pass or a training step (with its loss and optimizer)
-                         "objective": {k: run_info[k] for k in ("objective", "loss", "optimizer") if k in run_info}
-                         or {"objective": "inference"},
+                         "objective": self.objective,
                          "simulator": describe_protocol(sources.simulated) if plan.reward != REAL else None,
                          "warm_start": warm_start.source if warm_start is not None else None}
         if resume:
@@ -178,12 +191,12 @@ class TrainingSession:
                                         generator=self.sampler)
         return actions
 
-    def measure(self, actions: torch.Tensor, source: str = "policy") -> list[Measurement]:
+    def measure(self, actions: torch.Tensor) -> list[Measurement]:
         """Measure each placement (repeats come from the cache) and keep the fastest."""
         group_devices = [[int(x) for x in a] for a in actions.tolist()]
         measurements = self.cache.measure_many(group_devices)
         for a, m in zip(group_devices, measurements):
-            self._consider(a, m, source)
+            self._consider(a, m, "policy")
         return measurements
 
     def update(self, actions: torch.Tensor, measurements: list[Measurement]) -> UpdateStats:

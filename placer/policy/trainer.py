@@ -78,8 +78,9 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             session.enter_single_devices(singles)
             # The baseline starts from what a user has today.
             state.baseline = sum(session.env.reward(m) for m in singles) / len(singles)
+        # What Ctrl-C returns to: retaken after every update and at the hybrid switch.
+        session.take_snapshot()
         while True:
-            session.take_snapshot()
             if budget.time_to_switch(state):
                 session.switch_to_real()
             if budget.spent(state):
