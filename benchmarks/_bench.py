@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import threading
@@ -24,6 +25,14 @@ def zoo_path(name: str, **options: int) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         graphs.export(name, path, **options)
     return path
+
+
+def save_json(out: str | Path, data) -> None:
+    """Write a benchmark's figures as JSON (folders made as needed) and say where."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    print(f"saved {out}")
 
 
 def zoo_graph(name: str, **options: int) -> OpGraph:

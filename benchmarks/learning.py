@@ -23,7 +23,6 @@ per group (at most 0.1 nats: converged), and samples per second of training to t
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import tempfile
@@ -32,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench import zoo_graph  # noqa: E402
+from _bench import save_json, zoo_graph  # noqa: E402
 
 MODELS = ("inception_v3", "resnet50", "rnnlm", "nmt", "transformer")
 QUICK_MODELS = ("inception_v3", "resnet50", "rnnlm")
@@ -141,10 +140,7 @@ def main() -> int:
                 for row in run_one(graph, n_devices, seed, budgets, args.cost_model):
                     print_row(row)
                     rows.append(row)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=2) + "\n")
-    print(f"saved {out}")
+    save_json(args.out, rows)
     return 0
 
 

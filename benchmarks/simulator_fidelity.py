@@ -14,7 +14,6 @@ mean relative error |simulated - measured| / measured. Also times the simulator 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -23,6 +22,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench import save_json  # noqa: E402
 
 
 def varied_placements(graph, devices, cost, seed: int = 0, n_random: int = 12, n_splits: int = 6,
@@ -206,10 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     if self_rho is not None:
         print(f"noise floor: one round of real measurements ranks the placements like another with "
               f"Spearman {self_rho:.3f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"saved {out}")
+    save_json(args.out, summary)
     return 0
 
 
