@@ -128,9 +128,22 @@ def _coerced(fn, axis: int):
     return run
 
 
+class _ZeroGradient(torch.autograd.Function):
+    """`y`, a piecewise-constant function of `x`: its gradient to x is zero, not missing (a
+    training step's backward refuses an output that carries none)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[None, None]:
+        return None, None
+
+
 def _hardmax(x: torch.Tensor, dim: int) -> torch.Tensor:
     # argmax picks the first maximum, as ONNX asks.
-    return F.one_hot(x.argmax(dim), x.shape[dim]).movedim(-1, dim).to(x.dtype)
+    return _ZeroGradient.apply(x, F.one_hot(x.argmax(dim), x.shape[dim]).movedim(-1, dim).to(x.dtype))
 
 
 _SOFTMAX = {"Softmax": torch.softmax, "LogSoftmax": torch.log_softmax, "Hardmax": _hardmax}

@@ -98,11 +98,13 @@ def _attention(node: Node):
             qk = torch.tanh(qk / softcap) * softcap
         logits = qk + bias
         qk_out = logits if mode == 2 else qk
+        # A row with every key masked attends to nothing: zeros, not NaNs. Its logits are zeroed
+        # before the softmax too, whose NaNs there would make NaN gradients through the where.
+        dead = torch.isneginf(bias.amax(-1, keepdim=True))
+        logits = torch.where(dead, torch.zeros((), dtype=dtype, device=dev), logits)
         if precision:
             logits = logits.to(torch_dtype(precision))
         probs = torch.softmax(logits, -1)
-        # A row with every key masked attends to nothing: zeros, not NaNs.
-        dead = torch.isneginf(bias.amax(-1, keepdim=True))
         probs = torch.where(dead, torch.zeros((), dtype=probs.dtype, device=dev), probs)
         if mode == 3:
             qk_out = probs
@@ -184,13 +186,14 @@ def _linear_attention(node: Node):
         q, k, v, past, decay, beta = xs[:6]
         b, t, _ = q.shape
         dk, dv = q.shape[-1] // q_heads, v.shape[-1] // kv_heads
-        q4 = _heads(q.float(), q_heads)
-        k4, v4 = _heads(k.float(), kv_heads), _heads(v.float(), kv_heads)
+        wide = torch.float64 if q.dtype == torch.float64 else torch.float32   # the state sums many steps
+        q4 = _heads(q.to(wide), q_heads)
+        k4, v4 = _heads(k.to(wide), kv_heads), _heads(v.to(wide), kv_heads)
         if decay is not None:
-            g4 = decay.float().reshape(b, t, kv_heads, -1).transpose(1, 2)     # (b, h, t, 1|dk)
+            g4 = decay.to(wide).reshape(b, t, kv_heads, -1).transpose(1, 2)     # (b, h, t, 1|dk)
         if beta is not None:
-            beta4 = beta.float().reshape(b, t, beta.shape[-1], 1).transpose(1, 2)
-        state = past.float() if past is not None else torch.zeros(b, kv_heads, dk, dv, device=q.device)
+            beta4 = beta.to(wide).reshape(b, t, beta.shape[-1], 1).transpose(1, 2)
+        state = past.to(wide) if past is not None else torch.zeros(b, kv_heads, dk, dv, dtype=wide, device=q.device)
         scale = scale_attr if scale_attr else 1 / math.sqrt(dk)
         group = q_heads // kv_heads
         outs = []

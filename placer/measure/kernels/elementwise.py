@@ -87,6 +87,8 @@ def _legacy_broadcast(node: Node, fn):
 def _pow(node: Node):
     def pow_(xs):
         a, b = xs
+        if a.is_floating_point() and b.dtype in (torch.uint16, torch.uint32, torch.uint64):
+            b = b.to(a.dtype)   # the base's gradient computes b - 1, which torch cannot in these types
         y = torch.pow(a, b)
         # ONNX Pow keeps the base's type (an int base with a float exponent stays int).
         return [y if y.dtype == a.dtype else y.to(a.dtype)]

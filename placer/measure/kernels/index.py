@@ -181,16 +181,12 @@ def _unique(node: Node):
 
     def unique(xs):
         x = xs[0]
-        if axis is None:
-            flat = x.reshape(-1)
-            y, inverse, counts = torch.unique(flat, sorted=True, return_inverse=True,
-                                              return_counts=True)
-            n = flat.shape[0]
-        else:
-            a = axis + x.dim() if axis < 0 else axis
-            y, inverse, counts = torch.unique(x, sorted=True, return_inverse=True,
-                                              return_counts=True, dim=a)
-            n = x.shape[a]
+        # torch.unique has no backward: it finds the positions, and Y is gathered from them
+        a = 0 if axis is None else axis % x.dim()
+        source = x.reshape(-1) if axis is None else x
+        _, inverse, counts = torch.unique(source.detach(), sorted=True, return_inverse=True,
+                                          return_counts=True, dim=None if axis is None else a)
+        n = source.shape[a]
         # First occurrence of each unique value: the smallest position that maps to it.
         first = torch.full((counts.shape[0],), n, dtype=torch.int64, device=x.device)
         first = first.scatter_reduce(0, inverse, torch.arange(n, device=x.device), "amin")
@@ -198,9 +194,8 @@ def _unique(node: Node):
             order = torch.argsort(first)
             rank = torch.empty_like(order)
             rank[order] = torch.arange(order.shape[0], device=x.device)
-            y = y[order] if axis is None else torch.index_select(y, a, order)
             first, counts, inverse = first[order], counts[order], rank[inverse]
-        return [y, first, inverse, counts]
+        return [torch.index_select(source, a, first), first, inverse, counts]
     return unique
 
 

@@ -15,8 +15,16 @@ def _nll(log_prob: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | No
          reduction: str, ignore: int) -> torch.Tensor:
     # torch's nll_loss has no float16 kernel on the CPU: compute in float32 there.
     lp = log_prob.float() if log_prob.dtype == torch.float16 else log_prob
-    return F.nll_loss(lp, target.long(), weight=None if weight is None else weight.to(lp.dtype),
-                      ignore_index=ignore, reduction=reduction)
+    t = target.long()
+    if weight is None:
+        return F.nll_loss(lp, t, ignore_index=ignore, reduction=reduction)
+    # torch's nll_loss has no gradient for the class weights: weigh its unreduced losses here
+    kept = t != ignore
+    w = weight.to(lp.dtype)[torch.where(kept, t, 0)] * kept
+    losses = F.nll_loss(lp, t, ignore_index=ignore, reduction="none") * w
+    if reduction == "none":
+        return losses
+    return losses.sum() if reduction == "sum" else losses.sum() / w.sum()
 
 
 @register("NegativeLogLikelihoodLoss", since=12)

@@ -21,6 +21,11 @@ def _batchnorm(node: Node):
         x, scale, bias, mean, var = xs[:5]
         if x.dim() == 1:
             raise ValueError("BatchNormalization of a 1-D input")
+        if mean.requires_grad or var.requires_grad:
+            # torch's batch_norm has no gradient for the running statistics: the formula itself
+            shape = [1, -1] + [1] * (x.dim() - 2)
+            y = (x - mean.reshape(shape)) * torch.rsqrt(var.reshape(shape) + eps)
+            return [y * scale.reshape(shape) + bias.reshape(shape)]
         return [F.batch_norm(x, mean, var, scale, bias, False, 0.0, eps)]
     return bn
 
@@ -32,7 +37,8 @@ def _batchnorm_training(node: Node, eps: float, momentum: float):
         x, scale, bias, mean, var = xs[:5]
         dims = [d for d in range(x.dim()) if d != 1]
         batch_var, batch_mean = torch.var_mean(x, dims, correction=0)
-        y = F.batch_norm(x, batch_mean, batch_var, scale, bias, False, 0.0, eps)
+        # torch computes the batch statistics again, with their gradient (passed in, they have none)
+        y = F.batch_norm(x, None, None, scale, bias, True, 0.0, eps)
         return [y, mean * momentum + batch_mean * (1 - momentum),
                 var * momentum + batch_var * (1 - momentum)]
     return bn
@@ -98,8 +104,9 @@ def _lpnorm(node: Node):
     axis, p = node.attr("axis", -1), node.attr("p", 2)
     def lpnorm(xs):
         norm = torch.linalg.vector_norm(xs[0], p, dim=axis, keepdim=True)
-        # A zero vector stays zero instead of becoming 0/0.
-        return [torch.where(norm == 0, torch.zeros_like(xs[0]), xs[0] / norm)]
+        # A zero vector stays zero instead of becoming 0/0; divided by 1, its gradient is not NaN either.
+        zero = norm == 0
+        return [torch.where(zero, torch.zeros_like(xs[0]), xs[0] / torch.where(zero, 1, norm))]
     return lpnorm
 
 

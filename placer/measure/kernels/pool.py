@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from placer.measure.kernels._padding import fixed_pads, pad_input, same_pads
+from placer.measure.kernels.reduce import root
 from placer.measure.kernels.registry import Node, register
 
 _MAX = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
@@ -156,15 +157,14 @@ def _lppool(node: Node):
             extra = _ceil_extra(x.shape[2:], kernel, strides, dil, begins, ends)
             ends = [e + a for e, a in zip(ends, extra)]
         xp = pad_input(x.abs().pow(p), begins, ends)
-        return [_window_sum(xp, kernel, strides, dil).pow(1.0 / p)]
+        return [root(_window_sum(xp, kernel, strides, dil), p)]
     return lppool
 
 
 @register("GlobalLpPool", since=2)
 def _glppool(node: Node):
     p = node.attr("p", 2)
-    return lambda xs: [xs[0].abs().pow(p).sum(dim=tuple(range(2, xs[0].dim())), keepdim=True)
-                       .pow(1.0 / p)]
+    return lambda xs: [root(xs[0].abs().pow(p).sum(dim=tuple(range(2, xs[0].dim())), keepdim=True), p)]
 
 
 @register("MaxUnpool", since=9, host_inputs=(2,))

@@ -32,7 +32,8 @@ def _dequantize(node: Node):
         x, scale = xs[0], xs[1]
         zp = xs[2] if len(xs) > 2 else None
         s = _broadcast(scale, x, axis, block)
-        xf = x.to(torch.float32) if x.dtype != torch.int32 else x.to(torch.float64)
+        wide = x.dtype == torch.int32 or scale.dtype == torch.float64
+        xf = x.to(torch.float64 if wide else torch.float32)
         if zp is not None:
             xf = xf - _broadcast(zp, x, axis, block).to(xf.dtype)
         return [(xf * s.to(xf.dtype)).to(scale.dtype)]

@@ -15,8 +15,15 @@ def _l1(x, dims, keep):
     return x.abs().sum(dims, keepdim=keep)
 
 
+def root(s: torch.Tensor, p: float) -> torch.Tensor:
+    """s ** (1 / p) of a sum of |x| ** p: where s is 0 its gradient is 0, not the NaN of an
+    infinite derivative times x's zero one."""
+    zero = s == 0
+    return torch.where(zero, 0, torch.where(zero, 1, s).pow(1.0 / p))
+
+
 def _l2(x, dims, keep):
-    return (x * x).sum(dims, keepdim=keep).sqrt()
+    return root((x * x).sum(dims, keepdim=keep), 2)
 
 
 def _log_sum(x, dims, keep):
