@@ -13,9 +13,11 @@ for the forward pass. Names:
   ``accumulate:<tensor>`` on the tensor's device giving ``grad:<tensor>`` before its producer's
   backward step (or its parameter's update).
 - ``loss:<output>``: an output's loss term, computed on the output's device (step
-  ``loss:<output>``, which also gives the output's gradient).
+  ``loss:<output>``, which also gives the output's gradient); an output no step makes (a
+  parameter, an input) on its first gradient reader's device, else on the first node's.
 - ``updated:<param>``: a parameter after the optimizer's step (``update:<param>``), on the
-  device of the parameter's last backward contributor, which holds its optimizer state.
+  device of the parameter's last contributor (a backward step, or the loss step of a parameter
+  that is an output and has no other reader), which holds its optimizer state.
 """
 
 from __future__ import annotations
@@ -127,6 +129,16 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: di
         return name
 
     home = {t: assignment[s.name] for s in forward for t in s.outputs if t}
+
+    def home_of(t: str) -> str:
+        """The device of `t`'s loss term and gradient sum: its producer's. A tensor no step makes
+        (a parameter, an input or a folded constant that is also an output): its first gradient
+        reader's, where its update runs too, else the first node's (a node's device, so that the
+        simulator, which places each step with a node, places it too)."""
+        if t in home:
+            return home[t]
+        first = next((r for r in readers.get(t, ()) if r in assignment), None)
+        return assignment[first] if first is not None else next(iter(assignment.values()))
     steps = [forward_step_with_record(s) if any(t in needs for t in s.outputs) else s for s in forward]
     where = dict(assignment)
     kernels = prepared.kernels if prepared is not None else {}
@@ -137,7 +149,7 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: di
         name, target = f"loss:{o}", spec.targets.get(o)
         grads = (contribution(o, name),) if o in needs else ()
         steps.append(Step(name, "loss", (o,), (f"loss_term:{o}", *grads)))
-        where[name] = home[o]
+        where[name] = home_of(o)
         functions[name] = _loss_fn(spec, o, target, bool(grads))
         loss_terms.append(f"loss_term:{o}")
 
@@ -162,15 +174,26 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: di
         name, total = (f"accumulate:{t}", f"grad:{t}") if done else (f"accumulate:{t}@{by}", f"grad:{t}@sum:{by}")
         gradient_of[total] = t
         steps.append(Step(name, "accumulate", (partial, mine), (total,)))
-        where[name] = home[t] if t in home else assignment[next(r for r in readers[t] if r in assignment)]
+        where[name] = home_of(t)
         functions[name] = _add if n == 1 else _add_into
         running[t] = (total, n + 1)
+
+    pending = {p: len(readers[p]) for p in trained}
+    owner: dict[str, str] = {}
+
+    def contributed(p: str, device: str) -> None:
+        """One more of parameter `p`'s gradient contributions is in, made on `device`; after the
+        last, p's update, on that device (where its gradient sum is)."""
+        pending[p] -= 1
+        if pending[p] == 0:
+            owner[p] = where[f"update:{p}"] = device
+            steps.append(Step(f"update:{p}", "update", (p, f"grad:{p}"), (f"updated:{p}",)))
 
     for o in loss_outputs:
         if o in needs:
             arrive(o, f"loss:{o}")
-    pending = {p: len(readers[p]) for p in trained}
-    owner: dict[str, str] = {}
+        if o in pending:   # a parameter that is an output: its loss term contributes too
+            contributed(o, where[f"loss:{o}"])
     for s in reversed(grad_steps):
         diffs = diff_inputs(s)
         name = f"backward:{s.name}"
@@ -186,12 +209,7 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: di
             arrive(t, s.name)
         for p in diffs:
             if p in pending:
-                pending[p] -= 1
-                if pending[p] == 0:
-                    owner[p] = assignment[s.name]
-                    update = f"update:{p}"
-                    steps.append(Step(update, "update", (p, f"grad:{p}"), (f"updated:{p}",)))
-                    where[update] = owner[p]
+                contributed(p, assignment[s.name])
     outputs = loss_terms + [f"grad:{p}" for p in trained] + [f"updated:{p}" for p in trained]
     return TrainingPlan(steps, where, functions, trained, owner, loss_terms, outputs, gradient_of)
 

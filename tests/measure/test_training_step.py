@@ -194,9 +194,10 @@ def test_zoo_gradients_equal_torch_autograd_on_the_zoo_module(name, zoo_path):
         if match is None:
             continue
         tensor, as_initializer = match
-        expected = as_initializer(tensor.grad)
-        torch.testing.assert_close(ours[f"grad:{p}"], expected, rtol=1e-3,
-                                   atol=1e-4 * float(expected.abs().max()) + 1e-9, msg=lambda m, p=p: f"{p}: {m}")
+        expected = as_initializer(tensor.grad).numpy()
+        # numpy: torch's comparison, threaded, took 1.7 s of Inception-v3's on a shared machine
+        np.testing.assert_allclose(ours[f"grad:{p}"].numpy(), expected, rtol=1e-3,
+                                   atol=1e-4 * np.abs(expected).max() + 1e-9, err_msg=p)
         compared += 1
     # every trained initializer but a sliced position table is one of the module's parameters
     assert compared >= len([k for k in ours if k.startswith("grad:")]) - 1 > 0
@@ -369,3 +370,44 @@ def test_a_weight_with_many_readers_sums_its_gradients_as_they_arrive():
     wt = torch.tensor(w, requires_grad=True)
     (torch.mean((torch.tensor(x) * wt ** 4) ** 2) / 2).backward()
     torch.testing.assert_close(got, wt.grad)
+
+
+def _outputs_without_a_producer_graph():
+    """y = x * w * w over float32[8], whose outputs are also w (read by both Muls), b (read by
+    nothing) and the input x: three outputs that no node makes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from placer.measure import loading
+
+    from .conftest import make_model
+
+    def value(name):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [8])
+
+    inits = [numpy_helper.from_array(np.linspace(-1, 1, 8).astype(np.float32), "w"),
+             numpy_helper.from_array(np.linspace(2, 3, 8).astype(np.float32), "b")]
+    nodes = [helper.make_node("Mul", ["x", "w"], ["a"], name="m1"), helper.make_node("Mul", ["a", "w"], ["y"], name="m2")]
+    # placer's loader: a real run finishes the shapes (ONNX inference loses a's: the declared
+    # shapes of outputs are cleared, w's and x's among them)
+    return loading.load_graph(make_model(nodes, [value("x")], [value(n) for n in ("y", "w", "b", "x")], inits))
+
+
+@pytest.mark.parametrize("m1, m2", [("cpu:0", "cpu:0"), ("cpu:0", "cpu:1"), ("cpu:1", "cpu:0")],
+                         ids=["one_device", "two_devices", "two_devices_swapped"])
+def test_an_initializer_that_is_an_output_gets_its_loss_gradient_and_its_update(m1, m2):
+    graph = _outputs_without_a_producer_graph()
+    x = np.linspace(0.5, 1.5, 8).astype(np.float32)
+    placement = Placement(["cpu:0", "cpu:1"], {"m1": m1, "m2": m2})
+    with PlacedExecutor(graph, placement, training=TrainingSpec()) as executor:
+        got = {k: v.clone() for k, v in executor.run({"x": x}).items()}
+        # w's update where its gradient is summed, with its first reader; b, read by nothing,
+        # on the first node's device
+        assert executor.plan.owner == {"w": m1, "b": m1}
+    w, b = (torch.tensor(graph.initializer_array(p)).requires_grad_(True) for p in ("w", "b"))
+    xt = torch.tensor(x)
+    loss = sum(torch.mean(t ** 2) / 2 for t in (xt * w * w, w, b, xt))
+    loss.backward()
+    expected = {"loss": loss.detach().double(), "grad:w": w.grad.clone(), "grad:b": b.grad.clone()}
+    OptimizerSpec().build([w, b]).step()
+    expected.update({"updated:w": w.detach(), "updated:b": b.detach()})
+    _assert_same(got, expected, f"m1 on {m1}, m2 on {m2}")
