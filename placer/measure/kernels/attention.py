@@ -167,7 +167,7 @@ def _causal_conv(node: Node):
         padded = torch.cat([past, x], 2)
         y = torch.nn.functional.conv1d(padded, w, b, groups=x.shape[1])
         if act in ("silu", "swish"):
-            y = torch.nn.functional.silu(y.float()).to(x.dtype)
+            y = torch.nn.functional.silu(y if y.dtype == torch.float64 else y.float()).to(x.dtype)
         return [y, padded[:, :, padded.shape[2] - (k - 1):]]
     return causal
 
