@@ -23,7 +23,11 @@ from placer.graph.opgraph import OpGraph
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 LOSSES = ("mse", "cross_entropy")
-# Ops whose float outputs carry no gradient to their inputs: sampling, and quantization's scale.
+# Ops refused on a gradient path (`check_differentiable`): random draws, whose values are no
+# function of their input's (its shape or probabilities only), and DynamicQuantizeLinear, whose
+# integer output has no gradient, so one would pass through its scale alone. Every other kernel
+# with float inputs and outputs differentiates by torch autograd through the kernel
+# (tests/measure/test_backward_coverage.py checks each against finite differences).
 NO_BACKWARD = frozenset({"RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
                          "DynamicQuantizeLinear"})
 OPTIMIZERS = ("sgd", "adam")
