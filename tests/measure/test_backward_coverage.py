@@ -66,7 +66,8 @@ def _node_case(model: onnx.ModelProto, arrays) -> tuple[str, object, list, list[
             float_outputs = _float_outputs(kernel(list(inputs)))
     except Exception:   # no kernel, string or sequence data, uint64 arithmetic: not checked here
         return None
-    diff = [i for i, t in enumerate(inputs) if t is not None and t.dtype in TRAINED_DTYPES and t.numel() and i not in host]
+    diff = [i for i, t in enumerate(inputs)
+            if t is not None and t.dtype in TRAINED_DTYPES and t.numel() and i not in host]
     return (node.op_type, kernel, inputs, diff) if diff and float_outputs else None
 
 
@@ -108,7 +109,8 @@ def _cases() -> dict[str, list[tuple[str, object, list, list[int]]]]:
         random.Random(op).shuffle(cases)
         regressions = [c for c in cases if c[0] in REGRESSIONS]
         # float32/64 and small ones first
-        cases.sort(key=lambda c: (not all(c[2][i].dtype in plain for i in c[3]), sum(c[2][i].numel() for i in c[3]) > 4096))
+        cases.sort(key=lambda c: (not all(c[2][i].dtype in plain for i in c[3]),
+                                  sum(c[2][i].numel() for i in c[3]) > 4096))
         cases[:] = regressions + [c for c in cases if c[0] not in REGRESSIONS][:CASES_PER_OP]
     for name, model, arrays in _extra_models():
         op, *case = _node_case(model, arrays)

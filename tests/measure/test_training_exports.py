@@ -1,8 +1,8 @@
-"""`placer run --objective training` on the exports a detector and an OCR model make (no
-torchvision: small torch modules built the way YOLO/RetinaNet and CRNN are): the gradients equal
-torch autograd on the module, on one device and under a random 2-device placement; integer paths
-(ArgMax, TopK indices, NonMaxSuppression) get no gradient; an op without a backward on a
-gradient path is refused in one error."""
+"""`placer run --objective training` on the exports a detector, an OCR model and a Transformer
+encoder make (no torchvision: small torch modules built the way YOLO/RetinaNet and CRNN are):
+the gradients equal torch autograd on the module, on one device and under a random 2-device
+placement; integer paths (ArgMax, TopK indices, NonMaxSuppression, a padding mask) get no
+gradient; an op without a backward on a gradient path is refused in one error."""
 
 from __future__ import annotations
 
@@ -79,10 +79,34 @@ class CRNN(nn.Module):
         return log_probs, log_probs.argmax(-1)
 
 
+class Encoder(nn.Module):
+    """A Transformer encoder over a padded sequence (a computed bool mask: an integer path),
+    a BatchNorm that no Conv absorbs (its running statistics are trained initializers), a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(6, 16)
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu", batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.norm = nn.BatchNorm1d(16)
+        self.head = nn.Linear(16, 3)
+        self.norm.running_mean.uniform_(-0.5, 0.5)
+        self.norm.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        h = self.encoder(self.embed(x), src_key_padding_mask=x[..., 0] > 1.0)
+        return self.head(self.norm(h.transpose(1, 2)).transpose(1, 2))
+
+
 def _export(module, x, path, outputs):
-    with torch.no_grad():
-        torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17,
-                          input_names=["x"], output_names=outputs)
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)   # the fused encoder layer has no ONNX export
+    try:
+        with torch.no_grad():
+            torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=17,
+                              input_names=["x"], output_names=outputs)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
     return onnx.load(path)
 
 
@@ -135,6 +159,7 @@ def _torch_gradients(module, x, graph) -> tuple[float, dict[str, torch.Tensor]]:
     gradient of each initializer that one of its parameters makes."""
     params = dict(module.named_parameters())
     outputs = module(x)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
     loss = sum(torch.mean(y ** 2) / 2 for y in outputs if y.is_floating_point())
     grads = dict(zip(params, torch.autograd.grad(loss, list(params.values()))))
     expected = {}
@@ -161,10 +186,15 @@ def _placer_run(tmp_path, path, graph, x, placement: Placement | None) -> dict[s
 
 @pytest.mark.parametrize("make, shape, outputs, constants", [
     (Detector, (1, 3, 32, 32), ["boxes", "scores", "top", "labels", "order"], 1),   # the anchors
-    (CRNN, (2, 1, 16, 24), ["log_probs", "labels"], 0)], ids=["detector", "ocr"])
+    (CRNN, (2, 1, 16, 24), ["log_probs", "labels"], 0),
+    (Encoder, (2, 5, 6), ["y"], 2)],    # the running mean and variance
+    ids=["detector", "ocr", "transformer"])
 def test_export_gradients_equal_torch_autograd_on_one_and_two_devices(make, shape, outputs, constants, tmp_path):
     torch.manual_seed(0)
     module = make().eval()
+    with torch.no_grad():   # no two initializers equal (zero biases, unit norms): each is matched by value
+        for p in module.parameters():
+            p.normal_(0, 0.3)
     x = torch.randn(shape)
     model = _export(module, x, tmp_path / "model.onnx", outputs)
     if make is Detector:
@@ -172,8 +202,9 @@ def test_export_gradients_equal_torch_autograd_on_one_and_two_devices(make, shap
     onnx.save(model, tmp_path / "model.onnx")
     graph = load_graph(tmp_path / "model.onnx")
     ops = {n.op_type for n in graph.nodes.values()}
-    assert {"Conv", "Resize", "Concat", "Sigmoid", "Split", "Slice", "TopK", "NonMaxSuppression"} <= ops \
-        if make is Detector else {"LSTM", "GRU", "MaxPool", "MatMul", "LogSoftmax", "ArgMax"} <= ops
+    assert {Detector: {"Conv", "Resize", "Concat", "Sigmoid", "Split", "Slice", "TopK", "NonMaxSuppression"},
+            CRNN: {"LSTM", "GRU", "MaxPool", "MatMul", "LogSoftmax", "ArgMax"},
+            Encoder: {"LayerNormalization", "Softmax", "Erf", "Where", "BatchNormalization"}}[make] <= ops
     loss, expected = _torch_gradients(module, x, graph)
     rng = random.Random(0)
     two = Placement(["cpu:0", "cpu:1"], {n: rng.choice(["cpu:0", "cpu:1"]) for n in graph.nodes}, graph.sha256)
