@@ -176,9 +176,16 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     del graph.value_info[:]  # exporters' hints may carry unbound symbols; inference redoes them
     # Declared output shapes are hints too, and sometimes wrong: shapes come from the ops, and
     # a declared static shape is used only where inference cannot say (e.g. Loop outputs).
+    # An output that is an input or an initializer gets its source's type instead: inference
+    # takes an output's declared type for the tensor everywhere, so clearing it lost the shapes
+    # of its readers' outputs too.
     declared = shapes.declared_output_infos(graph)
+    sources = {i.name: i.type for i in graph.input}
+    sources.update((t.name, onnx.helper.make_tensor_type_proto(t.data_type, list(t.dims))) for t in graph.initializer)
     for value in graph.output:
-        if value.type.HasField("tensor_type"):
+        if value.name in sources:
+            value.type.CopyFrom(sources[value.name])
+        elif value.type.HasField("tensor_type"):
             value.type.tensor_type.ClearField("shape")
     infos, missing = shapes.infer_static(slim, _opsets(slim))
     infos.update({n: declared[n] for n in missing if n in declared})

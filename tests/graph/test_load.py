@@ -184,3 +184,21 @@ def test_large_weights_go_around_the_serialising_passes(monkeypatch, cnn_legacy)
     assert {n: v.output_shapes for n, v in lean.nodes.items()} == {n: v.output_shapes for n, v in full.nodes.items()}
     assert [t.name for t in lean.model.graph.initializer] == [t.name for t in full.model.graph.initializer]
     assert not {i.name for i in lean.model.graph.input} & set(all_moved) - {i.name for i in full.model.graph.input}
+
+
+@pytest.mark.parametrize("outputs", [["y", "w"], ["y", "x"], ["y", "w", "x"]])
+def test_an_output_that_is_an_input_or_initializer_keeps_its_shape(outputs):
+    """y = x * w * w: ONNX inference takes an output's declared type for the tensor everywhere,
+    so clearing w's or x's shape there lost a's (its readers') too. w's declared shape is symbolic:
+    the initializer's is taken."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    declared = {"y": [8], "x": [8], "w": ["n"]}
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["a"], name="m1"), helper.make_node("Mul", ["a", "w"], ["y"], name="m2")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, declared[n]) for n in outputs],
+        [numpy_helper.from_array(np.ones(8, np.float32), "w")]), opset_imports=[helper.make_opsetid("", 17)])
+    graph = load_graph(model)
+    assert [(o.name, o.shape) for o in graph.outputs] == [(n, (8,)) for n in outputs]
+    assert graph.tensors["a"].shape == (8,)
