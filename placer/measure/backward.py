@@ -85,8 +85,9 @@ class TrainingPlan:
 
 
 def training_prepared(graph: OpGraph, prepared: PreparedGraph | None) -> PreparedGraph:
-    """`prepared` when no folded node reads a trained parameter (its value changes every step),
-    else the graph prepared again with those left to run."""
+    """`prepared` when no folded node reads a parameter a training step may update (its value
+    changes every step), else the graph prepared again with those left to run. Every float
+    output's parameters: those of any loss (a loss covers float outputs only)."""
     trained = set(trained_parameters(graph, host_read_inputs(graph)))
     if prepared is not None and not any(t in trained for n in prepared.folded_nodes for t in graph.nodes[n].inputs):
         return prepared
@@ -98,8 +99,10 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: di
     """The training step of `forward` (the placed forward steps) with `spec`'s loss and optimizer.
     Without `prepared` the forward steps get no kernel: a plan of the steps only (the simulator's)."""
     host = host_read_inputs(graph)
-    trained = trained_parameters(graph, host)
-    reached = gradient_tensors(graph, host)
+    # the outputs the loss has terms for: every gradient, so every trained parameter, starts there
+    loss_outputs = spec.loss.outputs(graph, spec.targets)
+    trained = trained_parameters(graph, host, loss_outputs)
+    reached = gradient_tensors(graph, host, loss_outputs)
     needs = set(trained)   # tensors a gradient must be computed for: reached and made from a parameter
     for step in forward:
         positions = host(step.name)
@@ -112,7 +115,6 @@ def plan_training(graph: OpGraph, prepared: PreparedGraph | None, assignment: di
 
     grad_steps = [s for s in forward if any(t in needs for t in s.outputs)]
     check_differentiable(graph, [s.name for s in grad_steps])
-    loss_outputs = [o for o in spec.loss.outputs(graph, spec.targets)]
     readers: dict[str, list[str]] = {}   # tensor -> the steps contributing to its gradient
     for o in loss_outputs:
         if o in needs:

@@ -1,9 +1,10 @@
 """What a training step adds to a graph's forward pass: which initializers it trains, the loss,
 and the optimizer that updates them.
 
-- *Trained parameters*: every float initializer that a float graph output depends on through
-  float tensors; integer and shape paths (and inputs a kernel reads on the host: shapes, axes,
-  ratios) carry no gradient.
+- *Trained parameters*: every float initializer that an output the loss covers (`Loss.outputs`:
+  mse every float output, cross_entropy the labelled ones) depends on through float tensors;
+  integer and shape paths (and inputs a kernel reads on the host: shapes, axes, ratios) carry no
+  gradient. The others are not trained (nor reported).
 - *Loss*: by default ``sum over float outputs of mean((y - t)^2) / 2`` with targets ``t`` zero
   unless given; ``cross_entropy`` for logits outputs given integer labels. Each output's term is
   computed on the output's own device, so its gradient starts the backward pass there.
@@ -13,7 +14,7 @@ and the optimizer that updates them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -51,14 +52,17 @@ def host_read_inputs(graph: OpGraph) -> Callable[[str], frozenset[int]]:
     return lambda node: table.get(node, frozenset())
 
 
-def gradient_tensors(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset()
-                     ) -> set[str]:
-    """Every tensor a float graph output depends on through float tensors: those a gradient reaches.
+def gradient_tensors(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset(),
+                     loss_outputs: Iterable[str] | None = None) -> set[str]:
+    """Every tensor one of `loss_outputs` depends on through float tensors: those a gradient reaches.
 
     `host_inputs(node)` gives the input positions the node's kernel reads on the host (shapes,
-    axes): no gradient flows through them.
+    axes): no gradient flows through them. `loss_outputs`: the outputs the loss has terms for
+    (`Loss.outputs`); None: the default loss's, every float output.
     """
-    reached = {o.name for o in graph.outputs if is_float(graph, o.name)}
+    if loss_outputs is None:
+        loss_outputs = Loss().outputs(graph, {})
+    reached = set(loss_outputs)
     for node in reversed(list(graph.nodes.values())):
         if not any(t in reached for t in node.outputs if t):
             continue
@@ -67,10 +71,10 @@ def gradient_tensors(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]
     return reached
 
 
-def trained_parameters(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset()
-                       ) -> list[str]:
-    """The float initializers a training step updates, in the file's order."""
-    reached = gradient_tensors(graph, host_inputs)
+def trained_parameters(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset(),
+                       loss_outputs: Iterable[str] | None = None) -> list[str]:
+    """The float initializers a training step updates, in the file's order (see `gradient_tensors`)."""
+    reached = gradient_tensors(graph, host_inputs, loss_outputs)
     return [name for name in graph.initializers if name in reached and is_float(graph, name)]
 
 
@@ -125,7 +129,8 @@ class Loss:
         return checked
 
     def outputs(self, graph: OpGraph, targets: Mapping[str, torch.Tensor]) -> list[str]:
-        """The graph outputs the loss reads, in graph order."""
+        """The graph outputs the loss reads, in graph order: where the gradients, and so the
+        trained parameters, start from."""
         if self.kind == "cross_entropy":
             return [o.name for o in graph.outputs if o.name in targets]
         return [o.name for o in graph.outputs if is_float(graph, o.name)]

@@ -31,13 +31,14 @@ def autograd_over_the_whole_graph(graph, feeds, spec: TrainingSpec):
     """The oracle: every kernel run in one autograd graph from leaf parameters, then one
     `torch.autograd.grad` of the loss and one torch optimizer over all parameters."""
     prepared = prepare(graph, fold=False)
-    trained = trained_parameters(graph, host_read_inputs(graph))
+    loss_outputs = spec.loss.outputs(graph, spec.targets)
+    trained = trained_parameters(graph, host_read_inputs(graph), loss_outputs)
     leaves = {p: prepared.params[p].clone().requires_grad_(True) for p in trained}
     env = {**prepared.params, **leaves, **{k: torch.as_tensor(v) for k, v in feeds.items()}}
     for name, node in graph.nodes.items():
         outputs = prepared.kernels[name]([env[t] if t else None for t in node.inputs])
         env.update((t, v) for t, v in zip(node.outputs, outputs) if t)
-    loss = sum(spec.loss.term(o, env[o], spec.targets.get(o)) for o in spec.loss.outputs(graph, spec.targets))
+    loss = sum(spec.loss.term(o, env[o], spec.targets.get(o)) for o in loss_outputs)
     grads = torch.autograd.grad(loss, [leaves[p] for p in trained])
     result = {"loss": loss.detach().double()}
     optimizer = spec.optimizer.build(list(leaves.values()))
@@ -407,3 +408,65 @@ def test_an_initializer_that_is_an_output_gets_its_loss_gradient_and_its_update(
     OptimizerSpec().build([w, b]).step()
     expected.update({"updated:w": w.detach(), "updated:b": b.detach()})
     _assert_same(got, expected, f"m1 on {m1}, m2 on {m2}")
+
+
+def _two_outputs_labels_for_one_model():
+    """logits = x @ w + b (labelled) and y1 = (x @ w) * s (no labels), with w and p outputs too:
+    cross-entropy covers logits only, so w and b train, s (only y1 depends on it) and p (an
+    output read by nothing) do not."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from .conftest import make_model
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+             for name, shape in (("w", (4, 3)), ("b", (3,)), ("s", (3,)), ("p", (3,)))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Mul", ["h", "s"], ["y1"], name="m1"),
+             helper.make_node("Add", ["h", "b"], ["logits"], name="add")]
+    outputs = [("logits", [2, 3]), ("y1", [2, 3]), ("w", [4, 3]), ("p", [3])]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                      [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs], inits)
+
+
+def _cross_entropy_of_logits_by_torch(graph, x, labels):
+    """loss, grad:<p> and updated:<p> of w and b by torch autograd and torch.optim.SGD."""
+    w, b = (torch.tensor(graph.initializer_array(p)).requires_grad_(True) for p in ("w", "b"))
+    loss = torch.nn.functional.cross_entropy(torch.tensor(x) @ w + b, torch.tensor(labels))
+    loss.backward()
+    expected = {"loss": loss.detach().double(), "grad:w": w.grad.clone(), "grad:b": b.grad.clone()}
+    torch.optim.SGD([w, b], lr=0.01, momentum=0.9).step()
+    return {**expected, "updated:w": w.detach(), "updated:b": b.detach()}
+
+
+_PLACEMENTS = [{"mm": "cpu:0", "m1": "cpu:0", "add": "cpu:0"}, {"mm": "cpu:0", "m1": "cpu:1", "add": "cpu:1"},
+               {"mm": "cpu:1", "m1": "cpu:0", "add": "cpu:0"}]
+
+
+@pytest.mark.parametrize("where", _PLACEMENTS, ids=["one_device", "two_devices", "two_devices_swapped"])
+def test_cross_entropy_trains_only_what_the_labelled_outputs_depend_on(where):
+    graph = load_graph(_two_outputs_labels_for_one_model())
+    x, labels = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4), np.array([2, 0])
+    spec = TrainingSpec(loss=Loss("cross_entropy"),
+                        targets=Loss("cross_entropy").check_targets(graph, {"logits": torch.tensor(labels)}))
+    got = _train(graph, Placement(["cpu:0", "cpu:1"], where), {"x": x}, spec)
+    _assert_same(got, _cross_entropy_of_logits_by_torch(graph, x, labels), str(where))
+
+
+def test_placer_run_cross_entropy_with_labels_for_one_output(tmp_path):
+    import onnx
+
+    from placer.cli import main
+
+    model = _two_outputs_labels_for_one_model()
+    onnx.save(model, tmp_path / "m.onnx")
+    graph = load_graph(tmp_path / "m.onnx")
+    x, labels = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4), np.array([2, 0])
+    np.savez(tmp_path / "in.npz", x=x)
+    np.savez(tmp_path / "t.npz", logits=labels)
+    Placement(["cpu:0", "cpu:1"], _PLACEMENTS[1], graph.sha256).save(tmp_path / "p.json")
+    assert main(["run", "--graph", str(tmp_path / "m.onnx"), "--placement", str(tmp_path / "p.json"),
+                 "--inputs", str(tmp_path / "in.npz"), "--objective", "training", "--loss", "cross_entropy",
+                 "--targets", str(tmp_path / "t.npz"), "--outputs", str(tmp_path / "out.npz")]) == 0
+    got = {k: torch.from_numpy(v) for k, v in np.load(tmp_path / "out.npz").items()}
+    _assert_same(got, _cross_entropy_of_logits_by_torch(graph, x, labels), "placer run")
