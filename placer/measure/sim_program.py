@@ -1,13 +1,14 @@
 """The program the simulator walks: a step per node (inference), or the whole training step.
 
 A training step is the executor's (`placer.measure.backward.plan_training`): the forward steps,
-each output's loss term, then each node's backward in reverse topological order, gradient
-accumulations and the parameters' updates. Every one of them runs on the device of some node
-(a backward on its node's, a loss on its output's producer's, an update on the device of the
-parameter's last backward contributor), so a placement of the nodes places the whole program:
-the plan is made once with every node as its own "device", and `node_of` maps each step to that
-node. A gradient is the size of its tensor; the optimizer state of a parameter is resident on
-its update's device.
+the loss term of each output the loss covers, then each node's backward in reverse topological
+order, gradient accumulations and the parameters' updates. Every one of them runs on the device
+of some node (a backward on its node's; a loss on its output's producer's, or for an output no
+step makes (a parameter, an input) on its first gradient reader's, else the first node's; an
+update on the device of the parameter's last contributor, a backward step or such a loss), so a
+placement of the nodes places the whole program: the plan is made once with every node as its
+own "device", and `node_of` maps each step to that node. A gradient is the size of its tensor;
+the optimizer state of a parameter is resident on its update's device.
 """
 
 from __future__ import annotations

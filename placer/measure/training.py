@@ -7,7 +7,8 @@ and the optimizer that updates them.
   gradient. The others are not trained (nor reported).
 - *Loss*: by default ``sum over float outputs of mean((y - t)^2) / 2`` with targets ``t`` zero
   unless given; ``cross_entropy`` for logits outputs given integer labels. Each output's term is
-  computed on the output's own device, so its gradient starts the backward pass there.
+  computed on its producer's device, so its gradient starts the backward pass there (an output
+  no step makes: see `placer.measure.backward`).
 - *Optimizer*: SGD with momentum (default) or Adam, `torch.optim`'s own, built over the tensors
   of one device so that its state lives on that device.
 """

@@ -119,3 +119,17 @@ def test_the_simulated_measurer_records_the_objective_and_refuses_a_forward_prof
                                         protocol={"objective": "inference"}))
     with pytest.raises(PlacerError, match="profile with --objective training"):
         SimulatedMeasurer(g, DEVICES, forward, training=TrainingSpec())
+
+
+def test_the_loss_of_an_output_no_step_makes_runs_with_its_first_gradient_reader():
+    """y = Relu(x) @ w @ w with w an output too: w's loss term has no producer; it runs on mm0's
+    device (w's first gradient reader, not relu's, the first node), and so does w's update
+    (backward:mm0 is its last contribution)."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w"], ["a"], name="mm0"),
+             helper.make_node("MatMul", ["a", "w"], ["y"], name="mm1")]
+    g = load_graph(_model(nodes, ["y", "w"], [_weight("w", 0)]))
+    program = training_program(g, DEVICES, AnalyticCostModel(DEVICES), TrainingSpec())
+    node_of = {s.name: list(g.nodes)[k] for s, k in zip(program.steps, program.node_of)}
+    assert node_of["loss:y"] == "mm1"
+    assert node_of["loss:w"] == node_of["update:w"] == "mm0"
