@@ -41,7 +41,8 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the policy, the sampling and the inputs (default 0)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
     parser.add_argument("--groups", type=int, default=None, metavar="N",
-                        help="number of co-located groups the policy places (default min(256, 20 x devices))")
+                        help="number of co-located groups the policy places (default: as many as the co-location "
+                             "heuristics leave, at least 20 per device, at most 256)")
     parser.add_argument("--grouping", default="partition", choices=["partition", "metis", "topo", "colocate", "nodes"],
                         help="how ops are grouped (default partition; see placer/graph/grouping.py)")
     parser.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed runs before timing a placement (default 1)")

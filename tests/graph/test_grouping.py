@@ -25,6 +25,16 @@ def branches(n: int, depth: int) -> onnx.ModelProto:
     return testgraphs.branches(n, depth, width=W, batch=8)
 
 
+def separate_chains(n: int) -> onnx.ModelProto:
+    """n chains x -> Relu -> Tanh -> y<i>, each its own graph output: n co-location groups."""
+    nodes = [node for i in range(n) for node in (helper.make_node("Relu", ["x"], [f"r{i}"], name=f"relu{i}"),
+                                                 helper.make_node("Tanh", [f"r{i}"], [f"y{i}"], name=f"tanh{i}"))]
+    outputs = [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [8, W]) for i in range(n)]
+    graph = helper.make_graph(nodes, "chains", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, W])],
+                              outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def shape_subgraph() -> onnx.ModelProto:
     """x -> relu -> reshape(to the shape computed from x by Shape -> Concat with a constant)."""
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
@@ -59,11 +69,16 @@ def test_partitioning_reaches_the_target_number_of_groups(eight_branches, method
     assert len(group_graph(eight_branches, 3, 2, method)) <= 3
 
 
-def test_the_default_count_is_twenty_per_device_up_to_256_and_never_more_than_the_nodes(eight_branches):
+def test_the_default_count_follows_the_colocation_groups_between_20_per_device_and_256(eight_branches):
     assert default_group_count(10_000, 2) == 40
+    assert default_group_count(10_000, 2, n_colocated=120) == 120
+    assert default_group_count(10_000, 2, n_colocated=320) == 256
     assert default_group_count(10_000, 16) == 256
     assert default_group_count(30, 4) == 30
     assert len(group_graph(eight_branches, None, 2)) == min(40, len(eight_branches.nodes))
+    sixty = load_graph(separate_chains(60))  # 60 co-location groups, more than 20 x 2
+    assert len(colocate(sixty)) == 60
+    assert len(group_graph(sixty, None, 2)) == 60
 
 
 def test_partitioning_keeps_independent_branches_together(eight_branches):
