@@ -101,7 +101,7 @@ def add_objective_args(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--objective", choices=("inference", "training"), default="inference",
                         help="what one step is: the forward pass (default), or a training step "
-                             "(forward, loss, backward, optimizer update of every float parameter)")
+                             "(forward, loss, backward, optimizer update of every float initializer the loss depends on)")
     parser.add_argument("--loss", choices=("mse", "cross_entropy"), default="mse",
                         help=f"loss of a training step. {LOSS_HELP}")
     parser.add_argument("--targets", metavar="T.npz", help="targets or labels of the loss, output name -> array")
