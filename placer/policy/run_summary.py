@@ -84,11 +84,11 @@ def write_outputs(session: TrainingSession, interrupted: bool,
     else:
         placement = grouping.expand(best["group_devices"], devices, graph.sha256)
         placement.measurement = best["measurement"]
-        placement.extra = {"source": best["source"]}
+        placement.extra = {"source": best["source"], "objective": session.objective}
         placement.save(run_dir / "placement.json")
     if state.greedy is not None:
         greedy = grouping.expand(state.greedy["group_devices"], devices, graph.sha256)
-        greedy.extra = {"source": "policy greedy", "samples": state.samples}
+        greedy.extra = {"source": "policy greedy", "samples": state.samples, "objective": session.objective}
         greedy.save(run_dir / "greedy_placement.json")
     best_time = best["step_time"] if best else None
     reported_by = sources.confirm if confirmed is not None else sources.real

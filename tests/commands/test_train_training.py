@@ -24,6 +24,8 @@ def test_every_reward_mode_learns_and_reports_training_steps(reward, tmp_path, m
     summary = json.loads((run / "summary.json").read_text())
     assert summary["measurer"]["protocol"]["objective"] == "training" and summary["best_step_time"] > 0
     assert summary["objective"] == {"objective": "training", "loss": "mse", "optimizer": "adam", "lr": 0.001}
+    for written in ("placement.json", "greedy_placement.json"):   # the placements say what they were trained for
+        assert json.loads((run / written).read_text())["objective"] == summary["objective"]
     if reward != "real":
         simulator = summary["simulator"]["protocol"]
         assert simulator["objective"] == "training" and simulator["optimizer"] == "adam"
