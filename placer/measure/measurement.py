@@ -24,6 +24,10 @@ class Measurement:
     reason: str | None = None               # human-readable detail of the failure
     protocol: dict[str, Any] = field(default_factory=dict)     # how it was measured
     cached: bool = False                    # served from the measurer's cache
+    # Measured in interleaved rounds (`placer.measure.rounds`): the 95% interval of `step_time`, and
+    # the paired ratio to the reference measured in the same rounds ({"reference", "value", "low", ...})
+    interval: dict[str, Any] | None = None
+    paired: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -36,8 +40,24 @@ class Measurement:
 class Measurer(Protocol):
     """Turns a placement into a `Measurement`. Real, simulated and analytic ones plug in alike.
     One that measures several placements at once (a pool of workers) also has
-    `measure_many(placements) -> list[Measurement]`, in the same order."""
+    `measure_many(placements) -> list[Measurement]`, in the same order. One that runs placements
+    for real also has `open(placement) -> PlacementRun`, so that several placements can be
+    measured in interleaved rounds (`placer.measure.rounds`)."""
 
     devices: list[str]   # device names, in the order placements index them
 
     def measure(self, placement: Placement) -> Measurement: ...
+
+
+class PlacementRun(Protocol):
+    """One placement made ready to run (built once: parameters loaded, workers started), then
+    stepped many times. `step` runs one step on the measurer's inputs and returns its seconds, or
+    raises `placer.measure.executor.ExecutionFailure`. Engines (placer's torch executor, ONNX
+    Runtime) give the same object, so the rounds do not know which one they hold."""
+
+    def step(self) -> float: ...
+
+    @property
+    def peak_memory(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...

@@ -110,34 +110,64 @@ class RealMeasurer:
             record.update(self.training.to_dict())
         return record
 
+    def open(self, placement: Placement) -> ExecutorRun:
+        """Build `placement`'s executor once, ready to be stepped (a `PlacementRun`); raises
+        PlacerError (an invalid placement) or ExecutionFailure (e.g. over a memory cap)."""
+        executor = PlacedExecutor(self.graph, placement, self.device_objs, prepared=self.prepared,
+                                  training=self.training)
+        return ExecutorRun(executor, self.feeds, self.protocol.timeout_s)
+
     def measure(self, placement: Placement) -> Measurement:
         """Run `placement`: warm-ups, then timed runs; a failure is a failed `Measurement`."""
         record = self.protocol_record()
         try:
-            executor = PlacedExecutor(self.graph, placement, self.device_objs, prepared=self.prepared,
-                                      training=self.training)
-        except PlacerError as exc:
-            return Measurement(ok=False, failure=INVALID, reason=str(exc), protocol=record)
-        except ExecutionFailure as exc:
-            return Measurement(ok=False, failure=exc.failure, reason=str(exc), protocol=record,
-                               peak_memory=dict(exc.peak_memory))
+            run = self.open(placement)
+        except (PlacerError, ExecutionFailure) as exc:
+            return failed_measurement(exc, record)
         try:
             times = []
             for i in range(self.protocol.warmup + self.protocol.repeats):
-                start = time.perf_counter()
-                executor.run(self.feeds, timeout_s=self.protocol.timeout_s)
-                elapsed = time.perf_counter() - start
+                elapsed = run.step()
                 if i >= self.protocol.warmup:
                     times.append(elapsed)
             median, spread = step_statistics(times)
             return Measurement(ok=True, step_time=median, spread=spread, times=times,
-                               peak_memory=executor.peak_memory, protocol=record)
-        except ExecutionFailure as exc:
-            log.info("placement failed (%s): %s", exc.failure, exc)
-            return Measurement(ok=False, failure=exc.failure, reason=str(exc),
-                               peak_memory=executor.peak_memory, protocol=record)
-        except (RuntimeError, ValueError) as exc:
-            return Measurement(ok=False, failure=KERNEL_ERROR, reason=f"{type(exc).__name__}: {exc}",
-                               protocol=record)
+                               peak_memory=run.peak_memory, protocol=record)
+        except (ExecutionFailure, RuntimeError, ValueError) as exc:
+            log.info("placement failed: %s", exc)
+            return failed_measurement(exc, record, run.peak_memory)
         finally:
-            executor.close()
+            run.close()
+
+
+class ExecutorRun:
+    """A `PlacementRun` of placer's torch executor: one step on fixed inputs, timed."""
+
+    def __init__(self, executor: PlacedExecutor, feeds: dict, timeout_s: float) -> None:
+        self.executor = executor
+        self.feeds = feeds
+        self.timeout_s = timeout_s
+
+    def step(self) -> float:
+        start = time.perf_counter()
+        self.executor.run(self.feeds, timeout_s=self.timeout_s)
+        return time.perf_counter() - start
+
+    @property
+    def peak_memory(self) -> dict[str, int]:
+        return self.executor.peak_memory
+
+    def close(self) -> None:
+        self.executor.close()
+
+
+def failed_measurement(exc: BaseException, protocol: dict, peak_memory: dict[str, int] | None = None) -> Measurement:
+    """What a failure measures: an invalid placement, an execution failure (OOM, timeout, kernel)
+    with its reason, or a kernel's own error."""
+    if isinstance(exc, PlacerError):
+        return Measurement(ok=False, failure=INVALID, reason=str(exc), protocol=protocol)
+    if isinstance(exc, ExecutionFailure):
+        return Measurement(ok=False, failure=exc.failure, reason=str(exc), protocol=protocol,
+                           peak_memory=dict(exc.peak_memory or peak_memory or {}))
+    return Measurement(ok=False, failure=KERNEL_ERROR, reason=f"{type(exc).__name__}: {exc}", protocol=protocol,
+                       peak_memory=dict(peak_memory or {}))

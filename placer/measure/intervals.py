@@ -1,0 +1,103 @@
+"""Intervals and verdicts: what a measured figure is worth on a machine whose speed drifts.
+
+Every figure placer reports is a median over interleaved rounds (`placer.measure.rounds`), and
+every comparison is paired: two candidates measured in the same rounds give one ratio per round,
+so a slow minute slows both and cancels out. The interval of a median is the distribution-free
+one from order statistics (the binomial sign-test interval, as in pyperf and the classic
+nonparametric texts): it needs no normality, and an outlier round moves it by one rank at most.
+A verdict is computed here, in one place, and every printer reads it: a difference whose interval
+holds 1 is "tied", never a result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+from scipy.stats import binom
+
+CONFIDENCE = 0.95
+# With fewer rounds than this no order-statistic interval reaches 95%: (1/2)^5 * 2 > 5%.
+MIN_ROUNDS_FOR_INTERVAL = 6
+
+FASTER, SLOWER, TIED = "faster", "slower", "tied"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A median and its confidence interval (`low` <= `value` <= `high`)."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    confidence: float = CONFIDENCE
+
+    def contains(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+    @property
+    def relative_half_width(self) -> float:
+        """How far the interval reaches from the value, as a fraction of it (the larger side)."""
+        if self.value <= 0:
+            return float("inf")
+        return max(self.high / self.value - 1.0, 1.0 - self.low / self.value)
+
+    def overlaps(self, other: Interval) -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def format_ratio(self) -> str:
+        """'1.23x [1.20, 1.26]'."""
+        return f"{self.value:.3f}x [{self.low:.3f}, {self.high:.3f}]"
+
+
+def median_interval(samples, confidence: float = CONFIDENCE) -> Interval:
+    """The median of `samples` and its distribution-free interval: the k-th smallest and k-th
+    largest samples, with k the largest rank whose binomial tail keeps the coverage. With too
+    few samples for the coverage, the interval is the whole range (and `n` says why)."""
+    x = np.sort(np.asarray(samples, dtype=np.float64))
+    n = len(x)
+    if n == 0:
+        raise ValueError("no samples")
+    median = float(np.median(x))
+    alpha = 1.0 - confidence
+    # P(fewer than k samples below the true median) = binom.cdf(k - 1, n, 1/2) must stay <= alpha/2
+    k = int(binom.ppf(alpha / 2, n, 0.5))
+    if k >= 1 and binom.cdf(k - 1, n, 0.5) > alpha / 2:
+        k -= 1
+    if k < 1:
+        return Interval(median, float(x[0]), float(x[-1]), n, confidence)
+    return Interval(median, float(x[k - 1]), float(x[n - k]), n, confidence)
+
+
+def paired_ratio(times, reference_times, confidence: float = CONFIDENCE) -> Interval:
+    """The ratio of two candidates measured in the same rounds: the median of the per-round ratios
+    `times[i] / reference_times[i]`, with its interval. Below 1: faster than the reference."""
+    a = np.asarray(times, dtype=np.float64)
+    b = np.asarray(reference_times, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired samples differ in length: {a.shape} vs {b.shape}")
+    return median_interval(a / b, confidence)
+
+
+def verdict(ratio: Interval) -> str:
+    """FASTER when the whole interval of time / reference lies below 1, SLOWER above, else TIED."""
+    if ratio.high < 1.0:
+        return FASTER
+    if ratio.low > 1.0:
+        return SLOWER
+    return TIED
+
+
+def speedup_words(ratio: Interval) -> str:
+    """A time ratio as a user reads it, as a speedup: '1.32x [1.28, 1.35] (faster)', or 'tied (...)'."""
+    v = verdict(ratio)
+    speed = Interval(1 / ratio.value, 1 / ratio.high, 1 / ratio.low, ratio.n, ratio.confidence)
+    figure = f"{speed.value:.2f}x [{speed.low:.2f}, {speed.high:.2f}]"
+    if v == TIED:
+        return f"tied ({figure}, the interval holds 1)"
+    return f"{figure} ({v})"

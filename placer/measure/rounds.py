@@ -1,0 +1,209 @@
+"""Interleaved rounds: several candidates measured side by side, so that the machine's drift cancels.
+
+A shared machine's speed drifts by up to 2x over minutes, so a placement measured in one block
+after another is judged by when it ran. Here every candidate is built once (`PlacementRun`),
+warmed up, then measured in rounds: each round steps every candidate once, in a shuffled order.
+A candidate's figure is its median over rounds with its interval, and its ratio to a reference
+measured in the same rounds (paired: one ratio per round) with its interval
+(`placer.measure.intervals`). Rounds go on until every interval is within the requested precision,
+or until a cap in rounds or seconds; the result says which (after torch.utils.benchmark's
+`adaptive_autorange` and pyperf).
+
+A candidate that fails (to build, or in a round: out of memory, a timeout, a kernel error) becomes a
+failed `Measurement` and leaves the rounds; the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from placer.errors import PlacerError
+from placer.measure.intervals import MIN_ROUNDS_FOR_INTERVAL, Interval, median_interval, paired_ratio
+from placer.measure.measurement import Measurement, PlacementRun
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RoundsProtocol:
+    """How candidates are measured side by side; recorded in every `Measurement` it makes."""
+
+    warmup: int = 2            # untimed steps of each candidate first (interleaved too)
+    min_rounds: int = 10       # at least this many, so that a 95% interval exists (6 at least)
+    max_rounds: int = 40       # cap: stop here even when an interval is still wider than `precision`
+    max_seconds: float = 180.0 # cap in wall-clock seconds of the rounds (warm-ups included)
+    precision: float = 0.02    # stop once every interval reaches at most this far from its value
+    seed: int = 0              # of the round order
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0 or self.min_rounds < MIN_ROUNDS_FOR_INTERVAL or self.max_rounds < self.min_rounds:
+            raise PlacerError(f"rounds need warmup >= 0 and {MIN_ROUNDS_FOR_INTERVAL} <= min_rounds <= max_rounds "
+                              f"(a 95% interval of a median needs {MIN_ROUNDS_FOR_INTERVAL} rounds)")
+        if not self.max_seconds > 0 or not self.precision > 0:
+            raise PlacerError("rounds need max_seconds > 0 and precision > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "statistic": "median over interleaved rounds", "interval": "95%, order statistics"}
+
+
+@dataclass
+class Candidate:
+    """One thing to measure: a name and how to build its `PlacementRun` (raising on failure)."""
+
+    name: str
+    open: Callable[[], PlacementRun]
+    record: dict[str, Any] = field(default_factory=dict)   # how it runs (devices, engine), kept in its Measurement
+
+
+@dataclass
+class RoundsResult:
+    """Every candidate's measurement, the raw rounds, and whether a cap ended them."""
+
+    measurements: dict[str, Measurement]
+    reference: str | None              # the candidate every `paired` ratio is taken against
+    rounds: int
+    capped: str | None                 # None (every interval reached the precision), "rounds" or "seconds"
+    seconds: float
+    order: list[list[str]]             # the order each round ran its candidates in
+    times: dict[str, list[float | None]]   # candidate -> seconds per round (None: not run that round)
+    protocol: RoundsProtocol
+
+    def ratio(self, name: str, reference: str) -> Interval | None:
+        """`name`'s time over `reference`'s, paired over the rounds both ran (None if too few)."""
+        a, b = self.times.get(name, []), self.times.get(reference, [])
+        pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+        if not pairs:
+            return None
+        return paired_ratio([x for x, _ in pairs], [y for _, y in pairs])
+
+    def interval(self, name: str) -> Interval | None:
+        got = [t for t in self.times.get(name, []) if t is not None]
+        return median_interval(got) if got else None
+
+    def cap_note(self) -> str | None:
+        """One line when a cap stopped the rounds before every interval reached the precision."""
+        if self.capped is None:
+            return None
+        cap = (f"{self.protocol.max_rounds} rounds" if self.capped == "rounds"
+               else f"{self.protocol.max_seconds:g} s")
+        return (f"stopped at the cap of {cap} after {self.rounds} rounds: some intervals are still wider than "
+                f"+-{self.protocol.precision:.0%}")
+
+
+def measure_in_rounds(candidates: Sequence[Candidate], protocol: RoundsProtocol = RoundsProtocol(),
+                      reference: str | None = None,
+                      progress: Callable[[int, RoundsResult], None] | None = None) -> RoundsResult:
+    """Measure `candidates` in interleaved rounds; `reference` (default: the first) is what every
+    paired ratio is taken against. Every candidate is built before the first round and closed after
+    the last."""
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        raise PlacerError(f"candidates need distinct names: {names}")
+    rng = np.random.default_rng(protocol.seed)
+    failed: dict[str, Measurement] = {}
+    runs: dict[str, PlacementRun] = {}
+    times: dict[str, list[float | None]] = {n: [] for n in names}
+    order: list[list[str]] = []
+    records = {c.name: {**c.record, "rounds": protocol.to_dict()} for c in candidates}
+    start = time.perf_counter()
+    result = RoundsResult({}, reference, 0, None, 0.0, order, times, protocol)
+    try:
+        for c in candidates:
+            try:
+                runs[c.name] = c.open()
+            except Exception as exc:  # noqa: BLE001 - a candidate that cannot be built is a measured failure
+                failed[c.name] = _failed(exc, records[c.name])
+        for _ in range(protocol.warmup):
+            for name in _shuffled(runs, rng):
+                _step(name, runs, failed, records)
+        while runs:
+            this_round = _shuffled(runs, rng)
+            order.append(this_round)
+            got = {name: _step(name, runs, failed, records) for name in this_round}
+            for name in names:
+                times[name].append(got.get(name))
+            result.rounds = len(order)
+            result.seconds = time.perf_counter() - start
+            result.reference = _reference(reference, names, runs)
+            if progress is not None:
+                progress(result.rounds, result)
+            if result.rounds >= protocol.min_rounds and _precise(result, list(runs)):
+                break
+            if result.rounds >= protocol.max_rounds:
+                result.capped = "rounds"
+                break
+            if result.seconds >= protocol.max_seconds:
+                result.capped = "seconds"
+                break
+        result.measurements = {n: failed[n] if n in failed else _measurement(result, n, records[n], runs[n])
+                               for n in names}
+    finally:
+        for run in runs.values():
+            run.close()
+    result.seconds = time.perf_counter() - start
+    if result.capped:
+        log.info(result.cap_note())
+    return result
+
+
+def _shuffled(runs: dict[str, PlacementRun], rng: np.random.Generator) -> list[str]:
+    names = list(runs)
+    return [names[i] for i in rng.permutation(len(names))]
+
+
+def _step(name: str, runs: dict[str, PlacementRun], failed: dict[str, Measurement], records) -> float | None:
+    """One step of `name`; a failure closes it, records why, and takes it out of the rounds."""
+    run = runs.get(name)
+    if run is None:
+        return None
+    try:
+        return run.step()
+    except Exception as exc:  # noqa: BLE001 - a failing placement is a measured failure, not a crash
+        log.info("%s failed: %s", name, exc)
+        failed[name] = _failed(exc, records[name], getattr(run, "peak_memory", None))
+        run.close()
+        del runs[name]
+        return None
+
+
+def _failed(exc: BaseException, record: dict, peak_memory=None) -> Measurement:
+    from placer.measure.measurer import failed_measurement
+
+    return failed_measurement(exc, record, peak_memory)
+
+
+def _reference(wanted: str | None, names: list[str], alive: dict) -> str | None:
+    """The reference asked for while it still runs, else the first candidate still running."""
+    if wanted is not None and wanted in alive:
+        return wanted
+    return next((n for n in names if n in alive), None)
+
+
+def _precise(result: RoundsResult, alive: list[str]) -> bool:
+    """Every paired ratio to the reference (or, alone, the reference's own median) within precision."""
+    ref = result.reference
+    if ref is None:
+        return True
+    others = [n for n in alive if n != ref]
+    widths = ([result.ratio(n, ref).relative_half_width for n in others] if others
+              else [result.interval(ref).relative_half_width])
+    return max(widths) <= result.protocol.precision
+
+
+def _measurement(result: RoundsResult, name: str, record: dict, run: PlacementRun) -> Measurement:
+    got = [t for t in result.times[name] if t is not None]
+    own = median_interval(got)
+    q1, q3 = np.percentile(got, [25, 75])
+    paired = None
+    if result.reference is not None and name != result.reference:
+        ratio = result.ratio(name, result.reference)
+        paired = {"reference": result.reference, **ratio.to_dict()} if ratio is not None else None
+    return Measurement(ok=True, step_time=own.value, spread=float(q3 - q1), times=got,
+                       peak_memory=dict(run.peak_memory), interval=own.to_dict(), paired=paired,
+                       protocol={**record, "rounds_run": result.rounds, "capped": result.capped})
