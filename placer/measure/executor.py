@@ -54,6 +54,7 @@ from placer.graph.opgraph import OpGraph
 from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
 from placer.measure.backward import TrainingPlan, plan_training, training_prepared
 from placer.measure.memory import MemoryEstimate, predict_peak_memory
+from placer.measure.pipeline import Pipeline, pipelined_plan, placed, tag
 from placer.measure.prepare import PreparedGraph, check_feeds, prepare
 from placer.measure.schedule import Schedule, build_schedule
 from placer.measure.training import TrainingSpec
@@ -309,18 +310,22 @@ class PlacedExecutor:
     """
 
     def __init__(self, graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None,
-                 *, prepared: PreparedGraph | None = None, training: TrainingSpec | None = None) -> None:
+                 *, prepared: PreparedGraph | None = None, training: TrainingSpec | None = None,
+                 pipeline: Pipeline | None = None) -> None:
         self.graph = graph
         self.devices = as_devices(devices if devices is not None else placement.devices)
         by_name = {d.name: d for d in self.devices}
         self.assignment = _check_placement(graph, placement, by_name)
         self.training = training
-        self.prepared, self.plan, self.schedule = _plan(graph, prepared, self.assignment,
-                                                        [d.name for d in self.devices], training)
-        self.step_functions = (self.prepared.kernels if self.plan is None
-                               else {**self.prepared.kernels, **self.plan.functions})
+        self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
+        self.prepared, self.plan, self.schedule, self._names = _plan(
+            graph, prepared, self.assignment, [d.name for d in self.devices], training, self.pipeline)
+        functions = self.prepared.kernels if self.plan is None else {**self.prepared.kernels, **self.plan.functions}
+        # a micro-batch's step runs its per-micro-batch step's callable
+        self.step_functions = {**{new: functions[old] for new, old in self._names.items() if old in functions},
+                               **functions}
         used = [d for d in self.devices if d.name in set(self.assignment.values())]
-        self.memory = _accounted(graph, self.prepared, self.plan, self.schedule, training)
+        self.memory = _accounted(graph, self.prepared, self.plan, self.schedule, training, self._names)
         over = [(d, self.memory[d.name]) for d in used if d.mem_cap is not None and self.memory[d.name].peak > d.mem_cap]
         if over:
             raise OutOfMemory("; ".join(f"{d.name} needs about {_fmt(m.peak)} (peak at {m.peak_step!r}) "
@@ -376,16 +381,18 @@ class PlacedExecutor:
 
     # -- running ----------------------------------------------------------------------------
 
-    def run(self, feeds: Mapping[str, object], timeout_s: float | None = None,
+    def run(self, feeds: Mapping[str, object] | Sequence[Mapping[str, object]], timeout_s: float | None = None,
             profile: StepProfile | None = None) -> dict[str, torch.Tensor]:
         """Run one step; graph output name -> tensor (on the device that produced it).
 
         `timeout_s` bounds the step: workers check the deadline between nodes. With `profile`,
         each node's duration is recorded into it (CUDA nodes are synchronised to be timed).
+        Pipelined, `feeds` is one mapping per micro-batch (or one for all of them) and micro-batch
+        k's outputs are named ``<output>#k`` (`placer.measure.pipeline`).
         """
         if self._broken:
             raise PlacerError(f"this executor cannot run again: {self._broken}; build a new one")
-        tensors = check_feeds(self.graph, dict(feeds))
+        tensors = self._feeds(feeds)
         if not self._workers and self._active:
             self._start()
         cuda = [d for d in self._active if d.kind == "cuda"]
@@ -418,6 +425,18 @@ class PlacedExecutor:
         if self.plan is not None:
             return self.plan.results(results)
         return {t: results[t] for t in self.schedule.outputs}
+
+    def _feeds(self, feeds: Mapping[str, object] | Sequence[Mapping[str, object]]) -> dict[str, torch.Tensor]:
+        """The step's input tensors by name: each micro-batch's under its own names."""
+        if self.pipeline is None:
+            return check_feeds(self.graph, dict(feeds))
+        M = self.pipeline.micro_batches
+        per = [feeds] * M if isinstance(feeds, Mapping) else list(feeds)
+        if len(per) != M:
+            raise PlacerError(f"the pipelined step takes {M} micro-batches' inputs, not {len(per)}; "
+                              f"give one mapping per micro-batch (or one for all)")
+        checked = [check_feeds(self.graph, dict(f)) for f in per]
+        return {tag(name, k): value for k, tensors in enumerate(checked) for name, value in tensors.items()}
 
     @property
     def peak_memory(self) -> dict[str, int]:
@@ -468,38 +487,56 @@ def _check_placement(graph: OpGraph, placement: Placement, by_name: dict[str, De
 
 
 def accounted_memory(graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None, *,
-                     prepared: PreparedGraph | None = None, training: TrainingSpec | None = None
-                     ) -> dict[str, MemoryEstimate]:
+                     prepared: PreparedGraph | None = None, training: TrainingSpec | None = None,
+                     pipeline: Pipeline | None = None) -> dict[str, MemoryEstimate]:
     """Each device's peak memory under `placement` as the executor accounts it before running
     (resident constants and live tensors; with `training` also gradients, saved activations and
-    optimizer state), without loading or running anything."""
+    optimizer state; with `pipeline` every micro-batch in flight), without loading or running anything."""
     devs = as_devices(devices if devices is not None else placement.devices)
     assignment = _check_placement(graph, placement, {d.name: d for d in devs})
-    prepared, plan, schedule = _plan(graph, prepared, assignment, [d.name for d in devs], training)
-    return _accounted(graph, prepared, plan, schedule, training)
+    pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
+    prepared, plan, schedule, names = _plan(graph, prepared, assignment, [d.name for d in devs], training, pipeline)
+    return _accounted(graph, prepared, plan, schedule, training, names)
 
 
 def _plan(graph: OpGraph, prepared: PreparedGraph | None, assignment: dict[str, str], devices: list[str],
-          training: TrainingSpec | None) -> tuple[PreparedGraph, TrainingPlan | None, Schedule]:
-    """What runs where: the prepared graph, the training plan (None for inference), the schedule."""
+          training: TrainingSpec | None, pipeline: Pipeline | None = None
+          ) -> tuple[PreparedGraph, TrainingPlan | None, Schedule, dict[str, str]]:
+    """What runs where: the prepared graph, the training plan (None for inference), the schedule,
+    and for a pipelined step each micro-batch's name -> its per-micro-batch name."""
     if training is None:
         prepared = prepared if prepared is not None else prepare(graph)
-        return prepared, None, _forward_schedule(graph, prepared, assignment, devices)
+        if pipeline is None:
+            return prepared, None, _forward_schedule(graph, prepared, assignment, devices), {}
+        steps, where, u = placed(_forward_steps(graph, prepared), assignment, [o.name for o in graph.outputs],
+                                 _shared(prepared), pipeline, devices)
+        return prepared, None, _schedule(graph, prepared, steps, where, devices, u.outputs, u.names), u.names
     prepared = training_prepared(graph, prepared)
     plan = plan_training(graph, prepared, assignment, _forward_steps(graph, prepared), training)
-    return prepared, plan, _schedule(graph, prepared, plan.steps, plan.assignment, devices, plan.outputs)
+    names: dict[str, str] = {}
+    if pipeline is not None:
+        plan, u = pipelined_plan(plan, pipeline, _shared(prepared), devices)
+        names = u.names
+    return prepared, plan, _schedule(graph, prepared, plan.steps, plan.assignment, devices, plan.outputs, names), names
+
+
+def _shared(prepared: PreparedGraph) -> set[str]:
+    """What every micro-batch reads as it is: parameters and folded constants."""
+    return set(prepared.params) | set(prepared.folded)
 
 
 def _accounted(graph: OpGraph, prepared: PreparedGraph, plan: TrainingPlan | None, schedule: Schedule,
-               training: TrainingSpec | None) -> dict[str, MemoryEstimate]:
+               training: TrainingSpec | None, names: Mapping[str, str] | None = None) -> dict[str, MemoryEstimate]:
     """Peak per device from lifetimes; a training step's optimizer state is resident where it updates."""
+    names = names or {}
+
     def size(name: str) -> int:
         if plan is not None and name in plan.gradient_of:
             name = plan.gradient_of[name]   # a gradient is the size of its tensor
         if prepared.is_constant(name):
             value = prepared.constant(name)
             return value.numel() * value.element_size()
-        info = graph.tensors.get(name)
+        info = graph.tensors.get(names.get(name, name))
         return info.nbytes if info is not None else 0
 
     held = plan.state_bytes(training, size) if plan is not None else None
@@ -519,9 +556,10 @@ def _forward_schedule(graph: OpGraph, prepared: PreparedGraph, assignment: dict[
 
 
 def _schedule(graph: OpGraph, prepared: PreparedGraph, steps: list[Step], assignment: dict[str, str],
-              devices: list[str], outputs: list[str]) -> Schedule:
-    consts = set(prepared.params) | set(prepared.folded)
-    return build_schedule(steps, assignment, devices, consts, {i.name for i in graph.inputs}, outputs)
+              devices: list[str], outputs: list[str], names: Mapping[str, str] | None = None) -> Schedule:
+    inputs = {i.name for i in graph.inputs}
+    feeds = inputs | {new for new, old in (names or {}).items() if old in inputs}   # each micro-batch's inputs
+    return build_schedule(steps, assignment, devices, _shared(prepared), feeds, outputs)
 
 
 def _host_only_inputs(prepared: PreparedGraph, sched) -> set[str]:
