@@ -6,6 +6,13 @@ No placement can beat either of:
 - the load bound: all work must be done by the devices together. As an LP (scipy's HiGHS):
   min T such that each node is split fractionally over devices and no device's share of work
   exceeds T. Without scipy, the plain bound sum(fastest time) / devices (never larger).
+
+A pipelined step (M micro-batches, `placer.measure.pipeline`) is bounded over its unrolled
+program: the load is every micro-batch's work (M times one's, plus the updates), the critical
+path one micro-batch's (with the gradient sums after it), and the fill and drain: a node's M
+micro-batches run one after another on its device, which cannot start before the first can
+(the longest path to it) nor end before the path after it, so no step beats
+head + M x its time + tail for any node.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import numpy as np
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
-from placer.measure.sim_program import SimProgram, training_program
+from placer.measure.pipeline import Pipeline
+from placer.measure.sim_program import SimProgram, inference_program, pipelined_program, training_program
 from placer.measure.training import TrainingSpec
 
 log = logging.getLogger(__name__)
@@ -33,6 +41,7 @@ class LowerBound:
     critical_path: float
     load: float          # the LP load bound (or the plain one when scipy is missing)
     load_method: str     # "lp" or "average"
+    fill_drain: float = 0.0   # a pipelined step's: the longest of head + a node's M runs + tail
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
@@ -93,14 +102,55 @@ def program_critical_path(program: SimProgram, fastest: list[float]) -> float:
     return max(done, default=0.0)
 
 
+def fill_drain(program: SimProgram, step_times: np.ndarray, n_nodes: int) -> float:
+    """max over nodes of: the longest path to any of its steps + its steps' time on its best
+    device (they share it) + the shortest of the longest paths after them; steps at their fastest."""
+    fastest = step_times.min(axis=1)
+    producer: dict[str, int] = {}
+    head = np.zeros(len(program.steps))
+    consumers: list[list[int]] = [[] for _ in program.steps]
+    for i, step in enumerate(program.steps):   # a valid order
+        before = {producer[t] for t in step.inputs if t in producer}
+        head[i] = max((head[j] + fastest[j] for j in before), default=0.0)
+        for j in before:
+            consumers[j].append(i)
+        producer.update((t, i) for t in step.outputs if t)
+    tail = np.zeros(len(program.steps))
+    for i in reversed(range(len(program.steps))):
+        tail[i] = max((fastest[j] + tail[j] for j in consumers[i]), default=0.0)
+    node = np.asarray(program.node_of)
+    serial = np.zeros((n_nodes, step_times.shape[1]))
+    np.add.at(serial, node, step_times)
+    first = np.full(n_nodes, np.inf)
+    last = np.full(n_nodes, np.inf)
+    np.minimum.at(first, node, head)
+    np.minimum.at(last, node, tail)
+    has = np.isfinite(first)
+    return float((first[has] + serial[has].min(axis=1) + last[has]).max(initial=0.0))
+
+
 def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
-                training: TrainingSpec | None = None) -> LowerBound:
+                training: TrainingSpec | None = None, pipeline: Pipeline | None = None) -> LowerBound:
     """max(critical path at fastest devices, load bound) for `graph` on `devices`; with
     `training`, of the whole training step (a node's forward, backward and the updates it owns
-    share its device, so its load is their sum)."""
+    share its device, so its load is their sum); with `pipeline`, of the pipelined step, also
+    bounded by its fill and drain."""
     if not devices:
         raise PlacerError("no devices given for the lower bound; give at least one")
-    if training is None:
+    pipelined = pipeline is not None and pipeline.pipelined
+    drain = 0.0
+    if pipelined:
+        base = (inference_program(graph, devices, cost) if training is None
+                else training_program(graph, devices, cost, training))
+        program = pipelined_program(base, pipeline, set(graph.initializers))
+        step_times = np.asarray(program.times, dtype=float)
+        times = np.zeros((len(graph.nodes), len(devices)))
+        np.add.at(times, np.asarray(program.node_of), step_times)
+        _check_runnable(graph, devices, times)
+        cp = program_critical_path(program, step_times.min(axis=1).tolist())
+        fastest_row = times.min(axis=1)
+        drain = fill_drain(program, step_times, len(graph.nodes))
+    elif training is None:
         times = _times(graph, devices, cost)
         fastest_row = np.where(np.isfinite(times), times, np.inf).min(axis=1)
         cp = critical_path(graph, dict(zip(graph.nodes, fastest_row.tolist())))
@@ -117,5 +167,5 @@ def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
         load, method = max(load_bound_lp(times), average), "lp"
     except ImportError:
         load, method = average, "average"
-    log.info("lower bound: critical path %.6f s, load %.6f s (%s)", cp, load, method)
-    return LowerBound(value=max(cp, load), critical_path=cp, load=load, load_method=method)
+    log.info("lower bound: critical path %.6f s, load %.6f s (%s), fill and drain %.6f s", cp, load, method, drain)
+    return LowerBound(value=max(cp, load, drain), critical_path=cp, load=load, load_method=method, fill_drain=drain)

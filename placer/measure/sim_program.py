@@ -13,11 +13,12 @@ the optimizer state of a parameter is resident on its update's device.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
+from placer.measure.pipeline import BACKWARD, Pipeline, Unrolled, order_1f1b, unroll
 from placer.measure.training import TrainingSpec
 from placer.measure.walk import Step
 
@@ -32,6 +33,12 @@ class SimProgram:
     outputs: set[str]                  # what the step returns (kept to its end)
     size: Callable[[str], int]         # tensor -> bytes
     held: list[tuple[int, int]]        # (bytes, step) resident wherever that step runs: optimizer state
+    unrolled: Unrolled | None = None   # a pipelined step's unrolling, when each placement has its own order
+
+    def order(self, device: Sequence[int]) -> list[int] | None:
+        """The order of the steps when step i runs on device ``device[i]``, where it depends on
+        the placement (a 1F1B pipelined step); None: the steps' own order."""
+        return None if self.unrolled is None else order_1f1b(self.unrolled, device)
 
 
 def inference_program(graph: OpGraph, devices: Sequence[str], cost: CostModel) -> SimProgram:
@@ -64,6 +71,30 @@ def training_program(graph: OpGraph, devices: Sequence[str], cost: CostModel, sp
     position = {s.name: i for i, s in enumerate(plan.steps)}
     held = [(spec.optimizer.state_bytes(size(p)), position[f"update:{p}"]) for p in plan.trained]
     return SimProgram(plan.steps, node_of, times, set(plan.outputs), size, held)
+
+
+# A micro-batch sum of a parameter's gradient makes 2 passes over its bytes, the update 4
+# (`placer.measure.simulator.PASSES`): it is priced at half the update's time, which every cost
+# model (a profile included) has.
+_SUM_OF_UPDATE = 0.5
+
+
+def pipelined_program(program: SimProgram, pipeline: Pipeline, shared: Collection[str]) -> SimProgram:
+    """`program` (one micro-batch's) unrolled over `pipeline`'s micro-batches
+    (`placer.measure.pipeline`): each step on its node's device, its micro-batch sums on the
+    device of the step making the gradient, in GPipe's order or, for 1F1B, each placement's own."""
+    if not pipeline.pipelined:
+        return program
+    u = unroll(program.steps, sorted(program.outputs), shared, pipeline.micro_batches)
+    update_of = {s.inputs[1]: i for i, s in enumerate(program.steps) if s.op_type == "update"}
+    sums = set(u.sums)
+    times = [[t * _SUM_OF_UPDATE for t in program.times[update_of[u.names[s.inputs[1]]]]] if j in sums
+             else program.times[i] for j, (s, i) in enumerate(zip(u.steps, u.origin))]
+    position = {i: j for j, i in enumerate(u.origin) if u.steps[j].op_type == "update"}
+    ordered = pipeline.schedule == "1f1b" and BACKWARD in u.phase
+    return SimProgram(u.steps, [program.node_of[i] for i in u.origin], times, set(u.outputs),
+                      lambda t: program.size(u.names.get(t, t)), [(b, position[i]) for b, i in program.held],
+                      u if ordered else None)
 
 
 def _tensor_size(graph: OpGraph, gradient_of: dict[str, str]) -> Callable[[str], int]:

@@ -38,7 +38,8 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.measure.costmodel import CostModel
 from placer.measure.measurement import INVALID, OOM, Measurement
-from placer.measure.sim_program import inference_program, training_program
+from placer.measure.pipeline import Pipeline, tag
+from placer.measure.sim_program import inference_program, pipelined_program, training_program
 from placer.measure.training import TrainingSpec
 from placer.measure.walk import Step, last_uses, walk
 from placer.placement import Placement
@@ -123,7 +124,8 @@ class Simulator:
     """
 
     def __init__(self, graph: OpGraph, devices: Sequence[str], cost_model: CostModel,
-                 mem_caps: Sequence[int | None] | None = None, training: TrainingSpec | None = None) -> None:
+                 mem_caps: Sequence[int | None] | None = None, training: TrainingSpec | None = None,
+                 pipeline: Pipeline | None = None) -> None:
         self.graph = graph
         self.devices = list(devices)
         self.mem_caps = list(mem_caps) if mem_caps is not None else [None] * len(self.devices)
@@ -135,6 +137,11 @@ class Simulator:
         self.node_names = list(graph.nodes)
         program = (inference_program(graph, self.devices, cost_model) if training is None
                    else training_program(graph, self.devices, cost_model, training))
+        # a pipelined step: every micro-batch's steps (`placer.measure.pipeline`)
+        self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
+        if self.pipeline is not None:
+            program = pipelined_program(program, self.pipeline, set(graph.initializers))
+        self.program = program
         # The simulated steps: a node's own (inference), or the training step's, each on its node's device.
         self.step_names = [step.name for step in program.steps]
         self.step_node = program.node_of
@@ -185,6 +192,8 @@ class Simulator:
         # and a training step's optimizer state on its update's device.
         resident: dict[str, int] = {t.name: t.nbytes for t in graph.initializers.values()}
         resident.update({t.name: t.nbytes for t in graph.inputs})
+        if self.pipeline is not None:   # each micro-batch reads its own inputs
+            resident.update({tag(t.name, k): t.nbytes for t in graph.inputs for k in range(self.pipeline.micro_batches)})
         self.r_bytes: list[int] = []
         self.r_consumers: list[list[int]] = []
         for t, nbytes in resident.items():
@@ -210,8 +219,8 @@ class Simulator:
     def simulate(self, assign: Sequence[int]) -> SimResult:
         """Simulate one step of the placement `assign` (device index of each node, in order)."""
         D = self._D
-        if self.training is not None:
-            assign = [assign[k] for k in self.step_node]   # each step of the training step on its node's device
+        if self.training is not None or self.pipeline is not None:
+            assign = [assign[k] for k in self.step_node]   # each step of the program on its node's device
         op_time = self.op_time
         n = len(op_time)
         for i in range(n):
@@ -261,8 +270,14 @@ class Simulator:
                 outputs.append(arrival)
             return outputs
 
-        for _ in walk(self.steps, self.frees, {}, run_node):
-            pass
+        order = self.program.order(assign)
+        if order is None:
+            for _ in walk(self.steps, self.frees, {}, run_node):
+                pass
+        else:   # this placement's own order of the steps (1F1B): every value kept to the end
+            for _ in walk([self.steps[i] for i in order], [()] * n, {},
+                          lambda i, inputs: run_node(order[i], inputs)):
+                pass
 
         step = max(max(dev_free), max(link_free)) if n else 0.0
         peaks = self._peak_memory(assign, start, finish, copies, step)
@@ -271,6 +286,15 @@ class Simulator:
                 return SimResult(step, peaks, OOM,
                                  f"{self.devices[d]} needs {peaks[d]} bytes at peak, over its cap of {cap}")
         return SimResult(step, peaks, None)
+
+    def bubble(self, assign: Sequence[int], step_time: float) -> float:
+        """The idle share of the devices `assign` uses during a step of `step_time` seconds: 1 -
+        their busy seconds / (devices x step time); a pipeline's bubble."""
+        steps = [assign[k] for k in self.step_node] if len(assign) != len(self.op_time) else assign
+        busy: dict[int, float] = {}
+        for times, d in zip(self.op_time, steps):
+            busy[d] = busy.get(d, 0.0) + times[d]
+        return 1.0 - sum(busy.values()) / (len(busy) * step_time) if step_time > 0 else 0.0
 
     def _peak_memory(self, assign: Sequence[int], start: list[float], finish: list[float],
                      copies: list[tuple[int, int, float, float]], step: float) -> list[int]:
@@ -346,8 +370,14 @@ def simulate_batch(sim: Simulator, assign: np.ndarray) -> BatchResult:
     pass as `Simulator.simulate`, vectorised over the rows, with identical results.
 
     This is what makes thousands of placements per second possible for search and fidelity
-    studies; one placement at a time is faster through `Simulator.simulate`.
+    studies; one placement at a time is faster through `Simulator.simulate`. A 1F1B pipelined
+    step, whose order differs per placement, is simulated row by row.
     """
+    if sim.program.unrolled is not None:
+        results = [sim.simulate(tuple(row)) for row in np.asarray(assign, dtype=np.int64).tolist()]
+        return BatchResult(np.asarray([r.step_time for r in results], dtype=np.float64),
+                           np.asarray([r.peak_memory for r in results], dtype=np.int64).reshape(len(results), sim._D),
+                           [r.failure for r in results])
     A = np.asarray(assign, dtype=np.int64)[:, sim._step_node]   # each simulated step on its node's device
     B, n = A.shape
     D, T = sim._D, len(sim.t_bytes)
@@ -453,7 +483,8 @@ class SimulatedMeasurer:
     """
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str], cost_model: CostModel | None = None,
-                 mem_caps: dict[str, int] | None = None, training: TrainingSpec | None = None) -> None:
+                 mem_caps: dict[str, int] | None = None, training: TrainingSpec | None = None,
+                 pipeline: Pipeline | None = None) -> None:
         devs = as_devices(devices)
         names = [d.name for d in devs]
         caps = {d.name: d.mem_cap for d in devs if d.mem_cap is not None}
@@ -461,12 +492,14 @@ class SimulatedMeasurer:
         self.devices = names
         self.graph = graph
         self.cost_model = cost_model if cost_model is not None else AnalyticCostModel(names)
-        self.simulator = Simulator(graph, names, self.cost_model, [caps.get(d) for d in names], training)
+        self.simulator = Simulator(graph, names, self.cost_model, [caps.get(d) for d in names], training, pipeline)
         self._index = {d: i for i, d in enumerate(names)}
         self.protocol = {"kind": "simulated", "cost_model": type(self.cost_model).__name__,
                          "objective": "inference" if training is None else "training"}
         if training is not None:
             self.protocol.update(training.to_dict())
+        if self.simulator.pipeline is not None:
+            self.protocol.update(self.simulator.pipeline.to_dict())
 
     def measure(self, placement: Placement) -> Measurement:
         """Simulate `placement`; a placement that misses nodes or names unknown devices fails as invalid."""
