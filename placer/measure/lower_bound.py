@@ -139,29 +139,23 @@ def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
         raise PlacerError("no devices given for the lower bound; give at least one")
     pipelined = pipeline is not None and pipeline.pipelined
     drain = 0.0
-    if pipelined:
-        base = (inference_program(graph, devices, cost) if training is None
-                else training_program(graph, devices, cost, training))
-        program = pipelined_program(base, pipeline, set(graph.initializers))
-        step_times = np.asarray(program.times, dtype=float)
-        times = np.zeros((len(graph.nodes), len(devices)))
-        np.add.at(times, np.asarray(program.node_of), step_times)
-        _check_runnable(graph, devices, times)
-        cp = program_critical_path(program, step_times.min(axis=1).tolist())
-        fastest_row = times.min(axis=1)
-        drain = fill_drain(program, step_times, len(graph.nodes))
-    elif training is None:
+    if training is None and not pipelined:
         times = _times(graph, devices, cost)
         fastest_row = np.where(np.isfinite(times), times, np.inf).min(axis=1)
         cp = critical_path(graph, dict(zip(graph.nodes, fastest_row.tolist())))
     else:
-        program = training_program(graph, devices, cost, training)
+        program = (inference_program(graph, devices, cost) if training is None
+                   else training_program(graph, devices, cost, training))
+        if pipelined:
+            program = pipelined_program(program, pipeline, set(graph.initializers))
         step_times = np.asarray(program.times, dtype=float)
         times = np.zeros((len(graph.nodes), len(devices)))
         np.add.at(times, np.asarray(program.node_of), step_times)
         _check_runnable(graph, devices, times)
         cp = program_critical_path(program, step_times.min(axis=1).tolist())
         fastest_row = times.min(axis=1)
+        if pipelined:
+            drain = fill_drain(program, step_times, len(graph.nodes))
     average = float(fastest_row.sum()) / len(devices)
     try:
         load, method = max(load_bound_lp(times), average), "lp"
