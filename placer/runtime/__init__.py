@@ -1,0 +1,2 @@
+"""Engines that run placements: ONNX Runtime sessions per device partition (`OrtMeasurer`,
+`OrtPlacement`) and the runner of split models users deploy (`load`)."""
