@@ -38,7 +38,7 @@ def resolve_placement(graph: OpGraph, placement: Placement, device_map: dict[str
             f"the placement was made for another graph (sha256 {placement.graph_sha256[:12]}…, "
             f"{graph.source or 'this graph'} has {graph.sha256[:12]}…); make one for this graph "
             "(placer train), or use the model file it was made for")
-    unknown = [n for n in placement.nodes if n not in graph.nodes]
+    unknown = [n for n in placement.nodes if n not in graph.nodes and n not in graph.constants]
     if unknown:
         raise PlacerError(f"the placement names {len(unknown)} node(s) that {graph.source or 'the graph'} "
                           f"does not have: {_few(unknown)}; node names are the ONNX node names "
@@ -58,7 +58,10 @@ def resolve_placement(graph: OpGraph, placement: Placement, device_map: dict[str
     _check_mix(devices)
     if check_devices:
         check_on_this_machine(devices)
-    return Placement(devices=devices, nodes={n: rename[placement.nodes[n]] for n in graph.nodes},
+    nodes = {n: rename[placement.nodes[n]] for n in graph.nodes}
+    # Constant weights are no decision: each goes with its first reader, whatever the file says.
+    nodes.update(graph.constant_devices(nodes))
+    return Placement(devices=devices, nodes=nodes,
                      graph_sha256=graph.sha256 or placement.graph_sha256,
                      measurement=placement.measurement, extra=dict(placement.extra))
 

@@ -51,8 +51,11 @@ def split_model(model: onnx.ModelProto, placement: Placement, graph: OpGraph) ->
     value_types = _value_types(model, graph)
     weights = {t.name: t for t in model.graph.initializer}
     result = []
+    constant_of = {tensor: name for name, tensor in graph.constants.items()}
     for stage in plan_stages(graph, placement):
-        nodes = [_named(proto_of[n], n) for n in stage.nodes]
+        # A Constant weight is copied into every stage that reads it, as an initializer is.
+        nodes = [_named(proto_of[constant_of[t]], constant_of[t]) for t in stage.initializers if t in constant_of]
+        nodes += [_named(proto_of[n], n) for n in stage.nodes]
         sub = helper.make_graph(
             nodes, f"{model.graph.name or 'graph'}_stage{stage.index}",
             inputs=[value_types[t] for t in stage.inputs],

@@ -43,6 +43,7 @@ def node_names(model: onnx.ModelProto, graph: OpGraph) -> list[str]:
     Nodes are matched by the tensors they produce (unique in ONNX), so a node the file left
     nameless gets the generated name `graph` gave it, and names round-trip through the file."""
     by_outputs = {tuple(op.outputs): name for name, op in graph.nodes.items()}
+    by_outputs.update({(tensor,): name for name, tensor in graph.constants.items()})
     names = []
     for i, node in enumerate(model.graph.node):
         name = by_outputs.get(tuple(node.output))
@@ -65,6 +66,9 @@ def apply_placement(model: onnx.ModelProto, placement: Placement, graph: OpGraph
         raise PlacerError(f"the placement does not place {len(missing)} node(s), e.g. {missing[:3]}; "
                           "give a placement made for this graph")
     stage_of = stage_of_node(plan_stages(graph, placement))
+    stage_of.update(graph.constant_devices(stage_of))   # a Constant weight is in its reader's stage
+    placement = Placement(placement.devices, {**placement.nodes, **graph.constant_devices(placement.nodes)},
+                          placement.graph_sha256, placement.measurement, placement.extra)
     index = {d: i for i, d in enumerate(placement.devices)}
 
     out = onnx.ModelProto()

@@ -21,7 +21,7 @@ a node-level `Placement`.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from placer.errors import PlacerError
@@ -44,6 +44,8 @@ class Grouping:
     groups: list[list[str]]
     node_group: dict[str, int]
     method: str
+    # Constant weights (`OpGraph.constants`) -> the node whose device they take: not in any group.
+    followers: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -55,6 +57,7 @@ class Grouping:
             raise ValueError(f"need one device per group ({len(self.groups)}), got {len(group_devices)}")
         devs = [d if isinstance(d, str) else devices[int(d)] for d in group_devices]
         nodes = {n: devs[g] for g, members in enumerate(self.groups) for n in members}
+        nodes.update({c: nodes[leader] for c, leader in self.followers.items()})
         return Placement(devices=list(devices), nodes=nodes, graph_sha256=graph_sha256)
 
     def node_assignment(self, group_devices: Sequence[int], node_order: Sequence[str]) -> list[int]:
@@ -272,4 +275,6 @@ def _finish(graph: OpGraph, groups: list[list[str]], method: str) -> Grouping:
     position = {n: i for i, n in enumerate(graph.nodes)}
     groups = [sorted(g, key=position.__getitem__) for g in groups if g]
     groups.sort(key=lambda g: position[g[0]])
-    return Grouping(groups=groups, node_group={n: i for i, g in enumerate(groups) for n in g}, method=method)
+    leaders = graph.constant_devices({n: n for n in graph.nodes})
+    return Grouping(groups=groups, node_group={n: i for i, g in enumerate(groups) for n in g}, method=method,
+                    followers=leaders)

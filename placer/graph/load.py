@@ -15,11 +15,12 @@ from google.protobuf.message import DecodeError
 
 from placer.errors import PlacerError
 from placer.graph import shapes
+from placer.graph.constants import constants_to_initializers
 from placer.graph.flops import node_flops
 from placer.graph.identity import graph_sha256
 from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
 from placer.graph.slim import slim_copy, with_weights
-from placer.graph.structure import STANDARD_DOMAINS, node_names, node_reads, topological_order
+from placer.graph.structure import STANDARD_DOMAINS, node_inputs, node_names, node_reads, topological_order
 from placer.graph.support import KernelTable, device_kinds
 
 log = logging.getLogger(__name__)
@@ -197,10 +198,14 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     if missing:
         infos.update(shapes.complete_shapes(model, missing, inputs, run_model))
     shapes.write_value_info(model, {n: infos[n] for n in _node_outputs(model)})
+    constants = constants_to_initializers(model)
+    weights.update(constants.values())
 
     for t in model.graph.initializer:
         infos[t.name] = TensorInfo(t.name, tuple(int(d) for d in t.dims), shapes.dtype_name(t.data_type))
-    return _build(model, infos, inputs, weights, sha256, source, is_supported)
+    graph = _build(model, infos, inputs, weights, sha256, source, is_supported)
+    graph.constants = constants
+    return graph
 
 
 def _node_outputs(model: onnx.ModelProto) -> list[str]:
@@ -219,7 +224,7 @@ def _build(model: onnx.ModelProto, infos: dict[str, TensorInfo], inputs: list[Te
         nodes[proto.name] = OpNode(
             name=proto.name, op_type=proto.op_type, domain=proto.domain,
             opset=opsets.get(proto.domain, opsets.get("", 0)),
-            inputs=tuple(proto.input), outputs=tuple(proto.output), proto=proto,
+            inputs=node_inputs(proto), outputs=tuple(proto.output), proto=proto,
             output_info=tuple(infos[o] for o in proto.output if o),
             param_bytes=sum(infos[t].nbytes for t in dict.fromkeys(reads) if t in weights),
             flops=node_flops(proto, infos), device_kinds=kind,
@@ -243,7 +248,7 @@ def build_dag(nodes: Mapping[str, OpNode], tensors: Mapping[str, TensorInfo]) ->
             if t:
                 producer[t] = name
     for name, node in nodes.items():
-        for t in dict.fromkeys(node.inputs + node.implicit_inputs):
+        for t in dict.fromkeys(node.inputs):
             src = producer.get(t)
             if not t or src is None:
                 continue

@@ -6,12 +6,18 @@ annotation). Nothing here runs anything.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 import networkx as nx
 import numpy as np
 import onnx
+
+from placer.graph.constants import constant_devices
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -39,16 +45,17 @@ class OpNode:
     op_type: str
     domain: str                      # '' for the default ONNX domain
     opset: int                       # opset version of the node's domain in this model
-    inputs: tuple[str, ...]          # tensor names; '' marks an omitted optional input
+    inputs: tuple[str, ...]          # tensor names; '' marks an omitted optional input; then
+                                     # `implicit_inputs` (see `structure.node_inputs`)
     outputs: tuple[str, ...]
     proto: onnx.NodeProto            # the node itself (attributes, subgraphs)
     output_info: tuple[TensorInfo, ...] = ()
     param_bytes: int = 0             # bytes of the initializers this node reads
     flops: float = 0.0               # estimated floating-point operations of one forward step
     device_kinds: frozenset[str] = frozenset({"cpu", "cuda"})  # device kinds that can run it
-    # Tensors the node's subgraphs (If/Loop/Scan bodies) read from the enclosing graph: real
-    # inputs (their producers run first, their values must reach the node's device) that
-    # `inputs` does not list.
+    # Tensors the node's subgraphs (If/Loop/Scan bodies) read from the enclosing graph that the
+    # file does not list as its inputs: real inputs (their producers run first, their values
+    # must reach the node's device), the last entries of `inputs`.
     implicit_inputs: tuple[str, ...] = ()
 
     @property
@@ -79,6 +86,9 @@ class OpGraph:
     sha256: str                            # identity of the file's graph that placements refer to
     dag: nx.DiGraph = field(default_factory=nx.DiGraph)
     source: str = ""                       # where it was loaded from, for messages
+    # Floating-point Constant nodes of the file, loaded as initializers (node name -> tensor):
+    # weights, not placement decisions; each follows its first reader (`constant_devices`).
+    constants: dict[str, str] = field(default_factory=dict)
 
     @property
     def order(self) -> list[str]:
@@ -99,6 +109,10 @@ class OpGraph:
                 if t:
                     result.setdefault(t, []).append(node.name)
         return result
+
+    def constant_devices(self, nodes: Mapping[str, T]) -> dict[str, T]:
+        """Each Constant weight's device (or stage, ...) under a node -> device map: its first reader's."""
+        return constant_devices(self.constants, self.consumers, nodes)
 
     def initializer_array(self, name: str) -> np.ndarray:
         """The value of an initializer (external data already loaded)."""

@@ -94,6 +94,14 @@ def _collect_free_names(graph: onnx.GraphProto, outer_defined: set[str], reads: 
             reads.setdefault(out.name, None)
 
 
+def node_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
+    """A node's inputs as placer runs it: the listed ones (with '' for omitted ones), then the
+    tensors its subgraphs read from the enclosing graph that it does not list. A control-flow
+    kernel receives the outer-scope values in that order, like any input."""
+    listed = set(node.input)
+    return (*node.input, *(t for t in outer_scope_reads(node) if t not in listed))
+
+
 def node_reads(node: onnx.NodeProto) -> list[str]:
     """Every tensor a node needs: its listed inputs, then its subgraphs' outer-scope reads."""
     listed = [n for n in node.input if n]

@@ -29,6 +29,7 @@ class GraphSummary:
     opsets: dict[str, int]
     critical_path: list[str] = field(default_factory=list)
     critical_path_flops: float = 0.0
+    constant_weights: dict[str, str] = field(default_factory=dict)  # Constant node -> weight (`OpGraph.constants`)
 
 
 def critical_path(graph: OpGraph) -> tuple[list[str], float]:
@@ -65,7 +66,7 @@ def summarize(graph: OpGraph) -> GraphSummary:
         param_bytes=graph.total_param_bytes, flops=graph.total_flops,
         activation_bytes=sum(n.output_bytes for n in graph.nodes.values()),
         inputs=list(graph.inputs), outputs=list(graph.outputs), opsets=dict(graph.opsets),
-        critical_path=path, critical_path_flops=path_flops,
+        critical_path=path, critical_path_flops=path_flops, constant_weights=dict(graph.constants),
     )
 
 
@@ -90,9 +91,10 @@ def to_json(graph: OpGraph) -> dict[str, Any]:
         "inputs": [_tensor(t) for t in s.inputs],
         "outputs": [_tensor(t) for t in s.outputs],
         "critical_path": {"flops": s.critical_path_flops, "nodes": s.critical_path},
+        "constant_weights": s.constant_weights,
         "nodes": [
             {"name": n.name, "op_type": n.op_type, "domain": n.domain, "opset": n.opset,
-             "inputs": [t for t in n.inputs + n.implicit_inputs if t],
+             "inputs": [t for t in n.inputs if t],
              "outputs": [_tensor(t) for t in n.output_info],
              "output_shapes": [list(t.shape) for t in n.output_info],
              "flops": n.flops, "param_bytes": n.param_bytes, "device_kinds": sorted(n.device_kinds)}
@@ -123,7 +125,9 @@ def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> s
         f"sha256      {s.sha256}",
         "opsets      " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(s.opsets.items())),
         f"nodes       {s.node_count}",
-        f"parameters  {s.param_count:,} ({_bytes(s.param_bytes)})",
+        f"parameters  {s.param_count:,} ({_bytes(s.param_bytes)})" + (
+            f", {len(s.constant_weights)} of them in Constant nodes (placed with their readers)"
+            if s.constant_weights else ""),
         f"FLOPs       {_si(s.flops, 'FLOP')} per step",
         f"activations {_bytes(s.activation_bytes)} (all node outputs)",
         "inputs",

@@ -16,7 +16,7 @@ import torch
 from onnx import numpy_helper
 
 from placer.errors import PlacerError
-from placer.graph.structure import canonical_domain
+from placer.graph.structure import canonical_domain, node_inputs
 from placer.measure.kernels import bind_node, check_supported
 from placer.measure.kernels.dtypes import to_numpy, to_torch
 from placer.measure.kernels.registry import opset_versions
@@ -31,11 +31,6 @@ def _prepare(model: onnx.ModelProto) -> onnx.ModelProto:
         from onnx import inliner
 
         model = inliner.inline_local_functions(model)
-    for node in model.graph.node:
-        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-               for a in node.attribute):
-            raise PlacerError(f"node {node.name or node.op_type!r} ({node.op_type}) has a subgraph; "
-                              "control flow is not supported, re-export the model without it")
     return model
 
 
@@ -66,7 +61,7 @@ def iter_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray | torch.Tens
         values[name] = t.to(device)
 
     nodes = list(graph.node)
-    steps = [Step(n.name or f"#{i}", n.op_type, tuple(n.input), tuple(n.output)) for i, n in enumerate(nodes)]
+    steps = [Step(n.name or f"#{i}", n.op_type, node_inputs(n), tuple(n.output)) for i, n in enumerate(nodes)]
     _check_order(nodes, set(values))
     kernels = [bind_node(n, opsets.get(canonical_domain(n.domain), 1)) for n in nodes]
 
@@ -97,7 +92,7 @@ def iter_values(model: onnx.ModelProto, feeds: dict[str, np.ndarray | torch.Tens
 def _check_order(nodes: Sequence[onnx.NodeProto], available: set[str]) -> None:
     """Refuse a node that reads a tensor no earlier node produces, before anything runs."""
     for node in nodes:
-        for name in node.input:
+        for name in node_inputs(node):
             if name and name not in available:
                 raise PlacerError(f"node {node.name or node.op_type!r} reads {name!r}, which no earlier "
                                   "node produces; the model is not in topological order")

@@ -74,9 +74,13 @@ def gradient_tensors(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]
 
 def trained_parameters(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset(),
                        loss_outputs: Iterable[str] | None = None) -> list[str]:
-    """The float initializers a training step updates, in the file's order (see `gradient_tensors`)."""
+    """The float initializers a training step updates, in the file's order (see `gradient_tensors`).
+
+    A file's Constant nodes are weights for placement (`OpGraph.constants`) but literals to the
+    model: they stay fixed, as they do in the module that was exported."""
     reached = gradient_tensors(graph, host_inputs, loss_outputs)
-    return [name for name in graph.initializers if name in reached and is_float(graph, name)]
+    fixed = set(graph.constants.values())
+    return [name for name in graph.initializers if name in reached and is_float(graph, name) and name not in fixed]
 
 
 def check_differentiable(graph: OpGraph, nodes: Sequence[str]) -> None:

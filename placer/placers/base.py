@@ -268,6 +268,7 @@ def make_placement(graph: OpGraph, devices: list[str], nodes: dict[str, str], pl
             device = next((d for d in devices if supports(node, d)), device)
             moved += device != nodes[name]
         placed[name] = device
+    placed.update(graph.constant_devices(placed))
     if moved:
         info = {**info, "moved_to_supporting_device": moved}
     return Placement(devices=list(devices), nodes=placed, graph_sha256=graph.sha256,

@@ -57,16 +57,31 @@ def test_a_missing_input_or_unknown_output_is_a_placer_error():
         run_model(_dynamic_model(), {"x": np.ones((1, 4), np.float32)}, outputs=["nope"])
 
 
-def test_control_flow_subgraphs_are_refused_up_front():
-    branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
-                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1])])
-    node = helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch)
+def _if_model(inner_op: str) -> onnx.ModelProto:
+    """y = If(c) then inner_op(x) else -x, the branches reading x from the enclosing graph."""
+    f = TensorProto.FLOAT
+    then_g = helper.make_graph([helper.make_node(inner_op, ["x"], ["z"])], "then", [],
+                               [helper.make_tensor_value_info("z", f, [1])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["w"])], "else", [],
+                               [helper.make_tensor_value_info("w", f, [1])])
+    node = helper.make_node("If", ["c"], ["y"], name="the_if", then_branch=then_g, else_branch=else_g)
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    with pytest.raises(PlacerError, match="control flow"):
-        run_model(model, {"c": np.array(True), "x": np.ones(1, np.float32)})
+                                            helper.make_tensor_value_info("x", f, [1])],
+                              [helper.make_tensor_value_info("y", f, [1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_control_flow_runs_the_branch_taken_on_outer_scope_values():
+    model = _if_model("Exp")
+    x = np.array([0.5], np.float32)
+    assert run_model(model, {"c": np.array(True), "x": x})["y"] == pytest.approx(np.exp(x))
+    assert run_model(model, {"c": np.array(False), "x": x})["y"] == pytest.approx(-x)
+
+
+def test_an_unsupported_op_inside_a_subgraph_is_refused_up_front():
+    model = _if_model("MaxRoiPool")   # no kernel: refused before anything runs, branch taken or not
+    with pytest.raises(PlacerError, match="MaxRoiPool"):
+        run_model(model, {"c": np.array(False), "x": np.ones(1, np.float32)})
 
 
 def test_outputs_do_not_alias_the_models_weights():

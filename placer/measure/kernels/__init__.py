@@ -4,12 +4,14 @@
 node's inputs (torch tensors, None for omitted optional inputs) on every step and returns its
 outputs. `unsupported_ops` / `check_supported` report every op without a kernel before anything
 runs. Modules by family: elementwise, activation, conv, pool, norm, linalg, reduce, shape, index,
-generate, pad, resize, rnn, vision, quant, attention, losses, spectral, random.
+generate, pad, resize, rnn, vision, quant, attention, losses, spectral, random, control (If, Loop,
+Scan: their subgraphs run with these kernels).
 """
 
 from placer.measure.kernels import (  # noqa: F401  (importing registers the kernels)
     activation,
     attention,
+    control,
     conv,
     elementwise,
     generate,

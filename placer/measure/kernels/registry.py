@@ -18,7 +18,7 @@ import onnx
 import torch
 
 from placer.errors import PlacerError
-from placer.graph.structure import STANDARD_DOMAINS, canonical_domain
+from placer.graph.structure import STANDARD_DOMAINS, canonical_domain, node_inputs, subgraphs
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,7 @@ class Node:
     n_outputs: int                # outputs listed in the node ('' entries included)
     name: str = ""
     outputs_used: tuple[bool, ...] = ()   # False for an output named '' (not wanted)
+    inputs: tuple[str, ...] = ()          # the names the kernel is fed: `structure.node_inputs`
 
     def attr(self, key: str, default: Any = None) -> Any:
         """The attribute `key`, or `default` when the node does not set it."""
@@ -158,7 +159,7 @@ def bind_node(node: onnx.NodeProto, opset: int) -> BoundKernel:
                           f"in node {node.name!r}; re-export the model without it")
     info = Node(op_type=node.op_type, domain=domain, opset=opset, attrs=decode_attrs(node),
                 n_inputs=len(node.input), n_outputs=len(node.output), name=node.name,
-                outputs_used=tuple(bool(o) for o in node.output))
+                outputs_used=tuple(bool(o) for o in node.output), inputs=node_inputs(node))
     try:
         fn = entry.builder(info)
     except PlacerError:
@@ -215,11 +216,19 @@ def unsupported_ops(model_or_nodes: onnx.ModelProto | Sequence[onnx.NodeProto],
         nodes = model_or_nodes
         opsets = {"": opset or onnx.defs.onnx_opset_version()}
     missing = set()
-    for n in nodes:
+    for n in _with_nested(nodes):
         domain = canonical_domain(n.domain)
         if not is_supported(n.op_type, opsets.get(domain, 1), domain):
             missing.add(_op_label(domain, n.op_type))
     return sorted(missing)
+
+
+def _with_nested(nodes: Iterable[onnx.NodeProto]) -> Iterable[onnx.NodeProto]:
+    """`nodes` and every node of their subgraphs, at any depth: what control flow runs."""
+    for n in nodes:
+        yield n
+        for graph in subgraphs(n):
+            yield from _with_nested(graph.node)
 
 
 def check_supported(model: onnx.ModelProto) -> None:
