@@ -24,6 +24,21 @@ def add_devices_arg(parser: argparse.ArgumentParser) -> None:
                              "(default: every GPU plus the CPU; without a GPU, two virtual CPU devices)")
 
 
+def add_engine_arg(parser: argparse.ArgumentParser) -> None:
+    """--engine: what runs a placement."""
+    parser.add_argument("--engine", choices=("torch", "onnxruntime"), default="torch",
+                        help="what runs the placement: placer's torch engine (default; the training objective "
+                             "needs it) or ONNX Runtime, one session per device partition, the devices at once")
+
+
+def check_engine_args(args: argparse.Namespace) -> None:
+    """Refuse, before any work, what the chosen engine cannot do (a training step in ONNX Runtime)."""
+    if getattr(args, "engine", "torch") == "onnxruntime":
+        from placer.runtime.measurer import check_objective
+
+        check_objective(getattr(args, "objective", "inference"))
+
+
 def load_graph_from_args(args: argparse.Namespace):
     """The `OpGraph` named by --graph (a zoo name is exported on first use), shapes bound."""
     from graphs import resolve

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import (add_devices_arg, add_graph_args, add_objective_args, add_placement_args,
-                                    check_writable)
+from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
+                                    add_placement_args, check_engine_args, check_writable)
 
 
 def register(subparsers) -> None:
@@ -16,11 +16,12 @@ def register(subparsers) -> None:
         description="Run the model under a placement (--placement, --device, or the one `placer apply` "
                     "stored in the file; else everything on the CPU): warm-up runs, then timed runs. "
                     "Prints the median step time, its spread (interquartile range) and each device's "
-                    "peak memory. A failed placement (out of memory, timeout, kernel error) exits 1.")
+                    "peak memory. --engine onnxruntime runs it in ONNX Runtime (and --profile times ORT's kernels). A failed placement (out of memory, timeout, kernel error) exits 1.")
     add_graph_args(parser)
     add_placement_args(parser)
     add_devices_arg(parser)
     add_objective_args(parser)
+    add_engine_arg(parser)
     parser.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed runs first (default 2)")
     parser.add_argument("--repeats", type=int, default=5, metavar="N", help="timed runs (default 5)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
@@ -38,9 +39,11 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Measure the placement named by the arguments; 0 when it ran, 1 when it failed."""
     from placer.commands.common import load_graph_from_args, placement_from_args, training_spec_from_args
-    from placer.measure.measurer import MeasureProtocol, RealMeasurer
+    from placer.measure.measurer import MeasureProtocol
     from placer.measure.prepare import prepare
+    from placer.runtime.measurer import measurer_for
 
+    check_engine_args(args)
     if args.profile:
         check_writable(args.profile, "--profile")
     graph = load_graph_from_args(args)
@@ -49,24 +52,33 @@ def run(args: argparse.Namespace) -> int:
     training = training_spec_from_args(args, graph)
     protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout,
                                objective=args.objective)
-    prepared = prepare(graph)
+    # the onnxruntime engine folds what placer's kernels can fold, and runs graphs they cannot bind
+    prepared = prepare(graph) if args.engine == "torch" else None
     feeds = read_inputs(args.inputs)
-    measurer = RealMeasurer(graph, devices, protocol=protocol, feeds=feeds, seed=args.seed, prepared=prepared,
-                            training=training)
+    measurer = measurer_for(args.engine, graph, devices, protocol=protocol, feeds=feeds, seed=args.seed,
+                            prepared=prepared, training=training)
     m = measurer.measure(placement)
     if args.profile:
-        from placer.measure.profile import profile_graph
+        profile_protocol = MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout,
+                                           objective=args.objective)
+        if args.engine == "onnxruntime":
+            from placer.runtime.profile import profile_graph_ort
 
-        profile_graph(graph, devices, feeds=feeds, seed=args.seed, prepared=prepared,
-                      protocol=MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout,
-                                               objective=args.objective), training=training).save(args.profile)
+            profile = profile_graph_ort(graph, devices, profile_protocol, feeds=feeds, seed=args.seed, prepared=prepared)
+        else:
+            from placer.measure.profile import profile_graph
+
+            profile = profile_graph(graph, devices, feeds=feeds, seed=args.seed, prepared=prepared,
+                                    protocol=profile_protocol, training=training)
+        profile.save(args.profile)
     if args.json:
         print(json.dumps({"graph": {"source": graph.source, "sha256": graph.sha256},
                           "placement": placement.device_counts(), **m.to_dict()}, indent=1))
     else:
         counts = ", ".join(f"{d} ({n})" for d, n in placement.device_counts().items())
         print(f"graph        {graph.source}  (sha256 {graph.sha256[:12]})")
-        print(f"placement    {len(placement.nodes)} nodes on {counts}")
+        print(f"placement    {len(placement.nodes)} nodes on {counts}" +
+              ("  (onnxruntime engine)" if args.engine == "onnxruntime" else ""))
         if training is not None:
             print(f"objective    training step (loss {training.loss.kind}, "
                   f"{', '.join(f'{k} {v}' for k, v in training.optimizer.to_dict().items())})")

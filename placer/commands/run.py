@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from placer.commands.common import (add_devices_arg, add_graph_args, add_objective_args, add_placement_args,
-                                    check_writable)
+from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
+                                    add_placement_args, check_engine_args, check_writable)
 
 
 def register(subparsers) -> None:
@@ -17,11 +17,13 @@ def register(subparsers) -> None:
                     "stored in the file; else everything on the CPU). Inputs come from --inputs, the "
                     "missing ones random from --seed (zeros for integer inputs); outputs go to --outputs. "
                     "With --objective training the step is a training step and --outputs gets `loss`, "
-                    "`grad:<initializer>` and `updated:<initializer>` (after one optimizer update).")
+                    "`grad:<initializer>` and `updated:<initializer>` (after one optimizer update). "
+                    "--engine onnxruntime runs it in ONNX Runtime, one session per device partition.")
     add_graph_args(parser)
     add_placement_args(parser)
     add_devices_arg(parser)
     add_objective_args(parser)
+    add_engine_arg(parser)
     parser.add_argument("--inputs", metavar="IN.npz", help="graph inputs (an .npz of name -> array)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the graph outputs here (.npz)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -40,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.executor import ExecutionFailure, PlacedExecutor
     from placer.measure.measurer import random_feeds
 
+    check_engine_args(args)
     if args.outputs:
         check_writable(args.outputs, "--outputs")
     graph = load_graph_from_args(args)
@@ -48,8 +51,15 @@ def run(args: argparse.Namespace) -> int:
     devices = devices_for(args, placement)
     feeds = {**random_feeds(graph, args.seed), **(read_inputs(args.inputs) or {})}
     try:
-        with PlacedExecutor(graph, placement, devices, training=training) as executor:
-            outputs = {k: v.detach().cpu().numpy() for k, v in executor.run(feeds, timeout_s=args.timeout).items()}
+        if args.engine == "onnxruntime":
+            # the engine placer.runtime.load runs split models with: the partitions' sessions at once
+            from placer.runtime.placed import OrtPlacement
+
+            with OrtPlacement(graph, placement, devices) as placed:
+                outputs = placed.run_arrays(feeds, timeout_s=args.timeout)
+        else:
+            with PlacedExecutor(graph, placement, devices, training=training) as executor:
+                outputs = {k: v.detach().cpu().numpy() for k, v in executor.run(feeds, timeout_s=args.timeout).items()}
     except ExecutionFailure as exc:
         print(f"failed ({exc.failure}): {exc}", file=sys.stderr)
         return 1

@@ -62,3 +62,19 @@ class OrtMeasurer:
 
     # the torch engine's warm-ups, statistics and failed measurements, over this engine's runs
     measure = RealMeasurer.measure
+
+
+ENGINES = ("torch", ENGINE)
+
+
+def measurer_for(engine: str, graph: OpGraph, devices: Sequence[Device | str],
+                 protocol: MeasureProtocol = MeasureProtocol(), feeds: dict[str, np.ndarray] | None = None,
+                 seed: int = 0, prepared: PreparedGraph | None = None, training=None):
+    """The measurer of `engine` ("torch": `RealMeasurer`, "onnxruntime": `OrtMeasurer`); the
+    onnxruntime engine refuses the training objective in one line."""
+    if engine not in ENGINES:
+        raise PlacerError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    if engine == ENGINE:
+        check_objective(protocol.objective)
+        return OrtMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared)
+    return RealMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared, training=training)
