@@ -143,3 +143,29 @@ def training_spec_from_args(args: argparse.Namespace, graph):
                               "numpy.savez") from None
     loss = Loss(args.loss)
     return TrainingSpec(loss=loss, optimizer=OptimizerSpec(args.optimizer), targets=loss.check_targets(graph, targets))
+
+
+def add_rounds_args(parser: argparse.ArgumentParser, *, warmup: int = 2) -> None:
+    """How placements measured side by side are measured: interleaved rounds until every paired
+    interval is within --precision, or a cap in rounds or seconds."""
+    from placer.measure.rounds import RoundsProtocol
+
+    d = RoundsProtocol()
+    parser.add_argument("--warmup", type=int, default=warmup, metavar="N",
+                        help=f"untimed steps of each placement first, interleaved too (default {warmup})")
+    parser.add_argument("--min-rounds", type=int, default=d.min_rounds, metavar="N",
+                        help=f"interleaved rounds at least; each runs every placement once, shuffled (default {d.min_rounds})")
+    parser.add_argument("--max-rounds", type=int, default=d.max_rounds, metavar="N",
+                        help=f"rounds at most, even when an interval is still wide (default {d.max_rounds})")
+    parser.add_argument("--max-seconds", type=float, default=d.max_seconds, metavar="S",
+                        help=f"seconds of rounds at most (default {d.max_seconds:g})")
+    parser.add_argument("--precision", type=float, default=d.precision, metavar="F",
+                        help=f"stop once every 95%% interval is within +-F of its value (default {d.precision})")
+
+
+def rounds_from_args(args: argparse.Namespace, seed: int = 0):
+    """The `RoundsProtocol` of add_rounds_args' options."""
+    from placer.measure.rounds import RoundsProtocol
+
+    return RoundsProtocol(warmup=args.warmup, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
+                          max_seconds=args.max_seconds, precision=args.precision, seed=seed)

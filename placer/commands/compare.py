@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from placer.commands.common import (add_devices_arg, add_graph_args, add_objective_args, check_writable,
-                                   devices_from_args, load_graph_from_args, training_spec_from_args)
+from placer.commands.common import (add_devices_arg, add_graph_args, add_objective_args, add_rounds_args,
+                                   check_writable, devices_from_args, load_graph_from_args, rounds_from_args,
+                                   training_spec_from_args)
 from placer.errors import PlacerError
 
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
@@ -28,8 +29,12 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "compare", help="measure every baseline placer (and a learned placement) side by side",
         description="Profile the graph on the devices (cached), run every baseline placer, measure each "
-                    "placement for real in one run, and print step time, spread, speedup over the best "
-                    "single device, ratio to the lower bound, peak memory and the time each placer took. "
+                    "placement for real in interleaved rounds (every round runs every placement once, shuffled), "
+                    "and print each median step time with its 95%% interval, the paired speedup over the best "
+                    "single device and over the whole machine as one device, which rows are tied with the "
+                    "fastest, the ratio to the lower bound, peak memory and the time each placer took. A "
+                    "control row measures the best single device twice; ONNX Runtime on the whole model is a "
+                    "row too. "
                     "Saves compare.csv, compare.json and a bar chart compare.png (matplotlib) in --out; "
                     "--json prints what compare.json holds instead of the table.")
     add_graph_args(parser)
@@ -44,8 +49,7 @@ def register(subparsers) -> None:
                              f"from the --include-rl run's summary.json, else {DEFAULT_SAMPLES})")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="where to save the table and chart (default: runs/compare-<graph name>)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed runs before timing each placement")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per placement (median reported)")
+    add_rounds_args(parser)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds one step may take before it fails")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random placer and of the inputs")
     parser.add_argument("--refresh-profile", action="store_true",
@@ -70,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     out = check_writable(args.out or Path("runs") / f"compare-{Path(args.graph).stem}", "--out", folder=True)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
-    protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout,
-                               objective=args.objective)
+    protocol = MeasureProtocol(warmup=0, repeats=1, timeout_s=args.timeout, objective=args.objective)
+    rounds = rounds_from_args(args, args.seed)
     training = training_spec_from_args(args, graph)
 
     start = time.perf_counter()
@@ -81,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
 
     comparison = _measure_side_by_side(graph, devices, cost, placers, args.include_rl, args.samples, args.seed,
-                                       protocol, progress=lambda row: print(f"measuring {row.name} ...", file=sys.stderr),
+                                       protocol, rounds, progress=lambda text: print(text, file=sys.stderr),
                                        training=training)
 
     print(comparison_json(comparison) if args.json else format_table(comparison), end="" if args.json else "\n")
@@ -92,12 +96,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, samples: int | None, seed: int,
-                          protocol, progress=None, training=None):
-    """Run the placers (and add the run's placements), then measure them all in one go; with
+                          protocol, rounds, progress=None, training=None):
+    """Run the placers (and add the run's placements and what a user runs instead: the whole machine
+    as one device, ONNX Runtime), then measure them all in the same interleaved rounds; with
     `training` (the protocol's objective is then training) every placement on the training step."""
     from placer.measure.measurer import RealMeasurer
     from placer.placers import caps_from_devices
     from placer.placers.compare import baseline_rows, compare
+    from placer.placers.user_baselines import user_baseline_rows
 
     names = [d.name for d in devices]
     caps = caps_from_devices(devices)
@@ -105,24 +111,28 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
     if run_dir:
         rows.extend(learned_rows(graph, run_dir, names))
+    users, skipped = user_baseline_rows(graph, devices, protocol, seed, training)
     measurer = RealMeasurer(graph, devices, protocol=protocol, seed=seed, training=training)
-    comparison = compare(graph, names, measurer, cost, rows, caps, progress=progress, training=training)
+    comparison = compare(graph, names, measurer, cost, rows + users, caps, progress=progress, training=training,
+                         rounds=rounds)
+    comparison.notes += skipped
     comparison.info = {"profile": str(getattr(cost, "path", None)), "profile_cached": getattr(cost, "from_cache", None),
                        "protocol": measurer.protocol_record(), "devices": [str(d) for d in devices]}
     return comparison
 
 
-def comparison_for_run(graph, devices, cost, run_dir, *, seed: int = 0, warmup: int = 2, repeats: int = 5,
-                       timeout: float = 60.0, training=None):
+def comparison_for_run(graph, devices, cost, run_dir, rounds, *, seed: int = 0, timeout: float = 60.0,
+                       training=None, progress=None):
     """What `placer compare --include-rl RUN` measures: every placer, random search with the run's
-    samples and groups, and the run's placements, side by side (on the training step with `training`)."""
+    samples and groups, the run's placements, the whole machine and ONNX Runtime, side by side in
+    interleaved `rounds` (on the training step with `training`)."""
     from placer.measure.measurer import MeasureProtocol
     from placer.placers import PLACERS
 
     objective = "inference" if training is None else "training"
     return _measure_side_by_side(graph, devices, cost, list(PLACERS), run_dir, None, seed,
-                                 MeasureProtocol(warmup=warmup, repeats=repeats, timeout_s=timeout,
-                                                 objective=objective), training=training)
+                                 MeasureProtocol(warmup=0, repeats=1, timeout_s=timeout, objective=objective),
+                                 rounds, progress=progress, training=training)
 
 
 def _random_search_options(graph, names: list[str], run_dir, samples: int | None) -> dict:

@@ -10,48 +10,86 @@ import math
 from pathlib import Path
 from typing import Any
 
-from placer.placers.compare import Comparison
+from placer.placers.compare import CONTROL_TOLERANCE, Comparison
 
 log = logging.getLogger(__name__)
 
 
 def format_table(comparison: Comparison) -> str:
-    """The comparison as a fixed-width text table (times in ms, memory in MiB)."""
+    """The comparison as a fixed-width text table (times in ms, memory in MiB), then what it says:
+    the rounds, the control check, what learning is worth, and notes."""
     devices = comparison.devices
-    head = ["placement", "step ms", "spread", "vs best 1-dev", "/ bound", "predicted"] + \
-           [f"peak {d} MiB" for d in devices] + ["find s", "caps", "status"]
+    has_whole = comparison.row("whole_machine") is not None and comparison.row("whole_machine").step_time
+    head = ["placement", "step ms [95%]", "vs best 1-dev [95%]"] + (["vs whole machine"] if has_whole else []) + \
+           ["tied", "/ bound", "predicted"] + [f"peak {d} MiB" for d in devices] + ["find s", "caps", "status"]
     lines = []
     for r in comparison.rows:
         m = r.measurement
         peaks = [f"{m.peak_memory[d] / 2**20:.1f}" if m is not None and d in m.peak_memory else "-" for d in devices]
-        caps = "-" if not comparison.caps else ("respects" if r.respects_memory else
-                                                "ignores" if r.respects_memory is False else "?")
-        lines.append([r.name, _num(r.step_time, 1e3, 2), _num(m.spread if m and m.ok else None, 1e3, 2),
-                      _num(r.speedup_vs_best_single, 1, 2, "x"), _num(r.ratio_to_lower_bound, 1, 2, "x"),
-                      _num(r.predicted_step_time, 1e3, 2)] + peaks +
+        caps = "-" if not comparison.caps or r.respects_memory is None else \
+            ("respects" if r.respects_memory else "ignores")
+        tied = "-" if r.step_time is None else ("fastest" if r.name == comparison.fastest
+                                                else "tied" if r.tied_with_fastest else "")
+        lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None),
+                      _speedup(r.vs_best_single)] + ([_speedup(r.vs_whole_machine)] if has_whole else []) +
+                     [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] + peaks +
                      [_num(r.find_time_s, 1, 3), caps, _short(r.status)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = lambda cells: "  ".join(str(c).ljust(w) if i in (0, len(cells) - 1) else str(c).rjust(w)  # noqa: E731
                                   for i, (c, w) in enumerate(zip(cells, widths)))
     lb = comparison.lower_bound
-    footer = (f"lower bound {lb.value * 1e3:.2f} ms (critical path {lb.critical_path * 1e3:.2f} ms, "
+    footer = [f"lower bound {lb.value * 1e3:.2f} ms (critical path {lb.critical_path * 1e3:.2f} ms, "
               f"load {lb.load * 1e3:.2f} ms by {lb.load_method}); best single device: "
               f"{comparison.best_single or 'none'}" +
-              (f" at {comparison.best_single_step_time * 1e3:.2f} ms" if comparison.best_single_step_time else ""))
+              (f" at {comparison.best_single_step_time * 1e3:.2f} ms" if comparison.best_single_step_time else "")]
+    if comparison.rounds:
+        r = comparison.rounds
+        footer.append(f"measured in {r['rounds']} interleaved rounds ({r['seconds']:.0f} s), every placement once a "
+                      f"round in a shuffled order; intervals are 95%, 'tied' rows' interval against the fastest holds 1"
+                      + (f"; stopped at the {r['capped']} cap" if r["capped"] else ""))
+    if comparison.control:
+        c = comparison.control
+        footer.append(f"control: {c['twin']} measured twice, ratio {c['ratio']['value']:.3f} "
+                      f"[{c['ratio']['low']:.3f}, {c['ratio']['high']:.3f}]: "
+                      + ("agrees" if c["agrees"] else "DISAGREES") + f" (within {CONTROL_TOLERANCE:.0%} asked)")
     if comparison.learning:
-        footer += "\n" + _learning_line(comparison.learning)
+        footer.append(_learning_line(comparison.learning))
     protocol = comparison.info.get("protocol", {})
     if protocol.get("objective") == "training":
-        footer += (f"\nstep = training step (forward, loss {protocol.get('loss')}, backward, "
-                   f"{protocol.get('optimizer')} update)")
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + ["", footer])
+        footer.append(f"step = training step (forward, loss {protocol.get('loss')}, backward, "
+                      f"{protocol.get('optimizer')} update)")
+    footer += [f"note: {n}" for n in comparison.notes]
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + [""] + footer)
+
+
+def _with_interval(seconds: float | None, interval: dict | None) -> str:
+    """'123.45 [121.0, 125.2]' (ms), or the time alone when there is no interval."""
+    if seconds is None:
+        return "-"
+    if not interval or interval["n"] < 2:
+        return f"{seconds * 1e3:.2f}"
+    return f"{seconds * 1e3:.2f} [{interval['low'] * 1e3:.1f}, {interval['high'] * 1e3:.1f}]"
+
+
+def _speedup(interval) -> str:
+    """'1.32x [1.28, 1.35]', or '1.32x' for an exact (simulated) figure."""
+    if interval is None:
+        return "-"
+    if interval.n < 2:
+        return f"{interval.value:.2f}x"
+    return f"{interval.value:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"
 
 
 def _learning_line(worth: dict[str, Any]) -> str:
-    """'learning is worth: learned X ms vs random search (N samples) Y ms, Z x' (Z = Y / X)."""
+    """'learning is worth: learned X ms vs random search (N samples) Y ms: 1.05x [1.02, 1.08], faster'."""
     learned, searched = worth["learned_step_time_s"] * 1e3, worth["random_search_step_time_s"] * 1e3
+    interval = worth.get("interval")
+    figure = (f"{interval['value']:.2f}x [{interval['low']:.2f}, {interval['high']:.2f}]"
+              if interval and interval["n"] >= 2 else f"{worth['ratio']:.2f}x")
+    said = {"faster": "the learned placement is faster", "slower": "random search is faster",
+            "tied": "tied: the difference is inside the interval"}.get(worth.get("verdict"), "")
     return (f"learning is worth: learned {learned:.2f} ms vs random search ({worth['random_search_samples']} "
-            f"samples) {searched:.2f} ms, {worth['ratio']:.2f}x")
+            f"samples) {searched:.2f} ms: {figure}" + (f", {said}" if said else ""))
 
 
 def _num(value: float | None, scale: float, digits: int, suffix: str = "") -> str:
@@ -68,7 +106,8 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, plot: bool = True
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "compare.json", out / "compare.csv"]
     paths[0].write_text(comparison_json(comparison))
-    columns = ["name", "placer", "step_time_s", "spread_s", "speedup_vs_best_single", "ratio_to_lower_bound",
+    columns = ["name", "placer", "step_time_s", "spread_s", "speedup_vs_best_single", "tied_with_fastest",
+               "ratio_to_lower_bound",
                "predicted_step_time_s"] + [f"peak_memory_{d}" for d in comparison.devices] + \
               ["find_time_s", "respects_memory", "status"]
     with paths[1].open("w", newline="") as f:

@@ -93,6 +93,16 @@ def verdict(ratio: Interval) -> str:
     return TIED
 
 
+def speedup_verdict(speedup: Interval) -> str:
+    """For a speedup (reference time / time): FASTER when its whole interval lies above 1, SLOWER
+    below, else TIED."""
+    if speedup.low > 1.0:
+        return FASTER
+    if speedup.high < 1.0:
+        return SLOWER
+    return TIED
+
+
 def speedup_words(ratio: Interval) -> str:
     """A time ratio as a user reads it, as a speedup: '1.32x [1.28, 1.35] (faster)', or 'tied (...)'."""
     v = verdict(ratio)

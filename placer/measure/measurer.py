@@ -110,6 +110,10 @@ class RealMeasurer:
             record.update(self.training.to_dict())
         return record
 
+    def run_record(self) -> dict:
+        """How a step is run, for placements timed in interleaved rounds (the rounds record the rest)."""
+        return {k: v for k, v in self.protocol_record().items() if k not in ("warmup", "repeats")}
+
     def open(self, placement: Placement) -> ExecutorRun:
         """Build `placement`'s executor once, ready to be stepped (a `PlacementRun`); raises
         PlacerError (an invalid placement) or ExecutionFailure (e.g. over a memory cap)."""

@@ -44,7 +44,7 @@ def test_placer_compare_measures_the_baselines_and_a_learned_placement_for_real(
 
     out = tmp_path / "out"
     code = main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]",
-                 "--warmup", "0", "--repeats", "1", "--out", str(out), "--include-rl", str(run), "--no-plot",
+                 "--warmup", "0", "--max-rounds", "6", "--min-rounds", "6", "--out", str(out), "--include-rl", str(run), "--no-plot",
                  "--placers", "single,random,metis,m_etf,heft,random_search"])
     assert code == 0
     printed = capsys.readouterr().out
@@ -71,7 +71,7 @@ def test_placer_compare_runs_random_search_with_the_samples_asked_for(tmp_path, 
     model = _tiny_model_file(tmp_path / "tiny.onnx")
     out = tmp_path / "out"
     assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
-                 "--repeats", "1", "--out", str(out), "--no-plot", "--placers", "single,random_search",
+                 "--max-rounds", "6", "--min-rounds", "6", "--out", str(out), "--no-plot", "--placers", "single,random_search",
                  "--samples", "9"]) == 0
     assert "random_search" in capsys.readouterr().out
     rows = {r["name"]: r for r in json.loads((out / "compare.json").read_text())["rows"]}
@@ -85,7 +85,7 @@ def test_placer_compare_refuses_an_unknown_placer(tmp_path, monkeypatch, capsys)
     monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
     model = _tiny_model_file(tmp_path / "tiny.onnx")
     assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]",
-                 "--placers", "single,magic", "--warmup", "0", "--repeats", "1", "--out", str(tmp_path)]) == 2
+                 "--placers", "single,magic", "--warmup", "0", "--max-rounds", "6", "--min-rounds", "6", "--out", str(tmp_path)]) == 2
     assert "unknown placer(s) magic" in capsys.readouterr().err
 
 
@@ -94,12 +94,15 @@ def test_placer_compare_json_prints_what_compare_json_holds_and_nothing_else(tmp
     model = _tiny_model_file(tmp_path / "tiny.onnx")
     out = tmp_path / "out"
     assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
-                 "--repeats", "1", "--out", str(out), "--no-plot", "--placers", "single,m_etf", "--json"]) == 0
+                 "--max-rounds", "6", "--min-rounds", "6", "--out", str(out), "--no-plot", "--placers", "single,m_etf", "--json"]) == 0
     printed = capsys.readouterr()
     assert printed.out == (out / "compare.json").read_text()
     data = json.loads(printed.out)
     assert data["format"] == "placer.compare/1"
-    assert [r["name"] for r in data["rows"]] == ["single:cpu:0", "single:cpu:1", "m_etf"]
+    # the placers' rows, then the control (the single device predicted fastest, again) and what a user
+    # runs instead: one device with both threads, and ONNX Runtime
+    assert [r["name"] for r in data["rows"]] == ["single:cpu:0", "single:cpu:1", "m_etf", "control",
+                                                 "whole_machine", "onnxruntime"]
     assert "saved" in printed.err and "lower bound" not in printed.out
 
 
@@ -108,7 +111,7 @@ def test_placer_compare_on_the_training_objective_measures_every_baseline_on_the
     monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
     model = _tiny_model_file(tmp_path / "tiny.onnx")
     args = ["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
-            "--repeats", "1", "--no-plot", "--json", "--placers", "single,m_etf,heft,random_search", "--samples", "8"]
+            "--max-rounds", "6", "--min-rounds", "6", "--no-plot", "--json", "--placers", "single,m_etf,heft,random_search", "--samples", "8"]
     assert main([*args, "--out", str(tmp_path / "inference")]) == 0
     inference = json.loads(capsys.readouterr().out)
     assert main([*args, "--out", str(tmp_path / "training"), "--objective", "training", "--optimizer", "adam"]) == 0
@@ -118,10 +121,10 @@ def test_placer_compare_on_the_training_objective_measures_every_baseline_on_the
     assert training["info"]["protocol"]["objective"] == "training" and training["info"]["protocol"]["optimizer"] == "adam"
     assert inference["info"]["protocol"]["objective"] == "inference"
     rows = {r["name"]: r for r in training["rows"]}
-    assert set(rows) == {"single:cpu:0", "single:cpu:1", "m_etf", "heft", "random_search"}
+    assert set(rows) == {"single:cpu:0", "single:cpu:1", "m_etf", "heft", "random_search", "control", "whole_machine"}
     for row in rows.values():
         assert row["status"] == "ok" and row["measurement"]["protocol"]["objective"] == "training"
-        assert row["predicted_step_time_s"] > 0
+        assert row["name"] == "whole_machine" or row["predicted_step_time_s"] > 0   # not on the compared devices
     # the bound and the predictions are of the whole training step: backward and update included;
     # two identical devices share its load, a single device runs it all
     assert training["lower_bound"]["load"] == pytest.approx(rows["single:cpu:0"]["predicted_step_time_s"] / 2)

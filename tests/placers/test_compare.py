@@ -80,7 +80,100 @@ def test_compare_reports_what_learning_is_worth_against_random_search_at_its_sam
     assert worth["random_search_step_time_s"] == searched.step_time
     assert worth["ratio"] == pytest.approx(searched.step_time / rows[-1].step_time)
     assert (f"learning is worth: learned {rows[-1].step_time * 1e3:.2f} ms vs random search (40 samples) "
-            f"{searched.step_time * 1e3:.2f} ms, {worth['ratio']:.2f}x") in format_table(result)
+            f"{searched.step_time * 1e3:.2f} ms: {worth['ratio']:.2f}x, the learned placement is faster") \
+        in format_table(result)
     assert result.to_dict()["learning_vs_random_search"] == worth
     without = compare(dag, DEVICES, SimulatedMeasurer(dag, DEVICES, cost), cost, rows[:-1])
     assert without.learning is None and "learning is worth" not in format_table(without)
+
+
+class DriftingMeasurer:
+    """A real measurer's interface (`open` a placement, step it) over the simulator's times, on a
+    machine whose speed drifts 2x over the rounds; `wobble`: each step's own noise (seeded)."""
+
+    def __init__(self, dag, cost, wobble=0.002, seed=0, bias=None):
+        self.devices = DEVICES
+        self.sim = Simulator(dag, DEVICES, cost)
+        self.dag = dag
+        self.steps = 0
+        self.rng = __import__("numpy").random.default_rng(seed)
+        self.wobble = wobble
+        self.bias = bias or {}   # placement's first node's device -> factor (a device that is off)
+
+    def run_record(self):
+        return {"objective": "inference"}
+
+    def open(self, placement):
+        base = self.sim.simulate([DEVICES.index(placement.nodes[n]) for n in self.dag.nodes]).step_time
+        base *= placement.extra.get("slower_by", 1.0)   # a test's way to make one row slower than its placement
+        measurer = self
+
+        class Run:
+            peak_memory = {}
+
+            def step(self):
+                measurer.steps += 1
+                slowness = 1.0 + min(1.0, measurer.steps / 400)
+                return base * slowness * (1 + measurer.rng.normal(0, measurer.wobble))
+
+            def close(self):
+                pass
+
+        return Run()
+
+
+def _real_rows(dag, cost):
+    return baseline_rows(dag, DEVICES, cost, {}, ["single", "m_etf", "random"])
+
+
+def test_a_real_comparison_runs_in_rounds_with_a_control_row_that_agrees_with_its_twin(dag):
+    from placer.measure.rounds import RoundsProtocol
+
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
+    result = compare(dag, DEVICES, DriftingMeasurer(dag, cost), cost, _real_rows(dag, cost),
+                     rounds=RoundsProtocol(warmup=1, min_rounds=8, max_rounds=30))
+    names = [r.name for r in result.rows]
+    assert names == ["single:cpu:0", "single:cpu:1", "m_etf", "random", "control"]
+    control = result.row("control")
+    assert control.placer == "single:cpu:0" and control.placement.nodes == result.rows[0].placement.nodes
+    assert result.control["twin"] == "single:cpu:0" and result.control["agrees"]
+    assert result.rounds["rounds"] >= 8 and result.rounds["capped"] is None
+    assert not any("noisy" in n for n in result.notes)
+    # every speedup is paired, with an interval around the figure
+    for row in result.rows:
+        assert row.vs_best_single.n == result.rounds["rounds"] and row.vs_best_single.contains(row.vs_best_single.value)
+    assert "control: single:cpu:0 measured twice" in format_table(result)
+
+
+def test_rows_within_the_noise_of_the_fastest_are_tied_and_others_are_not(dag):
+    from placer.measure.rounds import RoundsProtocol
+    from placer.placement import Placement
+
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 1e9, "cpu:1": 1e9})
+    rows = baseline_rows(dag, DEVICES, cost, {}, ["single"])
+    same = rows[0].placement
+    for name, factor in (("slower_by_5pct", 1.05), ("slower_by_0.2pct", 1.002)):
+        slower = Placement(devices=DEVICES, nodes=same.nodes, graph_sha256=same.graph_sha256, extra={"slower_by": factor})
+        rows.append(CompareRow(name, "learned", None, None, placement=slower))
+    result = compare(dag, DEVICES, DriftingMeasurer(dag, cost, wobble=0.01), cost, rows,
+                     rounds=RoundsProtocol(warmup=0, min_rounds=20, max_rounds=20))
+    tied = {r.name for r in result.rows if r.tied_with_fastest}
+    # two identical devices, the control and 0.2% slower: all within 1% noise of each other
+    assert {"single:cpu:0", "single:cpu:1", "control", "slower_by_0.2pct"} <= tied
+    assert "slower_by_5pct" not in tied and result.fastest != "slower_by_5pct"
+    table = format_table(result)
+    assert "fastest" in table and "tied" in table
+
+
+def test_a_control_that_disagrees_with_its_twin_is_reported_as_noise(dag):
+    from placer.measure.rounds import RoundsProtocol
+
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
+    measurer = DriftingMeasurer(dag, cost, wobble=0.15, seed=3)
+    result = compare(dag, DEVICES, measurer, cost, _real_rows(dag, cost),
+                     rounds=RoundsProtocol(warmup=0, min_rounds=6, max_rounds=8))
+    assert result.rounds["capped"] == "rounds"
+    assert not result.control["within_precision"]
+    notes = " | ".join(result.notes)
+    assert "noisy measurement: the control and single:cpu:0" in notes and "OMP_WAIT_POLICY=PASSIVE" in notes
+    assert "stopped at the cap of 8 rounds" in notes
