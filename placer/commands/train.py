@@ -208,11 +208,11 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
     measured side by side now: the figures that say whether learning beat the heuristics."""
     from placer.commands.compare import comparison_for_run
     from placer.commands.compare_report import format_table, write_outputs
+    from placer.measure.rounds import RoundsProtocol
 
     print("measuring every baseline placer and the learned placements side by side ...")
-    comparison = comparison_for_run(graph, devices, cost, run_dir, seed=args.seed,
-                                    warmup=max(2, args.warmup), repeats=max(5, args.repeats), timeout=args.timeout,
-                                    training=training)
+    comparison = comparison_for_run(graph, devices, cost, run_dir, RoundsProtocol(seed=args.seed), seed=args.seed,
+                                    timeout=args.timeout, training=training)
     print(format_table(comparison))
     write_outputs(comparison, run_dir / "compare", plot=False)
 
