@@ -14,6 +14,7 @@ from placer.placers.heft import heft
 from placer.placers.m_etf import m_etf
 from placer.placers.m_sct import m_sct
 from placer.placers.metis import metis
+from placer.placers.pipeline import pipeline_balanced, pipeline_dp, pipeline_params
 from placer.placers.random_search import random_search, random_search_curve
 from placer.placers.simple import random_placement, round_robin, single_device
 from placer.placers.topo import m_topo, memory_greedy
@@ -40,6 +41,12 @@ PLACERS: dict[str, PlacerSpec] = {spec.name: spec for spec in [
     PlacerSpec("m_sct", m_sct, True, True, "Baechi m-SCT: favourite children (greedy form of the LP)"),
     PlacerSpec("memory_greedy", memory_greedy, True, False, "fill devices in order up to their caps"),
     PlacerSpec("heft", heft, True, True, "HEFT critical-path list scheduling"),
+    PlacerSpec("pipeline_dp", pipeline_dp, True, True,
+               "PipeDream's DP: contiguous stages, the slowest stage (transfers included) minimised"),
+    PlacerSpec("pipeline_balanced", pipeline_balanced, False, True,
+               "GPipe/torchgpipe balance by time: a contiguous stage per device"),
+    PlacerSpec("pipeline_params", pipeline_params, False, False,
+               "DeepSpeed balance by parameters: a contiguous stage per device"),
     PlacerSpec("random_search", random_search, True, True,
                "best of N random group placements in the simulator (--samples; the yardstick for learning)"),
 ]}
@@ -47,4 +54,5 @@ PLACERS: dict[str, PlacerSpec] = {spec.name: spec for spec in [
 __all__ = ["PLACERS", "PlacerSpec", "Placer", "Caps", "caps_from_devices", "node_memory", "book_peak_memory",
            "executor_peak_memory",
            "single_device", "random_placement", "round_robin", "metis", "m_topo", "m_etf", "m_sct",
-           "memory_greedy", "heft", "random_search", "random_search_curve"]
+           "memory_greedy", "heft", "pipeline_dp", "pipeline_balanced", "pipeline_params", "random_search",
+           "random_search_curve"]
