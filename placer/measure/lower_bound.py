@@ -6,6 +6,11 @@ No placement can beat either of:
 - the load bound: all work must be done by the devices together. As an LP (scipy's HiGHS):
   min T such that each node is split fractionally over devices and no device's share of work
   exceeds T. Without scipy, the plain bound sum(fastest time) / devices (never larger).
+  Under contention (a cost model with `slowdown`, `placer.measure.contention`: device d runs
+  slowdown[d] times slower while another device is busy) the LP also splits the step into each
+  device's solo seconds u_d and the shared seconds C: u_1 + ... + u_D + C <= T, and device d's
+  load <= u_d + C / slowdown[d]. Every simulated schedule is a point of that LP, so the simulator
+  never predicts a step below the bound.
 
 A pipelined step (M micro-batches, `placer.measure.pipeline`) is bounded over its unrolled
 program: the load is every micro-batch's work (M times one's, plus the updates), the critical
@@ -68,8 +73,11 @@ def critical_path(graph: OpGraph, fastest: dict[str, float]) -> float:
     return max(done.values(), default=0.0)
 
 
-def load_bound_lp(times: np.ndarray) -> float:
-    """min T s.t. sum_d x[n,d] = 1, sum_n x[n,d] t[n,d] <= T, x >= 0 (x on finite times only)."""
+def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None) -> float:
+    """min T s.t. sum_d x[n,d] = 1, sum_n x[n,d] t[n,d] <= T, x >= 0 (x on finite times only);
+    with `slowdown` (a factor >= 1 per device), the contended form in the module's docstring."""
+    if slowdown is not None and any(s > 1.0 for s in slowdown):
+        return _contended_load_lp(times, slowdown)
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
@@ -88,6 +96,34 @@ def load_bound_lp(times: np.ndarray) -> float:
                      bounds=(0, None), method="highs")
     if result.status != 0:
         raise RuntimeError(f"load-bound LP failed: {result.message}")
+    return float(result.fun)
+
+
+def _contended_load_lp(times: np.ndarray, slowdown: list[float]) -> float:
+    """min T over x (the split of each node), u_d (device d's solo seconds) and C (shared seconds):
+    sum_d x[n,d] = 1; load_d - u_d - C / slowdown[d] <= 0; sum_d u_d + C - T <= 0."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    n_nodes, n_dev = times.shape
+    cells = [(i, d) for i in range(n_nodes) for d in range(n_dev) if math.isfinite(times[i, d])]
+    k = len(cells)
+    n_var = k + n_dev + 2   # x cells, u_0..u_{D-1}, C, T
+    c_var, t_var = k + n_dev, k + n_dev + 1
+    c = np.zeros(n_var)
+    c[t_var] = 1.0
+    eq_rows, eq_cols = zip(*[(i, j) for j, (i, _) in enumerate(cells)])
+    a_eq = coo_matrix((np.ones(k), (eq_rows, eq_cols)), shape=(n_nodes, n_var))
+    rows = [d for _, d in cells] + list(range(n_dev)) + list(range(n_dev)) + [n_dev] * (n_dev + 2)
+    cols = list(range(k)) + [k + d for d in range(n_dev)] + [c_var] * n_dev + \
+        [k + d for d in range(n_dev)] + [c_var, t_var]
+    vals = [times[i, d] for i, d in cells] + [-1.0] * n_dev + [-1.0 / s for s in slowdown] + \
+        [1.0] * (n_dev + 1) + [-1.0]
+    a_ub = coo_matrix((vals, (rows, cols)), shape=(n_dev + 1, n_var))
+    result = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.zeros(n_dev + 1), A_eq=a_eq.tocsr(), b_eq=np.ones(n_nodes),
+                     bounds=(0, None), method="highs")
+    if result.status != 0:
+        raise RuntimeError(f"contended load-bound LP failed: {result.message}")
     return float(result.fun)
 
 
@@ -157,9 +193,22 @@ def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
         if pipelined:
             drain = fill_drain(program, step_times, len(graph.nodes))
     average = float(fastest_row.sum()) / len(devices)
+    slowdown = getattr(cost, "slowdown", None) or {}
     try:
-        load, method = max(load_bound_lp(times), average), "lp"
+        load, method = max(load_bound_lp(times, [float(slowdown.get(d, 1.0)) for d in devices]), average), "lp"
     except ImportError:
         load, method = average, "average"
     log.info("lower bound: critical path %.6f s, load %.6f s (%s), fill and drain %.6f s", cp, load, method, drain)
     return LowerBound(value=max(cp, load, drain), critical_path=cp, load=load, load_method=method, fill_drain=drain)
+
+
+def check_bound(bound: LowerBound | float, measured: dict[str, float | None], tolerance: float = 0.0) -> str | None:
+    """One line when a measured step time (name -> seconds) is below the lower bound by more than
+    `tolerance` (a fraction): the profile the bound came from is stale. None when every one is above."""
+    value = bound.value if isinstance(bound, LowerBound) else float(bound)
+    below = {n: t for n, t in measured.items() if t is not None and t < value * (1.0 - tolerance)}
+    if not below:
+        return None
+    name = min(below, key=below.get)
+    return (f"{name} measured {below[name] * 1e3:.2f} ms, below the lower bound of {value * 1e3:.2f} ms "
+            f"({len(below)} of {sum(t is not None for t in measured.values())} below it): the profile is stale; retake it (--refresh-profile)")

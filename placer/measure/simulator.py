@@ -21,7 +21,9 @@ A training step (`training=TrainingSpec(...)`) is simulated the same way over it
 device in reverse topological order with gradients crossing the forward edges backwards (as many
 bytes as the forward tensor), and the updates; gradients and optimizer state count in memory.
 
-Costs come only from a `placer.measure.costmodel.CostModel`.
+Costs come only from a `placer.measure.costmodel.CostModel`. A cost model with `slowdown` (device
+-> factor, fitted by `placer.measure.calibration`) adds contention: each step grows by
+`placer.measure.contention.contention_extra` of its uncontended schedule.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 from placer.devices import Device, as_devices, device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
+from placer.measure.contention import contention_extra, overlap_seconds
 from placer.measure.costmodel import CostModel
 from placer.measure.measurement import INVALID, OOM, Measurement
 from placer.measure.pipeline import Pipeline, tag
@@ -114,6 +117,7 @@ class SimResult:
     peak_memory: list[int]
     failure: str | None = None
     reason: str | None = None
+    overlap: list[float] | None = None   # per device: seconds busy while another is (asked for, or contended)
 
 
 class Simulator:
@@ -151,6 +155,9 @@ class Simulator:
 
         # op_time[i][d]: seconds of step i on device d.
         self.op_time = program.times
+        # contention: device d runs slowdown[d] times slower while another is busy (1: not modelled)
+        slowdown = getattr(cost_model, "slowdown", None) or {}
+        self.slowdown = [float(slowdown.get(d, 1.0)) for d in self.devices]
 
         # Tensors produced by steps and read by a step or returned: one entry each.
         consumers: dict[str, list[int]] = {}
@@ -216,8 +223,10 @@ class Simulator:
         self._e_tensor = np.asarray([t for t, cs in enumerate(self.t_consumers) for _ in cs], dtype=np.int64)
         self._e_consumer = np.asarray([c for cs in self.t_consumers for c in cs], dtype=np.int64)
 
-    def simulate(self, assign: Sequence[int]) -> SimResult:
-        """Simulate one step of the placement `assign` (device index of each node, in order)."""
+    def simulate(self, assign: Sequence[int], overlap: bool = False) -> SimResult:
+        """Simulate one step of the placement `assign` (device index of each node, in order); with
+        `overlap`, the result also holds each device's seconds of the uncontended schedule shared
+        with another busy device (what the contention factors multiply)."""
         D = self._D
         if self.training is not None or self.pipeline is not None:
             assign = [assign[k] for k in self.step_node]   # each step of the program on its node's device
@@ -281,11 +290,15 @@ class Simulator:
 
         step = max(max(dev_free), max(link_free)) if n else 0.0
         peaks = self._peak_memory(assign, start, finish, copies, step)
+        shared = None
+        if overlap or any(s > 1.0 for s in self.slowdown):
+            shared = overlap_seconds(start, finish, assign[:n], D)
+            step += contention_extra(shared, self.slowdown)
         for d, cap in enumerate(self.mem_caps):
             if cap is not None and peaks[d] > cap:
                 return SimResult(step, peaks, OOM,
                                  f"{self.devices[d]} needs {peaks[d]} bytes at peak, over its cap of {cap}")
-        return SimResult(step, peaks, None)
+        return SimResult(step, peaks, None, overlap=None if shared is None else shared.tolist())
 
     def bubble(self, assign: Sequence[int], step_time: float) -> float:
         """The idle share of the devices `assign` uses during a step of `step_time` seconds: 1 -
@@ -429,6 +442,9 @@ def simulate_batch(sim: Simulator, assign: np.ndarray) -> BatchResult:
         pass
     step = np.maximum(dev_free.max(axis=1), link_free.max(axis=1)) if n else np.zeros(B)
     peaks = _batch_peaks(sim, A_run, start, finish, copy_start, copy_end, step)
+    if any(s > 1.0 for s in sim.slowdown):
+        step = step + np.asarray([contention_extra(overlap_seconds(start[b], finish[b], A_run[b], D), sim.slowdown)
+                                  for b in range(B)])
     caps = np.array([c if c is not None else np.iinfo(np.int64).max for c in sim.mem_caps], dtype=np.int64)
     oom = (peaks > caps[None, :]).any(axis=1)
     failure = [INVALID if invalid[b] else OOM if oom[b] else None for b in range(B)]
