@@ -105,7 +105,7 @@ def _named(node: onnx.NodeProto, name: str) -> onnx.NodeProto:
 
 def _value_types(model: onnx.ModelProto, graph: OpGraph) -> dict[str, onnx.ValueInfoProto]:
     """Type and shape of every tensor, as the file declares or ONNX infers them (symbolic
-    dimensions kept); a tensor inference cannot type falls back to the graph's dtype."""
+    dimensions kept); a tensor inference cannot shape falls back to the graph's bound shape."""
     try:
         inferred = shape_inference.infer_shapes(model).graph
     except Exception as exc:  # inference is a nicety here; a model it trips on still splits
@@ -113,12 +113,14 @@ def _value_types(model: onnx.ModelProto, graph: OpGraph) -> dict[str, onnx.Value
         inferred = model.graph
     types: dict[str, onnx.ValueInfoProto] = {}
     for value in list(inferred.value_info) + list(inferred.input) + list(inferred.output):
-        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
+        tt = value.type.tensor_type
+        if value.type.HasField("tensor_type") and tt.elem_type and tt.HasField("shape"):
             types[value.name] = value
+    # What inference leaves without a shape (a Loop's outputs) gets the graph's bound one.
     for name, info in graph.tensors.items():
         if name not in types:
             elem = helper.np_dtype_to_tensor_dtype(np.dtype(info.dtype))
-            types[name] = helper.make_tensor_value_info(name, elem, None)
+            types[name] = helper.make_tensor_value_info(name, elem, list(info.shape))
     return _Missing(types)
 
 

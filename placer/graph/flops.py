@@ -2,7 +2,7 @@
 
 A multiply-add counts as 2 FLOPs. Heavy ops get their textbook counts; element-wise ops and
 reductions count one FLOP per element; pure data movement (Reshape, Transpose, Gather, ...)
-counts 0. Control-flow ops are opaque and count 0: their trip counts are not static."""
+counts 0. Control-flow ops count their subgraphs (`placer.graph.control_flow.node_cost`)."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ from google.protobuf.message import DecodeError
 from placer.errors import PlacerError
 from placer.graph import shapes
 from placer.graph.constants import constants_to_initializers
+from placer.graph.control_flow import CONTROL_FLOW, data_dependence, node_cost, small_constants
 from placer.graph.flops import node_flops
 from placer.graph.identity import graph_sha256
 from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
@@ -217,8 +218,11 @@ def _build(model: onnx.ModelProto, infos: dict[str, TensorInfo], inputs: list[Te
     opsets = _opsets(model)
     protos = list(model.graph.node)
     kinds = device_kinds(protos, opsets, is_supported)
+    constants = small_constants(model.graph)
+    # Subgraph tensors get their shapes from inference over the bound model (control flow only).
+    typed = list(shapes.infer_shapes(model).graph.node) if any(p.op_type in CONTROL_FLOW for p in protos) else protos
     nodes: dict[str, OpNode] = {}
-    for proto, kind in zip(protos, kinds):
+    for proto, typed_proto, kind in zip(protos, typed, kinds):
         reads = node_reads(proto)
         listed = set(proto.input)
         nodes[proto.name] = OpNode(
@@ -227,7 +231,8 @@ def _build(model: onnx.ModelProto, infos: dict[str, TensorInfo], inputs: list[Te
             inputs=node_inputs(proto), outputs=tuple(proto.output), proto=proto,
             output_info=tuple(infos[o] for o in proto.output if o),
             param_bytes=sum(infos[t].nbytes for t in dict.fromkeys(reads) if t in weights),
-            flops=node_flops(proto, infos), device_kinds=kind,
+            flops=node_cost(typed_proto, infos, node_flops, constants), device_kinds=kind,
+            data_dependence=data_dependence(proto, constants),
             implicit_inputs=tuple(t for t in reads if t not in listed),
         )
     initializers = {t.name: infos[t.name] for t in model.graph.initializer}

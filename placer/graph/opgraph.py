@@ -57,6 +57,9 @@ class OpNode:
     # file does not list as its inputs: real inputs (their producers run first, their values
     # must reach the node's device), the last entries of `inputs`.
     implicit_inputs: tuple[str, ...] = ()
+    # What of a control-flow node's cost the data decides ('the branch taken', 'its trip count'):
+    # its FLOPs are an estimate, and a profile times what the profiling inputs did.
+    data_dependence: str = ""
 
     @property
     def output_shapes(self) -> tuple[tuple[int, ...], ...]:

@@ -62,6 +62,14 @@ def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     return result
 
 
+def nested_nodes(node: onnx.NodeProto) -> Iterable[onnx.NodeProto]:
+    """Every node of `node`'s subgraphs, at any depth (what a control-flow node runs)."""
+    for graph in subgraphs(node):
+        for inner in graph.node:
+            yield inner
+            yield from nested_nodes(inner)
+
+
 def outer_scope_reads(node: onnx.NodeProto) -> list[str]:
     """Tensors a node's subgraphs read from the enclosing graph, in first-use order.
 

@@ -30,6 +30,7 @@ class GraphSummary:
     critical_path: list[str] = field(default_factory=list)
     critical_path_flops: float = 0.0
     constant_weights: dict[str, str] = field(default_factory=dict)  # Constant node -> weight (`OpGraph.constants`)
+    data_dependent: dict[str, str] = field(default_factory=dict)    # control-flow node -> what the data decides
 
 
 def critical_path(graph: OpGraph) -> tuple[list[str], float]:
@@ -67,6 +68,7 @@ def summarize(graph: OpGraph) -> GraphSummary:
         activation_bytes=sum(n.output_bytes for n in graph.nodes.values()),
         inputs=list(graph.inputs), outputs=list(graph.outputs), opsets=dict(graph.opsets),
         critical_path=path, critical_path_flops=path_flops, constant_weights=dict(graph.constants),
+        data_dependent={n: op.data_dependence for n, op in graph.nodes.items() if op.data_dependence},
     )
 
 
@@ -92,6 +94,7 @@ def to_json(graph: OpGraph) -> dict[str, Any]:
         "outputs": [_tensor(t) for t in s.outputs],
         "critical_path": {"flops": s.critical_path_flops, "nodes": s.critical_path},
         "constant_weights": s.constant_weights,
+        "data_dependent": s.data_dependent,
         "nodes": [
             {"name": n.name, "op_type": n.op_type, "domain": n.domain, "opset": n.opset,
              "inputs": [t for t in n.inputs if t],
@@ -148,4 +151,9 @@ def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> s
         half = path_nodes // 2
         shown = shown[:half] + [f"... {len(shown) - 2 * half} more ..."] + shown[-half:]
     lines += [f"  {name}" for name in shown]
+    if s.data_dependent:
+        lines.append(f"control flow whose cost depends on the data ({len(s.data_dependent)} nodes): FLOPs estimate "
+                     "the larger branch and one iteration where no trip count is fixed; a profile times what "
+                     "the profiling inputs did")
+        lines += [f"  {name}: {reason}" for name, reason in s.data_dependent.items()]
     return "\n".join(lines)

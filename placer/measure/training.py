@@ -22,6 +22,7 @@ import torch
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.graph.structure import nested_nodes
 
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 LOSSES = ("mse", "cross_entropy")
@@ -87,9 +88,11 @@ def check_differentiable(graph: OpGraph, nodes: Sequence[str]) -> None:
     """Refuse, in one error, the ops without a backward among `nodes` (those on a gradient path)."""
     bad: dict[str, list[str]] = {}
     for name in nodes:
-        op = graph.nodes[name].op_type
-        if op in NO_BACKWARD:
-            bad.setdefault(op, []).append(name)
+        node = graph.nodes[name]
+        # a control-flow node differentiates through what its subgraphs run: refused for any op there
+        for op in dict.fromkeys([node.op_type, *(n.op_type for n in nested_nodes(node.proto))]):
+            if op in NO_BACKWARD:
+                bad.setdefault(op, []).append(name)
     if bad:
         listed = "; ".join(f"{op} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
                            for op, names in sorted(bad.items()))

@@ -18,7 +18,7 @@ import onnx
 import torch
 
 from placer.errors import PlacerError
-from placer.graph.structure import STANDARD_DOMAINS, canonical_domain, node_inputs, subgraphs
+from placer.graph.structure import STANDARD_DOMAINS, canonical_domain, nested_nodes, node_inputs
 
 log = logging.getLogger(__name__)
 
@@ -227,8 +227,7 @@ def _with_nested(nodes: Iterable[onnx.NodeProto]) -> Iterable[onnx.NodeProto]:
     """`nodes` and every node of their subgraphs, at any depth: what control flow runs."""
     for n in nodes:
         yield n
-        for graph in subgraphs(n):
-            yield from _with_nested(graph.node)
+        yield from nested_nodes(n)
 
 
 def check_supported(model: onnx.ModelProto) -> None:

@@ -1,0 +1,102 @@
+"""Models with control flow, as users bring them: torch.jit.script exports with a data-dependent
+If and a decoding Loop (a trip count and a condition that ends it early), and a Scan written
+with onnx.helper (torch exports none) whose body holds a nested If."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+
+class Gate(nn.Module):
+    """One of two heads, chosen by the data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(6, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if bool(h.sum() > 6.0):   # small inputs take the else branch, large ones the then branch
+            y = self.b(h) * 2.0
+        else:
+            y = torch.tanh(self.c(h)) - h
+        return y
+
+
+class Decode(nn.Module):
+    """At most `steps` steps of a recurrent cell, stopping once its state settles."""
+
+    def __init__(self, steps: int = 6) -> None:
+        super().__init__()
+        self.cell, self.out, self.steps = nn.Linear(8, 8), nn.Linear(8, 4), steps
+
+    def forward(self, h):
+        acc = torch.zeros_like(h)
+        for _ in range(self.steps):
+            h = torch.tanh(self.cell(h))
+            acc = acc + h
+            if bool(h.abs().mean() < 0.3):
+                break
+        return self.out(acc)
+
+
+MODULES = {"gate": (Gate, (3, 6)), "decode": (Decode, (3, 8))}
+
+
+def export_scripted(name: str, path: Path) -> tuple[nn.Module, onnx.ModelProto]:
+    """The module `name` of MODULES (seeded weights), scripted and exported to `path` (input x, output y)."""
+    make, shape = MODULES[name]
+    torch.manual_seed(0)
+    module = make().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(module), (torch.randn(shape),), str(path), dynamo=False,
+                          opset_version=17, input_names=["x"], output_names=["y"])
+    return module, onnx.load(str(path))
+
+
+def scan_model() -> onnx.ModelProto:
+    """s_t = If(sum(a_t) > 0, tanh(a_t), alpha * a_t) with a_t = s_{t-1} W + x_t, over x's first
+    axis; outputs the last state and every state. W and alpha are read from the outer scopes."""
+    f = TensorProto.FLOAT
+    rng = np.random.default_rng(0)
+    then_g = helper.make_graph([helper.make_node("Tanh", ["a"], ["t"])], "then", [],
+                               [helper.make_tensor_value_info("t", f, [2, 4])])
+    else_g = helper.make_graph([helper.make_node("Mul", ["a", "alpha"], ["e"])], "else", [],
+                               [helper.make_tensor_value_info("e", f, [2, 4])])
+    body = helper.make_graph([
+        helper.make_node("MatMul", ["s_in", "W"], ["m"]),
+        helper.make_node("Add", ["m", "x_t"], ["a"]),
+        helper.make_node("ReduceSum", ["a"], ["total"], keepdims=0),
+        helper.make_node("Greater", ["total", "zero"], ["positive"]),
+        helper.make_node("If", ["positive"], ["s_out"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("Identity", ["s_out"], ["y_t"]),
+    ], "body", [helper.make_tensor_value_info("s_in", f, [2, 4]), helper.make_tensor_value_info("x_t", f, [2, 4])],
+        [helper.make_tensor_value_info("s_out", f, [2, 4]), helper.make_tensor_value_info("y_t", f, [2, 4])])
+    nodes = [helper.make_node("Relu", ["x"], ["xr"], name="relu"),
+             helper.make_node("Scan", ["s0", "xr"], ["s_last", "ys"], name="scan", num_scan_inputs=1, body=body),
+             helper.make_node("MatMul", ["ys", "W"], ["y"], name="head")]
+    graph = helper.make_graph(
+        nodes, "scan", [helper.make_tensor_value_info("s0", f, [2, 4]), helper.make_tensor_value_info("x", f, [5, 2, 4])],
+        [helper.make_tensor_value_info("s_last", f, [2, 4]), helper.make_tensor_value_info("y", f, [5, 2, 4])],
+        initializer=[numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "W"),
+                     numpy_helper.from_array(np.array(0.5, np.float32), "alpha"),
+                     numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def feeds(model: onnx.ModelProto, seed: int, scale: float = 1.0) -> dict[str, np.ndarray]:
+    """Random float inputs of the model's declared shapes."""
+    rng = np.random.default_rng(seed)
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    return {name: (scale * rng.standard_normal(shape)).astype(np.float32) for name, shape in shapes.items()}
