@@ -124,6 +124,23 @@ def add_objective_args(parser: argparse.ArgumentParser) -> None:
                         help="update of a training step: sgd (lr 0.01, momentum 0.9; default) or adam (lr 0.001)")
 
 
+def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
+    """--micro-batches and --schedule: a pipelined step (`placer.measure.pipeline`)."""
+    parser.add_argument("--micro-batches", type=int, default=1, metavar="M",
+                        help="push M micro-batches through the placement per step, several in flight (the model "
+                             "is the per-micro-batch graph; default 1: one input, no pipelining)")
+    parser.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b",
+                        help="order of a pipelined training step: 1f1b (PipeDream-flush; default) or gpipe "
+                             "(every forward, then every backward); one optimizer update per step either way")
+
+
+def pipeline_from_args(args: argparse.Namespace):
+    """The `Pipeline` of --micro-batches and --schedule (M = 1: no pipelining)."""
+    from placer.measure.pipeline import Pipeline
+
+    return Pipeline(getattr(args, "micro_batches", 1), getattr(args, "schedule", "1f1b"))
+
+
 def training_spec_from_args(args: argparse.Namespace, graph):
     """The `TrainingSpec` of --objective training (targets read and checked), else None."""
     if getattr(args, "objective", "inference") != "training":

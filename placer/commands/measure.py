@@ -6,7 +6,7 @@ import argparse
 import json
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
-                                    add_placement_args, check_engine_args, check_writable)
+                                    add_pipeline_args, add_placement_args, check_engine_args, check_writable)
 
 
 def register(subparsers) -> None:
@@ -22,6 +22,7 @@ def register(subparsers) -> None:
     add_devices_arg(parser)
     add_objective_args(parser)
     add_engine_arg(parser)
+    add_pipeline_args(parser)
     parser.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed runs first (default 2)")
     parser.add_argument("--repeats", type=int, default=5, metavar="N", help="timed runs (default 5)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
@@ -31,14 +32,16 @@ def register(subparsers) -> None:
     parser.add_argument("--profile", metavar="OUT.json",
                         help="also time every node on every device and the transfers between them, "
                              "and write that profile (the data of the profiled cost model) here; with "
-                             "--objective training also each node's backward and each parameter's update")
+                             "--objective training also each node's backward and each parameter's update. "
+                             "It is of one micro-batch: the simulator prices any --micro-batches from it")
     parser.add_argument("--json", action="store_true", help="print the measurement as JSON")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Measure the placement named by the arguments; 0 when it ran, 1 when it failed."""
-    from placer.commands.common import load_graph_from_args, placement_from_args, training_spec_from_args
+    from placer.commands.common import (load_graph_from_args, pipeline_from_args, placement_from_args,
+                                        training_spec_from_args)
     from placer.measure.measurer import MeasureProtocol
     from placer.measure.prepare import prepare
     from placer.runtime.measurer import measurer_for
@@ -50,14 +53,17 @@ def run(args: argparse.Namespace) -> int:
     placement = placement_from_args(args, graph)
     devices = devices_for(args, placement)
     training = training_spec_from_args(args, graph)
+    pipeline = pipeline_from_args(args)
     protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout,
                                objective=args.objective)
     # the onnxruntime engine folds what placer's kernels can fold, and runs graphs they cannot bind
     prepared = prepare(graph) if args.engine == "torch" else None
     feeds = read_inputs(args.inputs)
     measurer = measurer_for(args.engine, graph, devices, protocol=protocol, feeds=feeds, seed=args.seed,
-                            prepared=prepared, training=training)
+                            prepared=prepared, training=training, pipeline=pipeline)
     m = measurer.measure(placement)
+    # a pipelined step pushes M micro-batches: what it is worth is micro-batches per second
+    throughput = pipeline.micro_batches / m.step_time if m.ok and m.step_time else None
     if args.profile:
         profile_protocol = MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout,
                                            objective=args.objective)
@@ -73,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         profile.save(args.profile)
     if args.json:
         print(json.dumps({"graph": {"source": graph.source, "sha256": graph.sha256},
-                          "placement": placement.device_counts(), **m.to_dict()}, indent=1))
+                          "placement": placement.device_counts(), **m.to_dict(),
+                          "micro_batches": pipeline.micro_batches, "throughput_per_s": throughput}, indent=1))
     else:
         counts = ", ".join(f"{d} ({n})" for d, n in placement.device_counts().items())
         print(f"graph        {graph.source}  (sha256 {graph.sha256[:12]})")
@@ -85,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
         if m.ok:
             print(f"step time    {m.step_time * 1e3:.3f} ms  (IQR {m.spread * 1e3:.3f} ms; median of "
                   f"{protocol.repeats} runs after {protocol.warmup} warm-up)")
+            if pipeline.pipelined:
+                order = f", {pipeline.schedule}" if training is not None else ""
+                print(f"throughput   {throughput:.2f} micro-batches/s  ({pipeline.micro_batches} per step{order})")
         else:
             print(f"failed       {m.failure}: {m.reason}")
         if m.peak_memory:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
-                                    add_placement_args, check_engine_args, check_writable)
+                                    add_pipeline_args, add_placement_args, check_engine_args, check_writable)
 
 
 def register(subparsers) -> None:
@@ -18,12 +18,16 @@ def register(subparsers) -> None:
                     "missing ones random from --seed (zeros for integer inputs); outputs go to --outputs. "
                     "With --objective training the step is a training step and --outputs gets `loss`, "
                     "`grad:<initializer>` and `updated:<initializer>` (after one optimizer update). "
-                    "--engine onnxruntime runs it in ONNX Runtime, one session per device partition.")
+                    "--engine onnxruntime runs it in ONNX Runtime, one session per device partition. "
+                    "With --micro-batches M the step is pipelined: micro-batch k's inputs are random from "
+                    "--seed + k (an --inputs array `name` feeds every micro-batch, `name#k` micro-batch k), "
+                    "its outputs are `<output>#k`, and a training step's gradients are summed over the M.")
     add_graph_args(parser)
     add_placement_args(parser)
     add_devices_arg(parser)
     add_objective_args(parser)
     add_engine_arg(parser)
+    add_pipeline_args(parser)
     parser.add_argument("--inputs", metavar="IN.npz", help="graph inputs (an .npz of name -> array)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the graph outputs here (.npz)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
@@ -37,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from placer.commands.common import load_graph_from_args, placement_from_args, training_spec_from_args
+    from placer.commands.common import (load_graph_from_args, pipeline_from_args, placement_from_args,
+                                        training_spec_from_args)
     from placer.commands.measure import devices_for, read_inputs
+    from placer.errors import PlacerError
     from placer.measure.executor import ExecutionFailure, PlacedExecutor
     from placer.measure.measurer import random_feeds
 
@@ -49,7 +55,16 @@ def run(args: argparse.Namespace) -> int:
     placement = placement_from_args(args, graph)
     training = training_spec_from_args(args, graph)
     devices = devices_for(args, placement)
-    feeds = {**random_feeds(graph, args.seed), **(read_inputs(args.inputs) or {})}
+    pipeline = pipeline_from_args(args)
+    given = read_inputs(args.inputs) or {}
+    feeds = {**random_feeds(graph, args.seed), **given}
+    if pipeline.pipelined:
+        if args.engine == "onnxruntime":
+            raise PlacerError("--micro-batches runs on the torch engine; drop --engine onnxruntime")
+        # micro-batch k: random inputs from seed + k, then --inputs' `name` (every micro-batch) and `name#k`
+        feeds = [{**random_feeds(graph, args.seed + k), **{n: v for n, v in given.items() if "#" not in n},
+                  **{n.rsplit("#", 1)[0]: v for n, v in given.items() if n.endswith(f"#{k}")}}
+                 for k in range(pipeline.micro_batches)]
     try:
         if args.engine == "onnxruntime":
             # the engine placer.runtime.load runs split models with: the partitions' sessions at once
@@ -58,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             with OrtPlacement(graph, placement, devices) as placed:
                 outputs = placed.run_arrays(feeds, timeout_s=args.timeout)
         else:
-            with PlacedExecutor(graph, placement, devices, training=training) as executor:
+            with PlacedExecutor(graph, placement, devices, training=training, pipeline=pipeline) as executor:
                 outputs = {k: v.detach().cpu().numpy() for k, v in executor.run(feeds, timeout_s=args.timeout).items()}
     except ExecutionFailure as exc:
         print(f"failed ({exc.failure}): {exc}", file=sys.stderr)

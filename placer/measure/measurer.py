@@ -22,6 +22,7 @@ from placer.graph.opgraph import OpGraph
 from placer.measure.backward import training_prepared
 from placer.measure.executor import ExecutionFailure, PlacedExecutor
 from placer.measure.measurement import INVALID, KERNEL_ERROR, Measurement
+from placer.measure.pipeline import Pipeline
 from placer.measure.prepare import PreparedGraph, check_feeds, prepare, to_tensor
 from placer.measure.training import TrainingSpec
 from placer.placement import Placement
@@ -76,13 +77,16 @@ def step_statistics(times: list[float]) -> tuple[float, float]:
 class RealMeasurer:
     """Measures placements of `graph` on `devices` for real (a `Measurer`). With the protocol's
     objective "training", a step is a training step with `training`'s loss and optimizer
-    (default: `TrainingSpec()`)."""
+    (default: `TrainingSpec()`). With `pipeline`, a step is a pipelined step of its micro-batches
+    (`placer.measure.pipeline`), each fed the same inputs."""
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(),
                  feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
-                 prepared: PreparedGraph | None = None, training: TrainingSpec | None = None) -> None:
+                 prepared: PreparedGraph | None = None, training: TrainingSpec | None = None,
+                 pipeline: Pipeline | None = None) -> None:
         self.graph = graph
+        self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
         self.device_objs = as_devices(devices)
         self.devices = [d.name for d in self.device_objs]
         self.protocol = protocol
@@ -108,6 +112,8 @@ class RealMeasurer:
         record = {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs]}
         if self.training is not None:
             record.update(self.training.to_dict())
+        if self.pipeline is not None:
+            record.update(self.pipeline.to_dict())
         return record
 
     def run_record(self) -> dict:
@@ -118,7 +124,7 @@ class RealMeasurer:
         """Build `placement`'s executor once, ready to be stepped (a `PlacementRun`); raises
         PlacerError (an invalid placement) or ExecutionFailure (e.g. over a memory cap)."""
         executor = PlacedExecutor(self.graph, placement, self.device_objs, prepared=self.prepared,
-                                  training=self.training)
+                                  training=self.training, pipeline=self.pipeline)
         return ExecutorRun(executor, self.feeds, self.protocol.timeout_s)
 
     def measure(self, placement: Placement) -> Measurement:

@@ -69,12 +69,15 @@ ENGINES = ("torch", ENGINE)
 
 def measurer_for(engine: str, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(), feeds: dict[str, np.ndarray] | None = None,
-                 seed: int = 0, prepared: PreparedGraph | None = None, training=None):
+                 seed: int = 0, prepared: PreparedGraph | None = None, training=None, pipeline=None):
     """The measurer of `engine` ("torch": `RealMeasurer`, "onnxruntime": `OrtMeasurer`); the
-    onnxruntime engine refuses the training objective in one line."""
+    onnxruntime engine refuses the training objective and a pipelined step in one line."""
     if engine not in ENGINES:
         raise PlacerError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == ENGINE:
         check_objective(protocol.objective)
+        if pipeline is not None and pipeline.pipelined:
+            raise PlacerError("--micro-batches runs on the torch engine; drop --engine onnxruntime")
         return OrtMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared)
-    return RealMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared, training=training)
+    return RealMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared, training=training,
+                        pipeline=pipeline)
