@@ -6,6 +6,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+# The zoo's smallest options that keep each graph's structure: every layer kind, more than one step.
+ZOO_SMALL: dict[str, dict[str, int]] = {
+    "inception_v3": {"batch": 1},
+    "resnet50": {"batch": 1},
+    "rnnlm": {"batch": 2, "seq_len": 3, "vocab": 50},
+    "nmt": {"batch": 2, "seq_len": 3, "vocab": 50},
+    "transformer": {"batch": 2, "seq_len": 5, "layers": 2, "vocab": 50},
+}
+
 
 def branches(n: int, depth: int, width: int = 64, batch: int = 16) -> onnx.ModelProto:
     """x -> n independent chains of `depth` MatMul+Relu -> Concat: the heavy work splits cleanly."""

@@ -15,26 +15,20 @@ import torch
 import graphs
 from placer.graph.opgraph import OpGraph
 from placer.placement import Placement
+from testgraphs import ZOO_SMALL
 
 CPUS = ["cpu:0[threads=1]", "cpu:1[threads=1]", "cpu:2[threads=1]"]
-SMALL = {   # the zoo's smallest options that keep each graph's structure
-    "inception_v3": {"batch": 1},
-    "resnet50": {"batch": 1},
-    "rnnlm": {"batch": 2, "seq_len": 3, "vocab": 50},
-    "nmt": {"batch": 2, "seq_len": 3, "vocab": 50},
-    "transformer": {"batch": 2, "seq_len": 5, "layers": 2, "vocab": 50},
-}
 
 
 @pytest.fixture(scope="session")
 def zoo_file(tmp_path_factory):
-    """name -> the zoo model's ONNX file at its SMALL options, exported once per session."""
+    """name -> the zoo model's ONNX file at its small options (`ZOO_SMALL`), exported once per session."""
     folder = tmp_path_factory.mktemp("runtime-zoo")
     done: dict[str, Path] = {}
 
     def get(name: str) -> Path:
         if name not in done:
-            done[name] = graphs.export(name, folder / f"{name}.onnx", **SMALL[name])
+            done[name] = graphs.export(name, folder / f"{name}.onnx", **ZOO_SMALL[name])
         return done[name]
 
     return get

@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 import graphs
+from testgraphs import ZOO_SMALL
 
-# The smallest options that keep each graph's structure: every layer kind, more than one step.
-SMALL: dict[str, dict[str, int]] = {
-    "inception_v3": {"batch": 1},
-    "resnet50": {"batch": 1},
-    "rnnlm": {"batch": 2, "seq_len": 3, "vocab": 50},
-    "nmt": {"batch": 2, "seq_len": 3, "vocab": 50},
-    "transformer": {"batch": 2, "seq_len": 5, "layers": 2, "vocab": 50},
-}
+SMALL = ZOO_SMALL
 
 
 @pytest.fixture(scope="session")
