@@ -4,32 +4,34 @@
 Training's own figures were taken at different times under different load, or by the simulator,
 and the fastest of many noisy measurements is biased low; so with a `confirm` measurer the
 fastest placements of each phase, the policy's greedy placement and every single device are
-measured again one after the other, and those figures decide the result and the speedup.
+measured again side by side, in interleaved rounds (`placer.measure.rounds`), and those figures
+decide the result and the speedup.
 """
 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from placer.measure.measurement import Measurer
+from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
 from placer.policy.phases import REAL, SIMULATED
 from placer.policy.run_state import CONVERGED_ENTROPY, TrainState
 from placer.policy.session import TrainingSession, describe_protocol
 
 
-def confirm_side_by_side(confirm: Measurer, session: TrainingSession) -> dict[str, Any]:
+def confirm_side_by_side(confirm: Measurer, session: TrainingSession,
+                         rounds: RoundsProtocol = RoundsProtocol(max_seconds=90.0)) -> dict[str, Any]:
     """Measure the fastest placements of training (of each phase), the greedy one and each single
-    device again, one after the other."""
+    device again, side by side: in interleaved rounds when `confirm` runs placements for real (each
+    figure then has its interval, and its paired ratio to the first single device), else one after
+    the other."""
     state = session.state
-
-    def measure(group_devices: list[int]) -> dict[str, Any]:
-        return confirm.measure(session.expand(group_devices)).to_dict()
-
     singles = {d: [i] * session.n_groups for i, d in enumerate(session.devices)}
     greedy = [{**state.greedy, "source": "policy greedy"}] if state.greedy and state.greedy["step_time"] else []
     phases = [(state.phase, greedy + state.top)] + ([(SIMULATED, state.simulated["top"])] if state.simulated else [])
@@ -39,10 +41,13 @@ def confirm_side_by_side(confirm: Measurer, session: TrainingSession) -> dict[st
             if t["group_devices"] in seen:
                 continue
             seen.append(t["group_devices"])
-            candidates.append({**t, "training_step_time": t["step_time"], "training_reward": phase,
-                               "measurement": measure(t["group_devices"])})
-    single_measurements = {d: measure(a) for d, a in singles.items()}
-    for c in candidates:
+            candidates.append({**t, "training_step_time": t["step_time"], "training_reward": phase})
+    to_measure = {f"single:{d}": a for d, a in singles.items()}
+    to_measure.update({f"candidate:{i}": c["group_devices"] for i, c in enumerate(candidates)})
+    measured = _measure_side_by_side(confirm, session, to_measure, rounds)
+    single_measurements = {d: measured[f"single:{d}"] for d in singles}
+    for i, c in enumerate(candidates):
+        c["measurement"] = measured[f"candidate:{i}"]
         c["step_time"] = c["measurement"]["step_time"] if c["measurement"]["ok"] else None
     confirmed_greedy = None
     if state.greedy:
@@ -50,6 +55,18 @@ def confirm_side_by_side(confirm: Measurer, session: TrainingSession) -> dict[st
         same += [single_measurements[d] for d, a in singles.items() if a == state.greedy["group_devices"]]
         confirmed_greedy = same[0] if same else None
     return {"candidates": candidates, "single_devices": single_measurements, "greedy": confirmed_greedy}
+
+
+def _measure_side_by_side(confirm: Measurer, session: TrainingSession, group_devices: dict[str, list[int]],
+                          rounds: RoundsProtocol) -> dict[str, dict[str, Any]]:
+    """name -> measurement (as a dict) of each group placement, in interleaved rounds when `confirm`
+    can open placements."""
+    if not hasattr(confirm, "open"):
+        return {name: confirm.measure(session.expand(a)).to_dict() for name, a in group_devices.items()}
+    record = confirm.run_record()
+    result = measure_in_rounds([Candidate(name, partial(confirm.open, session.expand(a)), record)
+                                for name, a in group_devices.items()], rounds, reference=next(iter(group_devices)))
+    return {name: m.to_dict() for name, m in result.measurements.items()}
 
 
 def _time_of(m: dict[str, Any]) -> float | None:
