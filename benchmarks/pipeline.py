@@ -1,0 +1,147 @@
+"""Pipelined micro-batches: throughput of the partitioners users split chains with, and of a
+learned placement, against the best single device, measured side by side (interleaved rounds).
+
+For each model and each M (micro-batches per step) on two 1-thread virtual CPU devices: each
+single device, the whole machine as one device (every core), `pipeline_dp`, `pipeline_balanced`,
+`pipeline_params` and the policy's greedy placement (trained in the profiled simulator on the
+pipelined step, warm-started from `pipeline_dp`), all measured in the same interleaved rounds.
+Each row gives the step, the throughput (micro-batches/s), the ratio to the best single 1-thread
+device and to the whole machine, the simulated step and its bubble (idle share of the devices the
+placement uses) beside the textbook (p-1)/(m+p-1).
+
+    python benchmarks/pipeline.py [--quick] [--models resnet50 transformer inception_v3]
+                                  [--micro-batches 1 4 8] [--rounds R] [--samples N] [--no-learn]
+                                  [--objective inference|training] [--schedule 1f1b|gpipe] [--out F.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from _bench import interleaved, machine_note, median, save_json, zoo_graph
+from placer.devices import parse_devices
+from placer.measure.lower_bound import lower_bound
+from placer.measure.measurer import MeasureProtocol, RealMeasurer
+from placer.measure.pipeline import Pipeline
+from placer.measure.profiled import ProfiledCostModel
+from placer.measure.simulator import SimulatedMeasurer
+from placer.measure.training import TrainingSpec
+from placer.measure.training_costs import TrainingStepCosts
+from placer.placement import Placement
+from placer.placers import PLACERS
+
+DEVICES = "cpu:0[threads=1],cpu:1[threads=1]"
+PARTITIONERS = ("pipeline_dp", "pipeline_balanced", "pipeline_params")
+# --small: options that make each model quick to export and run (a smoke test of the script only)
+SMALL = {"transformer": dict(seq_len=8, layers=2, vocab=100), "rnnlm": dict(batch=2, seq_len=5, vocab=50),
+         "nmt": dict(batch=2, seq_len=5, vocab=50)}
+
+
+def learned(graph, names, cost, pipeline, training, samples: int) -> Placement:
+    """The policy's greedy placement after `samples` simulated pipelined steps, warm-started from
+    pipeline_dp's placement (what it has to beat)."""
+    from placer.graph.grouping import group_graph
+    from placer.policy.hparams import Hyperparameters
+    from placer.policy.trainer import train
+    from placer.policy.warm_start import plan_warm_start
+
+    costs = TrainingStepCosts(graph, names, cost, training) if training is not None else cost
+    warm = plan_warm_start(graph, names, costs, {}, group_graph(graph, None, len(names)), "pipeline_dp")
+    measurer = SimulatedMeasurer(graph, names, cost, training=training, pipeline=pipeline)
+    with tempfile.TemporaryDirectory() as run_dir:
+        train(graph, measurer, warm.grouping, run_dir, Hyperparameters(), samples=samples, seed=0, warm_start=warm)
+        return Placement.load(Path(run_dir) / "greedy_placement.json")
+
+
+def placements(graph, names, cost, pipeline, training, samples: int | None) -> dict[str, Placement]:
+    """Every row's placement: each single device, the partitioners, the learned one."""
+    nodes = list(graph.nodes)
+    rows = {f"single {d}": Placement.single_device(nodes, d, devices=names) for d in names}
+    costs = TrainingStepCosts(graph, names, cost, training) if training is not None else cost
+    for name in PARTITIONERS:
+        rows[name] = PLACERS[name].place(graph, names, costs, None)
+    if samples:
+        rows["learned"] = learned(graph, names, cost, pipeline, training, samples)
+    return rows
+
+
+def run_model(model: str, micro_batches: list[int], rounds: int, samples: int | None, objective: str,
+              schedule: str, small: bool) -> list[dict]:
+    graph = zoo_graph(model, **(SMALL.get(model, {}) if small else {}))
+    devices = parse_devices(DEVICES)
+    names = [d.name for d in devices]
+    training = TrainingSpec() if objective == "training" else None
+    cost = ProfiledCostModel.for_graph(graph, devices, training=training)
+    protocol = MeasureProtocol(objective=objective)
+    rows = []
+    for m in micro_batches:
+        pipeline = Pipeline(m, schedule)
+        chosen = placements(graph, names, cost, pipeline, training, samples)
+        sim = SimulatedMeasurer(graph, names, cost, training=training, pipeline=pipeline)
+        measurer = RealMeasurer(graph, devices, protocol, training=training, pipeline=pipeline)
+        whole = RealMeasurer(graph, parse_devices("cpu"), protocol, training=training, pipeline=pipeline)
+        runs = {name: measurer.open(p) for name, p in chosen.items()}
+        runs["whole machine"] = whole.open(Placement.single_device(list(graph.nodes), "cpu"))
+        try:
+            times = interleaved({name: run.step for name, run in runs.items()}, rounds)
+        finally:
+            for run in runs.values():
+                run.close()
+        step = {name: median(t) for name, t in times.items()}
+        best_single = min(step[f"single {d}"] for d in names)
+        bound = lower_bound(graph, names, cost, training, pipeline).value
+        for name, seconds in step.items():
+            row = {"model": model, "micro_batches": m, "placement": name, "objective": objective,
+                   "step_s": seconds, "throughput_per_s": m / seconds, "vs_best_single": best_single / seconds,
+                   "vs_whole_machine": step["whole machine"] / seconds, "bound_s": bound}
+            if name in chosen:
+                assign = [names.index(chosen[name].nodes[n]) for n in graph.nodes]
+                simulated = sim.simulator.simulate(assign)
+                p = len(set(assign))
+                row.update(simulated_s=simulated.step_time, bubble=sim.simulator.bubble(assign, simulated.step_time),
+                           textbook_bubble=(p - 1) / (m + p - 1))
+            rows.append(row)
+            print_row(row)
+    return rows
+
+
+def print_row(r: dict) -> None:
+    sim = (f"{r['simulated_s'] * 1e3:9.2f} {r['bubble']:6.3f} {r['textbook_bubble']:6.3f}" if "simulated_s" in r
+           else f"{'-':>9} {'-':>6} {'-':>6}")
+    print(f"{r['model']:<13} {r['micro_batches']:>3} {r['placement']:<18} {r['step_s'] * 1e3:9.2f} "
+          f"{r['throughput_per_s']:8.2f} {r['vs_best_single']:7.3f} {r['vs_whole_machine']:7.3f}  {sim}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and learning samples (the README table)")
+    parser.add_argument("--models", nargs="+", default=["resnet50", "transformer", "inception_v3"])
+    parser.add_argument("--micro-batches", nargs="+", type=int, default=[1, 4, 8])
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 10; --quick 5)")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="simulated samples the learner trains for (default 2000; --quick 500)")
+    parser.add_argument("--no-learn", action="store_true", help="leave the learned placement out")
+    parser.add_argument("--objective", choices=("inference", "training"), default="inference")
+    parser.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    parser.add_argument("--small", action="store_true", help="small model options: checks the script runs")
+    parser.add_argument("--out", default=None, help="also write the rows as JSON here")
+    args = parser.parse_args()
+    rounds = args.rounds or (5 if args.quick else 10)
+    samples = None if args.no_learn else (args.samples or (500 if args.quick else 2000))
+    print(f"# {machine_note()}; devices {DEVICES}; {args.objective}"
+          + (f", {args.schedule}" if args.objective == "training" else "") + f"; {rounds} interleaved rounds")
+    print(f"{'model':<13} {'M':>3} {'placement':<18} {'step ms':>9} {'mb/s':>8} {'x1dev':>7} {'xwhole':>7}  "
+          f"{'sim ms':>9} {'bubble':>6} {'(p-1)/(m+p-1)':>6}")
+    rows = []
+    for model in args.models:
+        rows += run_model(model, args.micro_batches, rounds, samples, args.objective, args.schedule, args.small)
+    if args.out:
+        save_json(args.out, {"machine": machine_note(), "devices": DEVICES, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
