@@ -13,7 +13,8 @@ only for the tensors it reads from other devices. Design:
   on each device that reads them once, when the executor is built; small integer tensors that
   kernels read on the host (shapes, axes) stay on the CPU so no kernel ever syncs a GPU for them.
 - *Virtual CPU devices* `cpu:K` share the process's memory: a tensor crossing between two of them
-  is handed over, not copied. Each worker sets its own intra-op thread count
+  is handed over, not copied. Each worker is pinned to its own cores (`placer.measure.affinity`)
+  and sets its own intra-op thread count
   (`torch.set_num_threads` inside the worker thread: OpenMP's thread count is per thread), so
   two single-thread workers really run on two cores at once.
 - *CUDA*: each device has its own stream; a crossing tensor carries an event recorded on the
@@ -51,6 +52,7 @@ import torch
 from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.measure.affinity import core_sets, pin_this_thread
 from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
 from placer.measure.backward import TrainingPlan, plan_training, training_prepared
 from placer.measure.memory import MemoryEstimate, predict_peak_memory
@@ -156,6 +158,7 @@ class _Worker:
         self.device = device
         self.name = device.name
         self.threads = threads
+        self.cores = executor._cores.get(device.name)
         self.is_cuda = device.kind == "cuda"
         self.torch_device = torch.device(device.torch_device)
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
@@ -173,6 +176,9 @@ class _Worker:
         self.thread.start()
 
     def _loop(self) -> None:
+        self.native_id = threading.get_native_id()
+        if self.cores:
+            pin_this_thread(self.cores)   # before any OpenMP thread starts: they inherit the mask
         if self.device.kind == "cpu" and self.threads:
             # per-thread: OpenMP keeps the thread count in each thread's own state
             torch.set_num_threads(self.threads)
@@ -336,6 +342,7 @@ class PlacedExecutor:
         if self.plan is not None:
             self._own_parameters(self.plan)
         self._threads = {d.name: cpu_threads(d, self.devices) if d.kind == "cpu" else None for d in self.devices}
+        self._cores = core_sets(self.devices, self._threads)
         self._workers: list[_Worker] = []
         self._active = [d for d in self.devices if self.schedule.per_device[d.name].steps]
         self._broken: str | None = None
@@ -448,6 +455,11 @@ class PlacedExecutor:
         if not self._workers and self._active:
             self._start()
         return {w.name: w.threads_in_use for w in self._workers}
+
+    def worker_cores(self) -> dict[str, list[int]]:
+        """Device -> the cores its worker thread may run on, read from the thread itself."""
+        self.worker_threads()
+        return {w.name: sorted(os.sched_getaffinity(w.native_id)) for w in self._workers}
 
     @property
     def predicted_memory(self) -> dict[str, MemoryEstimate]:
