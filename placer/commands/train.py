@@ -46,7 +46,9 @@ def register(subparsers) -> None:
     parser.add_argument("--grouping", default="partition", choices=["partition", "metis", "topo", "colocate", "nodes"],
                         help="how ops are grouped (default partition; see placer/graph/grouping.py)")
     parser.add_argument("--warmup", type=int, default=1, metavar="N", help="untimed runs before timing a placement (default 1)")
-    parser.add_argument("--repeats", type=int, default=3, metavar="N", help="timed runs per placement, median kept (default 3)")
+    parser.add_argument("--repeats", type=int, default=3, metavar="N",
+                        help="real rewards: interleaved rounds per batch at least (a batch runs beside the best "
+                             "single device, each figure their paired ratio; 6 rounds at least, default 3 -> 6)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="limit of one step in seconds; slower placements fail (default 60)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -129,11 +131,12 @@ def run(args: argparse.Namespace) -> int:
     # Real measurement, for the rewards unless they are simulated, and in every mode for the
     # side-by-side confirmation at the end: the reported figures are real measurements.
     confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed, training=training)
-    measurer = confirm if plan.reward != "simulated" else None
-    pool = pool_from_args(args, graph, devices, protocol, training)   # --workers: many placements measured at once
-    measurer = pool if pool is not None else measurer
     # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
     cost = _cost_model(args, graph, devices, confirm)
+    # Real rewards are paired: each batch in interleaved rounds with the best single device
+    measurer = _paired(args, graph, confirm, cost, run_dir) if plan.reward != "simulated" else None
+    pool = pool_from_args(args, graph, devices, protocol, training)   # --workers: many placements measured at once
+    measurer = pool if pool is not None else measurer
     simulator = SimulatedMeasurer(graph, devices, cost, training=training) if plan.reward != "real" else None
     grouping = group_graph(graph, args.groups, len(devices), args.grouping)
     warm = None
@@ -215,6 +218,23 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
                                     timeout=args.timeout, training=training)
     print(format_table(comparison))
     write_outputs(comparison, run_dir / "compare", plot=False)
+
+
+def _paired(args: argparse.Namespace, graph, real, cost, run_dir: Path):
+    """The measurer of real rewards: each batch measured in interleaved rounds together with the
+    single device the profile finds fastest (the first one without a profile), its figures paired
+    ratios to that device times the run's anchor (`PairedMeasurer`)."""
+    from placer.measure.paired_measurer import PairedMeasurer
+    from placer.measure.rounds import RoundsProtocol
+    from placer.placement import Placement
+
+    profiled = getattr(getattr(cost, "profile", None), "step_times", {}) or {}
+    device = min(real.devices, key=lambda d: (profiled.get(d) is None, profiled.get(d) or 0.0))
+    reference = Placement.single_device(list(graph.nodes), device, graph.sha256)
+    least = max(6, args.repeats)   # a 95% interval needs 6 rounds
+    rounds = RoundsProtocol(warmup=args.warmup, min_rounds=least, max_rounds=2 * least, max_seconds=120.0,
+                            precision=0.05, seed=args.seed)
+    return PairedMeasurer(real, reference, rounds, anchor_file=run_dir / "paired_anchor.json")
 
 
 def _cost_model(args: argparse.Namespace, graph, devices, real):
