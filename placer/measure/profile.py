@@ -5,7 +5,10 @@ Identical devices (the same spec but for the index, e.g. `cpu:0[threads=1]` and 
 form a class that is profiled once, so that noise never shows up as a difference between them:
 the whole graph runs alone (every op sees its real inputs and the device's threads) for several
 rounds, interleaved across the class's members so that a burst of load does not land on one of
-them only, and the median per node is kept. Transfers are timed for a few sizes on a few pairs
+them only, and the median per node is kept. Rounds go on past the protocol's `repeats` until the
+medians settle (`Settle`: the whole step's median and the sum of the per-node medians each move by
+at most a tolerance over the last rounds) or a cap is hit; the profile records how many rounds
+each class took and whether it settled. Transfers are timed for a few sizes on a few pairs
 of devices per (source class, destination class), fitted as ``latency + bytes / bandwidth``, and
 the median fit is kept. Between virtual CPU devices nothing is copied (they share memory): the
 cost is the hand-over between two worker threads, a latency with no bandwidth term.
@@ -50,6 +53,24 @@ TRANSFER_PAIRS = 3   # device pairs timed per (source class, destination class)
 PROFILE_PROTOCOL = MeasureProtocol(warmup=1, repeats=3)
 
 
+@dataclass(frozen=True)
+class Settle:
+    """When a class's profile is stable: after at least the protocol's `repeats` rounds, the last
+    `window` rounds moved the whole step's median and the sum of per-node medians by at most
+    `tolerance` (a fraction) each; else stop at `max_rounds` or `max_seconds`, unsettled."""
+
+    tolerance: float = 0.02
+    window: int = 2
+    max_rounds: int = 15
+    max_seconds: float = 60.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PROFILE_SETTLE = Settle()
+
+
 @dataclass
 class TransferStat:
     """Moving a tensor from `src` to `dst`: ``latency_s + nbytes / bandwidth_Bps``."""
@@ -79,6 +100,9 @@ class Profile:
     failures: dict[str, str] = field(default_factory=dict)       # device -> why it could not run the graph
     graph_sha256: str | None = None
     protocol: dict[str, Any] = field(default_factory=dict)
+    # whole-graph measurements it was checked and calibrated against (`placer.measure.calibration`)
+    calibration: dict[str, Any] = field(default_factory=dict)
+    flag: str | None = None   # why its predictions are not to be trusted (off the measured steps), if so
 
     def op_time(self, node: str, device: str) -> float:
         """Seconds of step `node` on `device` (inf when unknown or failed)."""
@@ -105,7 +129,7 @@ class Profile:
                              for n, per in self.op_times.items()},
                 "transfers": [asdict(t) for t in self.transfers], "folded_nodes": list(self.folded_nodes),
                 "step_times": dict(self.step_times), "failures": dict(self.failures),
-                "protocol": dict(self.protocol)}
+                "protocol": dict(self.protocol), "calibration": dict(self.calibration), "flag": self.flag}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Profile:
@@ -117,7 +141,8 @@ class Profile:
                    transfers=[TransferStat(**t) for t in data.get("transfers", [])],
                    folded_nodes=list(data.get("folded_nodes", [])),
                    step_times=dict(data.get("step_times", {})), failures=dict(data.get("failures", {})),
-                   graph_sha256=(data.get("graph") or {}).get("sha256"), protocol=dict(data.get("protocol", {})))
+                   graph_sha256=(data.get("graph") or {}).get("sha256"), protocol=dict(data.get("protocol", {})),
+                   calibration=dict(data.get("calibration") or {}), flag=data.get("flag"))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -135,9 +160,10 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
                   feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
                   prepared: PreparedGraph | None = None,
                   transfer_sizes: tuple[int, ...] = TRANSFER_SIZES,
-                  training: TrainingSpec | None = None) -> Profile:
+                  training: TrainingSpec | None = None, settle: Settle | None = PROFILE_SETTLE) -> Profile:
     """Time every step on each class of identical devices, and transfers between the classes;
-    every member of a class gets the class's figures. With the protocol's objective "training"
+    every member of a class gets the class's figures. Rounds go on until `settle` says the
+    medians are stable (None: exactly the protocol's `repeats`). With the protocol's objective "training"
     the steps are those of a training step with `training`'s loss and optimizer (default:
     `TrainingSpec()`)."""
     if training is not None and protocol.objective != "training":
@@ -150,8 +176,11 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
     prepared = prepared if prepared is not None else prepare(graph)
     feeds = {**random_feeds(graph, seed), **(feeds or {})}
     classes = device_classes(devs)
-    by_class = {cls: _profile_class(graph, prepared, members, devs, feeds, protocol, training)
-                for cls, members in _members(devs, classes).items()}
+    by_class, rounds = {}, {}
+    for cls, members in _members(devs, classes).items():
+        times, step, failure, rounds[cls] = _profile_class(graph, prepared, members, devs, feeds, protocol,
+                                                           training, settle)
+        by_class[cls] = times, step, failure
     # every step some class ran (a class that failed has no figures: its steps are inf there)
     steps = list(dict.fromkeys([*graph.nodes, *(s for times, _, _ in by_class.values() for s in times)]))
     op_times: dict[str, dict[str, float]] = {s: {} for s in steps}
@@ -168,7 +197,8 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
     for node in prepared.folded_nodes:
         op_times[node] = {d.name: 0.0 for d in devs}
     record = {**protocol.to_dict(), "devices": [str(d) for d in devs], "classes": classes,
-              "transfer_sizes": list(transfer_sizes)}
+              "transfer_sizes": list(transfer_sizes), "settle": settle.to_dict() if settle else None,
+              "rounds": rounds}
     if training is not None:
         record.update(training.to_dict())
     return Profile(devices=[d.name for d in devs], op_times=op_times,
@@ -199,12 +229,14 @@ def _members(devs: list[Device], classes: dict[str, str]) -> dict[str, list[Devi
 
 
 def _profile_class(graph: OpGraph, prepared: PreparedGraph, members: list[Device], devs: list[Device],
-                   feeds: dict[str, np.ndarray], protocol: MeasureProtocol, training: TrainingSpec | None
-                   ) -> tuple[dict[str, float], float, str | None]:
-    """Per-step and whole-step medians of the class, each timed round on the next member in turn."""
+                   feeds: dict[str, np.ndarray], protocol: MeasureProtocol, training: TrainingSpec | None,
+                   settle: Settle | None) -> tuple[dict[str, float], float, str | None, dict[str, Any]]:
+    """Per-step and whole-step medians of the class, each timed round on the next member in turn,
+    until they settle; and how many rounds that took."""
     used = members[:protocol.repeats]   # a member that would get no timed round is not started
     samples: dict[str, list[float]] = {}
     steps: list[float] = []
+    figures: list[tuple[float, float]] = []   # (whole-step median, sum of node medians) after each round
     try:
         with ExitStack() as stack:
             executors = [stack.enter_context(PlacedExecutor(graph, _alone(graph, d, devs), devs,
@@ -213,15 +245,33 @@ def _profile_class(graph: OpGraph, prepared: PreparedGraph, members: list[Device
             for executor in executors:
                 for _ in range(protocol.warmup):
                     _timed_run(executor, feeds, protocol)
-            for i in range(protocol.repeats):
+            start = time.perf_counter()
+            i = 0
+            while i < protocol.repeats or (settle is not None and not _settled(figures, settle)
+                                           and i < settle.max_rounds
+                                           and time.perf_counter() - start < settle.max_seconds):
                 step, node_times = _timed_run(executors[i % len(executors)], feeds, protocol)
                 steps.append(step)
                 for node, t in node_times.items():
                     samples.setdefault(node, []).append(t)
+                figures.append((statistics.median(steps), sum(statistics.median(v) for v in samples.values())))
+                i += 1
     except ExecutionFailure as exc:
         log.info("profiling on %s failed (%s): %s", [d.name for d in used], exc.failure, exc)
-        return {}, math.inf, f"{exc.failure}: {exc}"
-    return {n: statistics.median(v) for n, v in samples.items()}, statistics.median(steps), None
+        return {}, math.inf, f"{exc.failure}: {exc}", {"rounds": len(steps), "settled": False}
+    settled = settle is None or _settled(figures, settle)
+    if not settled:
+        log.info("the profile on %s did not settle within %d rounds", [d.name for d in used], len(steps))
+    return ({n: statistics.median(v) for n, v in samples.items()}, statistics.median(steps), None,
+            {"rounds": len(steps), "settled": settled})
+
+
+def _settled(figures: list[tuple[float, float]], settle: Settle) -> bool:
+    """The last `settle.window` rounds moved each figure by at most `settle.tolerance`."""
+    if len(figures) <= settle.window:
+        return False
+    now, before = figures[-1], figures[-1 - settle.window]
+    return all(b > 0 and abs(a / b - 1.0) <= settle.tolerance for a, b in zip(now, before))
 
 
 def _timed_run(executor: PlacedExecutor, feeds: dict[str, np.ndarray], protocol: MeasureProtocol

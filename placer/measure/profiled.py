@@ -8,6 +8,11 @@ parameter's update, with its loss and optimizer), the torch version and the mach
 the file instead of profiling again, even for other indices or more members of a class: the
 figures are the class's, copied to each device. Memory caps are left out of both the profiling
 and the key: they constrain placements, not speed.
+
+A fresh profile is checked and calibrated against whole-graph measurements before it is cached
+(`placer.measure.calibration`): retaken (or flagged) when its single-device step is off the
+measured one, each class's single-device step set to the measured one, and a contention factor per
+class (`slowdown`) fitted to a few split placements, which the simulator and the lower bound use.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import platform
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +35,7 @@ import torch
 from placer.devices import Device
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
+from placer.measure.calibration import CALIBRATION, CalibrationProtocol
 from placer.measure.measurer import MeasureProtocol
 from placer.measure.profile import PROFILE_PROTOCOL, Profile, device_classes, spread_transfers
 from placer.measure.training import TrainingSpec
@@ -36,8 +43,9 @@ from placer.measure.training import TrainingSpec
 log = logging.getLogger(__name__)
 
 # Bump when the profile's meaning changes, so files written by older code are not reused.
-CACHE_VERSION = 4   # 2: one profile per class of identical devices; 3: the objective in the key;
-                    # 4: a training step's gradients summed as they arrive (accumulate:<t>@<node> steps)
+CACHE_VERSION = 5   # 2: one profile per class of identical devices; 3: the objective in the key;
+                    # 4: a training step's gradients summed as they arrive (accumulate:<t>@<node> steps);
+                    # 5: settled rounds, checked and calibrated on whole-graph steps (contention)
 
 
 @dataclass
@@ -47,7 +55,9 @@ class ProfiledCostModel:
     With `calibrate`, each running node on a device also carries an equal share of the gap
     between that device's whole-graph step time and the sum of its node times: the executor's
     per-node cost (dispatch, hand-over, bookkeeping) that timing the kernels alone misses, so
-    a simulated single-device step equals the profiled one.
+    a simulated single-device step equals the profiled one (when the whole step is shorter than
+    the sum, every node is scaled down instead). The whole-graph step is the measured one of the
+    profile's calibration when it has one, and `slowdown` its contention factors.
     """
 
     profile: Profile
@@ -55,17 +65,26 @@ class ProfiledCostModel:
     from_cache: bool = False
     calibrate: bool = True
     overhead: dict[str, float] = field(default_factory=dict, init=False)   # device -> seconds per node
+    scale: dict[str, float] = field(default_factory=dict, init=False)      # device -> factor on each node
+    slowdown: dict[str, float] = field(default_factory=dict, init=False)   # device -> contention factor
 
     def __post_init__(self) -> None:
         if not self.calibrate:
             return
         folded = set(self.profile.folded_nodes)
+        classes = self.profile.protocol.get("classes", {})
+        calibration = self.profile.calibration
         for d in self.profile.devices:
+            cls = classes.get(d)
+            if cls in calibration.get("slowdown", {}):
+                self.slowdown[d] = float(calibration["slowdown"][cls])
             times = [per.get(d, math.inf) for n, per in self.profile.op_times.items() if n not in folded]
-            step = self.profile.step_times.get(d)
+            step = calibration.get("single_step_times", {}).get(cls, self.profile.step_times.get(d))
             if step is None or not times or not all(math.isfinite(t) for t in times):
                 continue
             self.overhead[d] = max(0.0, step - sum(times)) / len(times)
+            if 0 < step < sum(times):
+                self.scale[d] = step / sum(times)
 
     @property
     def devices(self) -> list[str]:
@@ -75,7 +94,13 @@ class ProfiledCostModel:
         """Median measured seconds of `node` on `device` plus its share of the per-node overhead
         (0 for nodes folded into constants: they do not run each step)."""
         t = self.profile.op_time(node.name, device)
-        return t if t == 0.0 or not math.isfinite(t) else t + self.overhead.get(device, 0.0)
+        return t if t == 0.0 else self._calibrated(t, device)
+
+    def _calibrated(self, t: float, device: str) -> float:
+        """A profiled step time with its device's calibration (inf stays)."""
+        if not math.isfinite(t):
+            return t
+        return t * self.scale.get(device, 1.0) + self.overhead.get(device, 0.0)
 
     @property
     def objective(self) -> str:
@@ -87,8 +112,7 @@ class ProfiledCostModel:
         if step not in self.profile.op_times:
             raise PlacerError(f"the profile has no time for the training step's {step!r}: it was made for the "
                               f"{self.objective} objective; profile with the training objective")
-        t = self.profile.op_time(step, device)
-        return t if not math.isfinite(t) else t + self.overhead.get(device, 0.0)
+        return self._calibrated(self.profile.op_time(step, device), device)
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Fitted latency + bytes / bandwidth of the src -> dst link (0 on one device)."""
@@ -98,12 +122,14 @@ class ProfiledCostModel:
     def for_graph(cls, graph: OpGraph, devices: Sequence[Device], *, cache_dir: str | Path | None = None,
                   refresh: bool = False, feeds: dict[str, np.ndarray] | None = None,
                   training: TrainingSpec | None = None, protocol: MeasureProtocol = PROFILE_PROTOCOL,
-                  **profile_kwargs) -> ProfiledCostModel:
+                  calibration: CalibrationProtocol | None = CALIBRATION, **profile_kwargs) -> ProfiledCostModel:
         """The profiled costs of `graph` on `devices`: from the cache, else measured now and cached.
 
         With `training` (or a protocol of the training objective) the profile is of a training step
         with its loss and optimizer (default `TrainingSpec()`). `refresh` measures again even when a cached profile
         exists; `profile_kwargs` go to `placer.measure.profile.profile_graph` (e.g. `prepared`).
+        A fresh profile is checked and calibrated on whole-graph measurements (`calibration`; None:
+        not, e.g. for a quick look).
         """
         from placer.measure.profile import profile_graph
 
@@ -121,11 +147,19 @@ class ProfiledCostModel:
                 log.info("profile of %s on %s read from %s", graph.source or "the graph", [d.name for d in devs], path)
                 return cls(profile, path, from_cache=True)
         log.info("profiling %s on %s (every node on every device)", graph.source or "the graph", [d.name for d in devs])
-        profile = profile_graph(graph, devs, feeds=feeds, protocol=protocol, training=training, **profile_kwargs)
+        take = partial(profile_graph, graph, devs, feeds=feeds, protocol=protocol, training=training, **profile_kwargs)
+        profile = take()
         missing = [d for d in profile.devices if d in profile.failures]
         if len(missing) == len(profile.devices):
             raise PlacerError(f"profiling failed on every device ({profile.failures}); "
                               "check the graph runs with placer measure --device cpu")
+        if calibration is not None and not missing:
+            from placer.measure.calibration import check_and_calibrate
+            from placer.measure.measurer import RealMeasurer
+
+            measurer = RealMeasurer(graph, devs, protocol=replace(protocol, warmup=0, repeats=1), feeds=feeds,
+                                    prepared=profile_kwargs.get("prepared"), training=training)
+            profile = check_and_calibrate(graph, devs, profile, take, measurer, calibration, training)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")

@@ -83,7 +83,7 @@ def test_rounds_alternate_between_identical_devices_and_the_median_takes_every_r
 
     monkeypatch.setattr(profile_module, "PlacedExecutor", Spy)
     profile = profile_graph(graph, ["cpu:0", "cpu:1"], protocol=MeasureProtocol(warmup=1, repeats=4),
-                            transfer_sizes=(4096,))
+                            transfer_sizes=(4096,), settle=None)
     assert runs == ["cpu:0", "cpu:1"] * 3   # a warm-up on each, then the timed rounds in turn
     # the median of the four timed rounds (5), not of one device's (1.5 or 8.5), nor of the warm-ups
     assert profile.op_times["add"] == {"cpu:0": 5.0, "cpu:1": 5.0}
@@ -109,3 +109,50 @@ def test_a_training_profile_times_every_backward_and_update_step(branchy):
     inference = profile_graph(graph, ["cpu:0"], protocol=MeasureProtocol(warmup=0, repeats=2),
                               transfer_sizes=(4096,))
     assert inference.objective == "inference" and not any(":" in s for s in inference.op_times)
+
+
+def _fake_node_times(monkeypatch, values):
+    """Every profiled run reports each node at the next of `values` (warm-ups included)."""
+    fake = iter(values)
+
+    class Fake(profile_module.PlacedExecutor):
+        def run(self, feeds, timeout_s=None, profile=None):
+            outputs = super().run(feeds, timeout_s=timeout_s, profile=profile)
+            profile.node_times = dict.fromkeys(profile.node_times, next(fake))
+            return outputs
+
+    monkeypatch.setattr(profile_module, "PlacedExecutor", Fake)
+    monkeypatch.setattr(profile_module.time, "perf_counter", _clock())
+
+
+def _clock():
+    """A fake clock: every reading half a second later, so every whole step takes the same time."""
+    now = [0.0]
+
+    def tick():
+        now[0] += 0.5
+        return now[0]
+    return tick
+
+
+def test_rounds_go_on_until_the_medians_settle_and_the_profile_records_how_many(branchy, monkeypatch):
+    from placer.measure.profile import Settle
+
+    _, graph = branchy
+    # noisy first rounds, then steady: the median of the node sum settles after a few more rounds
+    _fake_node_times(monkeypatch, [1.0] + [9.0, 1.0, 7.0] + [2.0] * 30)
+    profile = profile_graph(graph, ["cpu:0"], protocol=MeasureProtocol(warmup=1, repeats=3), transfer_sizes=(4096,),
+                            settle=Settle(tolerance=0.02, window=2, max_rounds=20, max_seconds=1e9))
+    [record] = profile.protocol["rounds"].values()
+    assert record["settled"] and 3 < record["rounds"] < 20
+    assert profile.op_times["add"]["cpu:0"] == 2.0
+
+
+def test_a_profile_that_never_settles_stops_at_the_cap_and_says_so(branchy, monkeypatch):
+    from placer.measure.profile import Settle
+
+    _, graph = branchy
+    _fake_node_times(monkeypatch, [1.0] + [float(i) for i in range(1, 40)])   # a steady climb
+    profile = profile_graph(graph, ["cpu:0"], protocol=MeasureProtocol(warmup=1, repeats=3), transfer_sizes=(4096,),
+                            settle=Settle(tolerance=0.02, window=2, max_rounds=7, max_seconds=1e9))
+    assert list(profile.protocol["rounds"].values()) == [{"rounds": 7, "settled": False}]

@@ -1,0 +1,186 @@
+"""Checking a fresh profile against whole-graph measurements, and calibrating the simulator on them.
+
+Right after profiling, a handful of placements run for real in interleaved rounds
+(`placer.measure.rounds`): every device alone, and a few splits over the devices (contiguous
+chunks of equal work, a greedy earliest-finish placement, random placements from even to mostly
+one device). Then:
+
+- the check: a class whose predicted single-device step (the profile's) is more than `tolerance`
+  off its measured one is profiled again (`retakes` times at most); when that does not help, the
+  profile is flagged (one warning line, and `Profile.flag` in the file);
+- the calibration: each class's single-device step becomes the measured one (the simulator
+  spreads the difference over the nodes, `ProfiledCostModel`), and one contention factor per class
+  (`placer.measure.contention`) is fitted to the splits. Both are stored with the profile, and the
+  simulator and the lower bound read them from the cost model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from placer.devices import Device, as_devices
+from placer.graph.opgraph import OpGraph
+from placer.measure.contention import fit_slowdown
+from placer.measure.costmodel import CostModel
+from placer.measure.measurer import RealMeasurer
+from placer.measure.profile import Profile
+from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
+from placer.measure.training import TrainingSpec
+from placer.placement import Placement
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CalibrationProtocol:
+    """How a profile is checked and calibrated."""
+
+    tolerance: float = 0.10    # a predicted single-device step this far off the measured one is retaken
+    retakes: int = 1           # profiles taken again before the profile is flagged
+    rounds: RoundsProtocol = field(default_factory=lambda: RoundsProtocol(
+        warmup=1, min_rounds=6, max_rounds=15, max_seconds=60.0, precision=0.03))
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tolerance": self.tolerance, "retakes": self.retakes, "rounds": self.rounds.to_dict(),
+                "seed": self.seed}
+
+
+CALIBRATION = CalibrationProtocol()
+
+
+def calibration_placements(graph: OpGraph, devices: list[str], cost: CostModel, seed: int = 0
+                           ) -> list[tuple[str, Placement]]:
+    """(label, placement): each device alone, then (two devices or more) a few splits."""
+    names = list(graph.nodes)
+
+    def placed(label: str, assign: Sequence[int]) -> tuple[str, Placement]:
+        return label, Placement(list(devices), {n: devices[int(a)] for n, a in zip(names, assign)}, graph.sha256)
+
+    out = [placed(f"single:{d}", [i] * len(names)) for i, d in enumerate(devices)]
+    if len(devices) < 2:
+        return out
+    rng = np.random.default_rng(seed)
+    D = len(devices)
+    mostly = np.full(D, 0.25 / (D - 1))
+    mostly[0] = 0.75
+    out += [placed("contiguous", _contiguous(graph, devices, cost)),
+            placed("earliest_finish", _earliest_finish(graph, devices, cost)),
+            placed("random_even", rng.integers(0, D, size=len(names))),
+            placed("random_mostly_one", rng.choice(D, size=len(names), p=mostly))]
+    return out
+
+
+def _fastest(graph: OpGraph, devices: list[str], cost: CostModel) -> list[float]:
+    return [min(cost.op_time(node, d) for d in devices) for node in graph.nodes.values()]
+
+
+def _contiguous(graph: OpGraph, devices: list[str], cost: CostModel) -> list[int]:
+    """The topological order cut into one chunk per device, of about equal work each."""
+    times = np.asarray([t if math.isfinite(t) else 0.0 for t in _fastest(graph, devices, cost)])
+    before = np.cumsum(times) - times
+    total = times.sum() if times.sum() > 0 else 1.0
+    return [min(int(w / total * len(devices)), len(devices) - 1) for w in before]
+
+
+def _earliest_finish(graph: OpGraph, devices: list[str], cost: CostModel) -> list[int]:
+    """Each node, in topological order, on the device where it would finish first (list scheduling)."""
+    free = [0.0] * len(devices)
+    done: dict[str, tuple[float, int]] = {}
+    assign = []
+    for name, node in graph.nodes.items():
+        best = None
+        for d, dev in enumerate(devices):
+            ready = max((t + (cost.transfer_time(0, devices[p], dev) if p != d else 0.0)
+                         for t, p in (done[q] for q in graph.dag.predecessors(name))), default=0.0)
+            finish = max(ready, free[d]) + cost.op_time(node, dev)
+            if best is None or finish < best[0]:
+                best = (finish, d)
+        free[best[1]] = best[0]
+        done[name] = best
+        assign.append(best[1])
+    return assign
+
+
+def check_and_calibrate(graph: OpGraph, devices: Sequence[Device | str], profile: Profile,
+                        retake: Callable[[], Profile], measurer: RealMeasurer,
+                        protocol: CalibrationProtocol = CALIBRATION,
+                        training: TrainingSpec | None = None) -> Profile:
+    """`profile` (or a retaken one) with its `calibration` set, flagged when its single-device
+    steps stay more than `protocol.tolerance` off the measured ones after `protocol.retakes`."""
+    from placer.measure.profiled import ProfiledCostModel
+
+    names = [d.name for d in as_devices(devices)]
+    classes = profile.protocol["classes"]
+    for attempt in range(protocol.retakes + 1):
+        raw = ProfiledCostModel(profile)   # the profile's own single-device steps, no contention
+        placements = calibration_placements(graph, names, raw, protocol.seed)
+        result = measure_in_rounds([Candidate(label, partial(measurer.open, p)) for label, p in placements],
+                                   protocol.rounds)
+        measured = {label: m.step_time for label, m in result.measurements.items() if m.ok}
+        singles = _class_medians({d: measured.get(f"single:{d}") for d in names}, classes)
+        off = {c: singles[c] / _class_step(profile, classes, c) - 1.0 for c in singles}
+        bad = {c: o for c, o in off.items() if abs(o) > protocol.tolerance}
+        if not bad or attempt == protocol.retakes:
+            break
+        log.warning("the profile's single-device step is %s off a whole-graph measurement; profiling again",
+                    ", ".join(f"{o:+.0%} ({c})" for c, o in bad.items()))
+        profile = retake()
+    flag = None
+    if bad:
+        flag = (f"the profile predicts one device's step {', '.join(f'{o:+.0%} off ({c})' for c, o in bad.items())} "
+                f"of a whole-graph measurement, also after profiling again; its predictions and lower bound are "
+                f"not to be trusted (a busy machine? --refresh-profile on a quieter one)")
+        log.warning(flag)
+    calibrated = replace(profile, calibration={"single_step_times": singles})
+    slowdown, rows = _fit(graph, names, calibrated, placements, measured, classes, training)
+    record = {"single_step_times": singles, "slowdown": slowdown, "off": off, "retakes": attempt,
+              "placements": rows, "rounds": result.rounds, "capped": result.capped,
+              "protocol": protocol.to_dict()}
+    return replace(profile, calibration=record, flag=flag)
+
+
+def _class_medians(per_device: dict[str, float | None], classes: dict[str, str]) -> dict[str, float]:
+    by_class: dict[str, list[float]] = {}
+    for d, t in per_device.items():
+        if t is not None:
+            by_class.setdefault(classes[d], []).append(t)
+    return {c: statistics.median(ts) for c, ts in by_class.items()}
+
+
+def _class_step(profile: Profile, classes: dict[str, str], cls: str) -> float:
+    """The profile's whole-graph step of a class (what the simulator predicts for one device)."""
+    return next(profile.step_times[d] for d, c in classes.items() if c == cls and d in profile.step_times)
+
+
+def _fit(graph: OpGraph, names: list[str], profile: Profile, placements: list[tuple[str, Placement]],
+         measured: dict[str, float], classes: dict[str, str], training: TrainingSpec | None
+         ) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Contention factors per class fitted to the measured splits, and each placement's figures."""
+    from placer.measure.profiled import ProfiledCostModel
+    from placer.measure.simulator import Simulator
+
+    sim = Simulator(graph, names, ProfiledCostModel(profile), training=training)
+    index = {d: i for i, d in enumerate(names)}
+    rows, overlaps, predicted, times = [], [], [], []
+    for label, p in placements:
+        r = sim.simulate([index[p.nodes[n]] for n in graph.nodes], overlap=True)
+        if label not in measured or r.failure is not None:
+            continue
+        rows.append({"placement": label, "measured_s": measured[label], "uncontended_s": r.step_time,
+                     "overlap_s": r.overlap})
+        overlaps.append(r.overlap)
+        predicted.append(r.step_time)
+        times.append(measured[label])
+    kinds = sorted(set(classes[d] for d in names))
+    factors = (fit_slowdown(np.asarray(overlaps), predicted, times, [kinds.index(classes[d]) for d in names],
+                            len(kinds)) if rows else np.ones(len(kinds)))
+    return {c: float(f) for c, f in zip(kinds, factors)}, rows

@@ -1,0 +1,145 @@
+"""A profile checked against whole-graph steps (retaken, or flagged) and calibrated on them (contention).
+
+The whole-graph steps come from a deterministic fake: a simulator over known "true" costs."""
+
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "placers"))
+from placer_testkit import make_graph  # noqa: E402
+
+from placer.measure.calibration import CalibrationProtocol, calibration_placements, check_and_calibrate  # noqa: E402
+from placer.measure.lower_bound import lower_bound  # noqa: E402
+from placer.measure.profile import Profile, TransferStat  # noqa: E402
+from placer.measure.profiled import ProfiledCostModel  # noqa: E402
+from placer.measure.rounds import RoundsProtocol  # noqa: E402
+from placer.measure.simulator import Simulator  # noqa: E402
+
+DEVICES = ["cpu:0", "cpu:1"]
+CLASS = "cpu[threads=1]"
+QUICK = CalibrationProtocol(rounds=RoundsProtocol(warmup=0, min_rounds=6, max_rounds=6))
+
+
+def _graph():
+    # two branches of four nodes joined at the end: room for both devices to work at once
+    spec = [("in", [], 1e8)]
+    for b in "ab":
+        spec += [(f"{b}{i}", [f"{b}{i - 1}" if i else "in"], 1e9) for i in range(4)]
+    return make_graph(spec + [("out", ["a3", "b3"], 1e8)])
+
+
+def _profile(graph, scale: float = 1.0) -> Profile:
+    times = {n: {d: node.flops / 1e10 * scale for d in DEVICES} for n, node in graph.nodes.items()}
+    step = sum(per["cpu:0"] for per in times.values())
+    return Profile(devices=list(DEVICES), op_times=times,
+                   transfers=[TransferStat(a, b, 1e-6, None) for a in DEVICES for b in DEVICES if a != b],
+                   step_times=dict.fromkeys(DEVICES, step), graph_sha256=graph.sha256,
+                   protocol={"classes": dict.fromkeys(DEVICES, CLASS)})
+
+
+class FakeMeasurer:
+    """Opens a placement as a run whose every step takes what the simulator predicts with `truth`."""
+
+    def __init__(self, graph, truth: ProfiledCostModel):
+        self.graph, self.sim = graph, Simulator(graph, DEVICES, truth)
+        self.opened = 0
+
+    def open(self, placement):
+        self.opened += 1
+        t = self.sim.simulate([DEVICES.index(placement.nodes[n]) for n in self.graph.nodes]).step_time
+        return _Run(t)
+
+
+class _Run:
+    def __init__(self, t):
+        self.t = t
+        self.peak_memory = {}
+
+    def step(self):
+        return self.t
+
+    def close(self):
+        pass
+
+
+def _truth(profile, single: float, slowdown: float) -> ProfiledCostModel:
+    step = profile.step_times["cpu:0"]
+    return ProfiledCostModel(replace(profile, calibration={"single_step_times": {CLASS: step * single},
+                                                           "slowdown": {CLASS: slowdown}}))
+
+
+def test_the_calibration_placements_are_the_singles_and_a_few_splits():
+    graph = _graph()
+    placements = calibration_placements(graph, DEVICES, ProfiledCostModel(_profile(graph)))
+    labels = [label for label, _ in placements]
+    assert labels[:2] == ["single:cpu:0", "single:cpu:1"] and len(labels) == 6
+    for _, p in placements[2:]:
+        assert set(p.nodes.values()) == set(DEVICES), p.nodes   # every split uses both devices
+    contiguous = dict(placements)["contiguous"].nodes
+    assert contiguous["in"] == "cpu:0" and contiguous["out"] == "cpu:1"
+
+
+def test_a_fitted_factor_recovers_a_known_slowdown_and_drives_simulator_and_bound():
+    graph = _graph()
+    profile = _profile(graph)
+    truth = _truth(profile, single=1.0, slowdown=1.4)
+    got = check_and_calibrate(graph, DEVICES, profile, lambda: pytest.fail("retaken"), FakeMeasurer(graph, truth), QUICK)
+    assert got.flag is None and got.calibration["retakes"] == 0
+    assert got.calibration["slowdown"][CLASS] == pytest.approx(1.4, abs=1e-3)
+    cost = ProfiledCostModel(got)
+    assert cost.slowdown == {"cpu:0": pytest.approx(1.4, abs=1e-3), "cpu:1": pytest.approx(1.4, abs=1e-3)}
+    sim, true_sim = Simulator(graph, DEVICES, cost), Simulator(graph, DEVICES, truth)
+    bound = lower_bound(graph, DEVICES, cost).value
+    for _, p in calibration_placements(graph, DEVICES, cost, seed=3):
+        assign = [DEVICES.index(p.nodes[n]) for n in graph.nodes]
+        step = sim.simulate(assign).step_time
+        assert step == pytest.approx(true_sim.simulate(assign).step_time, rel=1e-3)
+        assert step >= bound * (1 - 1e-9)
+
+
+def test_a_profile_more_than_ten_percent_off_is_retaken_and_kept_when_the_retake_agrees(caplog):
+    graph = _graph()
+    profile = _profile(graph)
+    truth = _truth(profile, single=1.5, slowdown=1.0)
+    retakes = []
+
+    def retake():
+        retakes.append(1)
+        return _profile(graph, scale=1.5)   # profiled again, now as fast as the whole graph runs
+
+    with caplog.at_level(logging.WARNING):
+        got = check_and_calibrate(graph, DEVICES, profile, retake, FakeMeasurer(graph, truth), QUICK)
+    assert retakes == [1] and got.flag is None and got.calibration["retakes"] == 1
+    assert got.step_times["cpu:0"] == pytest.approx(1.5 * profile.step_times["cpu:0"])
+    assert got.calibration["off"][CLASS] == pytest.approx(0.0, abs=1e-9)
+    assert any("profiling again" in r.message for r in caplog.records)
+
+
+def test_a_profile_still_off_after_retaking_is_flagged_in_one_line_and_in_its_file(caplog, tmp_path):
+    graph = _graph()
+    profile = _profile(graph)
+    truth = _truth(profile, single=1.5, slowdown=1.0)
+    retakes = []
+    with caplog.at_level(logging.WARNING):
+        got = check_and_calibrate(graph, DEVICES, profile, lambda: retakes.append(1) or profile,
+                                  FakeMeasurer(graph, truth), QUICK)
+    assert retakes == [1] and got.flag is not None and "+50%" in got.flag and "\n" not in got.flag
+    assert got.flag in [r.message for r in caplog.records]
+    got.save(tmp_path / "p.json")
+    assert Profile.load(tmp_path / "p.json").flag == got.flag
+    # calibrated anyway: the simulator now predicts the measured single-device step
+    cost = ProfiledCostModel(got)
+    assert Simulator(graph, DEVICES, cost).simulate([0] * len(graph.nodes)).step_time == pytest.approx(
+        1.5 * profile.step_times["cpu:0"])
+
+
+def test_a_profile_within_ten_percent_is_not_retaken():
+    graph = _graph()
+    profile = _profile(graph)
+    got = check_and_calibrate(graph, DEVICES, profile, lambda: pytest.fail("retaken"),
+                              FakeMeasurer(graph, _truth(profile, single=1.08, slowdown=1.0)), QUICK)
+    assert got.flag is None and got.calibration["off"][CLASS] == pytest.approx(0.08)
