@@ -30,7 +30,7 @@ def test_run_in_onnxruntime_gives_the_whole_models_outputs(files, capsys):
     np.savez(folder / "in.npz", x=x)
     assert main(["run", "--graph", str(folder / "m.onnx"), "--placement", str(folder / "p.json"),
                  "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--engine", "onnxruntime",
-                 "--inputs", str(folder / "in.npz"), "--outputs", str(folder / "out.npz")]) == 0
+                 "--inputs", str(folder / "in.npz"), "--timeout", "10", "--outputs", str(folder / "out.npz")]) == 0
     with np.load(folder / "out.npz") as out:
         np.testing.assert_allclose(out["y"], whole_model_outputs(model, {"x": x})["y"], rtol=1e-5, atol=1e-5)
 

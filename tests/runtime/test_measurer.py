@@ -15,7 +15,7 @@ from testgraphs import branches
 
 from .conftest import CPUS, random_placement
 
-QUICK = MeasureProtocol(warmup=1, repeats=3, timeout_s=30)
+QUICK = MeasureProtocol(warmup=1, repeats=3, timeout_s=10)
 
 
 @pytest.fixture(scope="module")

@@ -41,7 +41,7 @@ def test_a_random_placement_of_a_zoo_model_gives_the_whole_models_outputs(zoo_gr
     graph, feeds, expected = zoo_graphs(name)
     with OrtPlacement(graph, random_placement(graph, k, seed + 10 * k), CPUS[:k]) as placed:
         assert len({p.device for p in placed.partitions}) == k
-        assert_same(placed.run_arrays(feeds, timeout_s=30), expected)
+        assert_same(placed.run_arrays(feeds, timeout_s=10), expected)
 
 
 def test_a_dynamo_export_with_symbolic_dims_splits_and_gives_the_whole_models_outputs(dynamo_file):
@@ -53,7 +53,7 @@ def test_a_dynamo_export_with_symbolic_dims_splits_and_gives_the_whole_models_ou
     for k, seed in ((2, 0), (3, 1)):
         with OrtPlacement(graph, random_placement(graph, k, seed), CPUS[:k]) as placed:
             assert len(placed.partitions) > k
-            assert_same(placed.run_arrays(feeds, timeout_s=30), expected)
+            assert_same(placed.run_arrays(feeds, timeout_s=10), expected)
 
 
 def test_every_node_on_one_device_is_one_session_of_the_whole_bound_model(zoo_file):
@@ -65,7 +65,7 @@ def test_every_node_on_one_device_is_one_session_of_the_whole_bound_model(zoo_fi
         assert [i.name for i in piece.session.get_inputs()] == [i.name for i in graph.model.graph.input
                                                                if i.name not in graph.initializers]
         feeds = random_feeds(graph, seed=0)
-        assert_same(placed.run_arrays(feeds), whole_model_outputs(graph.model, feeds))
+        assert_same(placed.run_arrays(feeds, timeout_s=10), whole_model_outputs(graph.model, feeds))
 
 
 def test_one_branch_per_device_is_two_partitions_and_the_join_a_third():
@@ -76,7 +76,7 @@ def test_one_branch_per_device_is_two_partitions_and_the_join_a_third():
         parts = [(p.device, len(p.nodes), p.inputs) for p in placed.partitions]
         assert parts == [("cpu:0", 6, ["x"]), ("cpu:1", 6, ["x"]), ("cpu:0", 1, ["r0_2", "r1_2"])]
         feeds = random_feeds(graph, seed=0)
-        assert_same(placed.run_arrays(feeds), whole_model_outputs(graph.model, feeds))
+        assert_same(placed.run_arrays(feeds, timeout_s=10), whole_model_outputs(graph.model, feeds))
 
 
 def test_a_shape_of_another_devices_tensor_is_folded_and_waits_on_nothing():
@@ -88,7 +88,7 @@ def test_a_shape_of_another_devices_tensor_is_folded_and_waits_on_nothing():
             ("cpu:0", ["relu"], ["x"]), ("cpu:1", ["neg", "reshape"], ["x"])]
         assert placed.partitions[1].constants == ["target"]
         feeds = random_feeds(graph, seed=1)
-        assert_same(placed.run_arrays(feeds), whole_model_outputs(graph.model, feeds))
+        assert_same(placed.run_arrays(feeds, timeout_s=10), whole_model_outputs(graph.model, feeds))
 
 
 def test_outputs_repeat_over_steps_with_sessions_built_once(zoo_file):
@@ -96,7 +96,7 @@ def test_outputs_repeat_over_steps_with_sessions_built_once(zoo_file):
     feeds = random_feeds(graph, seed=0)
     with OrtPlacement(graph, random_placement(graph, 2, 5), CPUS[:2]) as placed:
         sessions = [p.session for p in placed.engine.pieces]
-        first = placed.run_arrays(feeds)
+        first = placed.run_arrays(feeds, timeout_s=10)
         for _ in range(3):
-            np.testing.assert_array_equal(placed.run_arrays(feeds)["logits"], first["logits"])
+            np.testing.assert_array_equal(placed.run_arrays(feeds, timeout_s=10)["logits"], first["logits"])
         assert [p.session for p in placed.engine.pieces] == sessions

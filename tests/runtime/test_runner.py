@@ -35,7 +35,7 @@ def test_the_two_branches_run_at_the_same_time_on_their_devices(two_branches):
     folder, feeds, expected = two_branches
     with placer.runtime.load(folder, devices=["cpu:0[threads=1]", "cpu:1[threads=1]"]) as runner:
         for _ in range(3):
-            assert_same(runner.run(feeds, timeout_s=30), expected)
+            assert_same(runner.run(feeds, timeout_s=10), expected)
             first, second, join = runner.last_step
             if first.start < second.end and second.start < first.end:
                 break
@@ -52,8 +52,8 @@ def test_a_zoo_model_split_at_random_runs_as_the_whole_model(zoo_file, tmp_path)
     feeds = random_feeds(graph, seed=2)
     with placer.runtime.load(tmp_path / "parts" / "split.json") as runner:
         assert len(runner.engine.pieces) > 3
-        assert_same(runner.run(feeds, timeout_s=30), whole_model_outputs(path, feeds))
-        assert_same(runner.run(feeds, timeout_s=30), whole_model_outputs(path, feeds))
+        assert_same(runner.run(feeds, timeout_s=10), whole_model_outputs(path, feeds))
+        assert_same(runner.run(feeds, timeout_s=10), whole_model_outputs(path, feeds))
 
 
 def test_a_device_map_runs_a_split_made_for_another_machine(tmp_path):
@@ -65,7 +65,7 @@ def test_a_device_map_runs_a_split_made_for_another_machine(tmp_path):
     feeds = random_feeds(graph, seed=0)
     with placer.runtime.load(tmp_path, device_map={"cuda:0": "cpu:0", "cuda:1": "cpu:1"}) as runner:
         assert sorted(d.name for d in runner.devices) == ["cpu:0", "cpu:1"]
-        assert_same(runner.run(feeds), whole_model_outputs(model, feeds))
+        assert_same(runner.run(feeds, timeout_s=10), whole_model_outputs(model, feeds))
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         with pytest.raises(PlacerError, match="onnxruntime-gpu"):
             placer.runtime.load(tmp_path)
@@ -84,5 +84,5 @@ def test_missing_inputs_and_foreign_devices_are_one_line_errors(two_branches):
 def test_outputs_are_numpy_arrays_of_the_models_dtypes(two_branches):
     folder, feeds, expected = two_branches
     with placer.runtime.load(folder) as runner:
-        got = runner.run(feeds)
+        got = runner.run(feeds, timeout_s=10)
     assert isinstance(got["y"], np.ndarray) and got["y"].dtype == expected["y"].dtype
