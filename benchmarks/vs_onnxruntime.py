@@ -1,56 +1,119 @@
-"""The engine vs. onnxruntime on the CPU with the same intra-op threads, for the zoo CNNs,
-timed side by side (interleaved) in one run. Also checks both compute the same outputs.
+"""Both engines against a plain ONNX Runtime session of the whole model, on one CPU device with the
+same intra-op threads, measured side by side in interleaved rounds (`placer.measure.rounds`):
 
-    python benchmarks/vs_onnxruntime.py [--quick] [--threads N] [--rounds R]
+- `ort engine / ort session`: the onnxruntime engine's single-device step (`OrtMeasurer`; one
+  session of the whole bound model behind the engine's device thread) over a plain
+  `InferenceSession` run from the caller (target: within 1.05x);
+- `placer torch / ort session`: placer's torch engine (`RealMeasurer`) over the same session.
+
+Each ratio is paired (one per round) with its 95% interval; the outputs of all three are checked
+to agree first.
+
+    python benchmarks/vs_onnxruntime.py [--quick] [--threads N] [--models a,b] [--max-rounds R]
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import numpy as np
 import onnxruntime as ort
 
-from _bench import interleaved, machine_note, median, zoo_graph
-from placer.measure.executor import PlacedExecutor
-from placer.measure.measurer import random_feeds
+import graphs
+from _bench import machine_note, zoo_graph
+from placer.measure.intervals import TIED, verdict
+from placer.measure.measurer import MeasureProtocol, RealMeasurer, random_feeds
+from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
+from placer.runtime.measurer import OrtMeasurer
+from placer.runtime.sessions import session_options
 
-CNNS = ["inception_v3", "resnet50"]
+TARGET = 1.05   # the onnxruntime engine's single device over a plain session
+
+
+class SessionRun:
+    """A plain `InferenceSession` of the whole model as a `PlacementRun`: what a user would run."""
+
+    def __init__(self, model_bytes: bytes, threads: int, feeds: dict[str, np.ndarray]) -> None:
+        from placer.devices import parse_device
+
+        options = session_options(parse_device("cpu"), threads)
+        self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+        self.feeds = feeds
+        self.peak_memory: dict[str, int] = {}
+
+    def step(self) -> float:
+        start = time.perf_counter()
+        self.session.run(None, self.feeds)
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.session = None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="resnet50 only, few rounds")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of both (default 1)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per model")
+    parser.add_argument("--quick", action="store_true", help="rnnlm only, few rounds")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of all three (default 1)")
+    parser.add_argument("--models", default=None, help="comma-separated zoo names (default: all five)")
+    parser.add_argument("--min-rounds", type=int, default=None, help="interleaved rounds at least")
+    parser.add_argument("--max-rounds", type=int, default=None, help="interleaved rounds at most")
     args = parser.parse_args()
-    models = ["resnet50"] if args.quick else CNNS
-    rounds = args.rounds or (5 if args.quick else 15)
-    print(f"placer vs onnxruntime {ort.__version__}, {args.threads} thread(s), {rounds} interleaved rounds; "
-          f"{machine_note()}")
-    print(f"{'model':14s} {'onnxruntime ms':>14s} {'placer ms':>10s} {'ratio':>6s} {'max |diff|':>10s}")
+    models = args.models.split(",") if args.models else (["rnnlm"] if args.quick else graphs.names())
+    rounds = RoundsProtocol(warmup=1 if args.quick else 2, min_rounds=args.min_rounds or (6 if args.quick else 10),
+                            max_rounds=args.max_rounds or (6 if args.quick else 40),
+                            max_seconds=60 if args.quick else 180)
+    device = f"cpu[threads={args.threads}]"
+    print(f"placer's engines vs. a plain onnxruntime {ort.__version__} session, {args.threads} thread(s), "
+          f"interleaved rounds; {machine_note()}")
+    print(f"{'model':12s} {'session ms':>10s} {'rounds':>6s}  {'ort engine / ort session':28s}  "
+          f"{'placer torch / ort session':28s}  max |diff|")
     for name in models:
         graph = zoo_graph(name)
         feeds = random_feeds(graph, seed=0)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = args.threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        session = ort.InferenceSession(graph.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        placement = Placement.single_device(list(graph.nodes), "cpu")
-        with PlacedExecutor(graph, placement, [f"cpu[threads={args.threads}]"]) as executor:
-            ours = executor.run(feeds)
-            theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
-            diff = max(float(np.abs(ours[k].numpy() - theirs[k]).max()) for k in theirs)
-            times = interleaved({"ort": lambda: session.run(None, feeds), "placer": lambda: executor.run(feeds)},
-                                rounds)
-        o, p = median(times["ort"]), median(times["placer"])
-        print(f"{name:14s} {o * 1e3:14.2f} {p * 1e3:10.2f} {p / o:6.3f} {diff:10.2e}")
+        alone = Placement.single_device(list(graph.nodes), "cpu", graph.sha256)
+        protocol = MeasureProtocol(timeout_s=120)
+        engines = {"ort engine": OrtMeasurer(graph, [device], protocol, feeds=feeds),
+                   "placer torch": RealMeasurer(graph, [device], protocol, feeds=feeds)}
+        model_bytes = graph.model.SerializeToString()
+        diff = _max_diff(graph, engines, alone, SessionRun(model_bytes, args.threads, feeds).session, feeds)
+        candidates = [Candidate("ort session", lambda: SessionRun(model_bytes, args.threads, feeds))]
+        candidates += [Candidate(label, lambda m=m: m.open(alone)) for label, m in engines.items()]
+        result = measure_in_rounds(candidates, rounds, reference="ort session")
+        ref = result.measurements["ort session"]
+        cells = []
+        for label in engines:
+            ratio = result.ratio(label, "ort session")
+            cells.append("failed" if ratio is None else f"{ratio.format_ratio()}{_mark(ratio, label)}")
+        print(f"{name:12s} {ref.step_time * 1e3:10.2f} {result.rounds:6d}  {cells[0]:28s}  {cells[1]:28s}  {diff:.1e}")
+        if result.cap_note():
+            print(f"{'':12s} {result.cap_note()}")
         sys.stdout.flush()
-    print("ratio = placer / onnxruntime (medians); onnxruntime also fuses and reorders the graph")
+    print(f"ratio = time / the plain session's, median of the per-round ratios [95% interval]; target for the "
+          f"ort engine <= {TARGET}x (* over it, ~ tied with 1)")
     return 0
+
+
+def _mark(ratio, label: str) -> str:
+    if verdict(ratio) == TIED:
+        return " ~"
+    return " *" if label == "ort engine" and ratio.low > TARGET else ""
+
+
+def _max_diff(graph, engines, alone, session, feeds) -> float:
+    """Largest difference of any output between the three (they run the same model on the same inputs)."""
+    from placer.measure.executor import PlacedExecutor
+    from placer.runtime.placed import OrtPlacement
+
+    expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    with OrtPlacement(graph, alone, engines["ort engine"].device_objs) as placed:
+        ours = placed.run_arrays(feeds)
+    with PlacedExecutor(graph, alone, engines["placer torch"].device_objs) as executor:
+        torch_out = {k: v.numpy() for k, v in executor.run(feeds).items()}
+    return max(float(np.abs(np.asarray(got[k], np.float64) - expected[k]).max())
+               for got in (ours, torch_out) for k in expected)
 
 
 if __name__ == "__main__":
