@@ -72,8 +72,9 @@ class OrtPlacement:
         if over:
             raise OutOfMemory("; ".join(f"{d.name} needs about {self.peak_memory[d.name]} B but its cap is "
                                         f"{d.mem_cap} B" for d in over), peak_memory=dict(self.peak_memory))
-        # A pool that spins after its run would hold a core the device's next session, or another
-        # device, needs: only the plain single session keeps ORT's default.
+        # A pool that spins after its run holds a core the device's next session, or another device,
+        # needs (Inception-v3 on two 2-thread devices of a 2-core machine: a step twice as long with
+        # spinning): only the plain single session keeps ORT's default.
         spinning = whole
         types = value_types(graph) if not whole else {}
         pieces = []
