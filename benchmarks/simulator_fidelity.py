@@ -1,24 +1,32 @@
-"""How well the simulator, fed with profiled costs, predicts real step times.
+"""How well the simulator, fed with profiled and calibrated costs, predicts real step times.
 
-Profiles the graph on the devices (cached), then measures a few dozen varied placements for real
-and simulates the same ones: every baseline placer, random placements with every mix of devices,
-contiguous topological splits at several cut points, and random placements of the learner's
-groups (plus a learned placement with --include-rl). Prints each pair and the two figures that
-matter: Spearman rank correlation (does the simulator order placements as reality does?) and the
-mean relative error |simulated - measured| / measured. Also times the simulator itself.
+Profiles the graph on the devices (cached; a fresh profile is checked and calibrated on
+whole-graph steps, `placer.measure.calibration`), then measures a few dozen varied placements for
+real in interleaved rounds (`placer.measure.rounds`: every placement once per round, in a shuffled
+order, so that the machine's drift does not decide the ranking) and simulates the same ones:
+every device alone, every baseline placer, random placements from mostly one device to even
+splits, contiguous topological splits at several cut points, and random placements of the
+learner's groups (plus a learned placement with --include-rl). Prints each pair and the figures
+that matter: Spearman rank correlation (does the simulator order placements as reality does?),
+the mean absolute relative error |simulated - measured| / measured, the range of the measured
+steps (slowest over fastest) and how many measured steps fall below the lower bound; the same
+figures without the calibration, and the simulator's own speed.
 
     python benchmarks/simulator_fidelity.py --graph inception_v3.onnx
-    python benchmarks/simulator_fidelity.py --graph inception_v3.onnx --devices cpu:0,cpu:1 --repeats 5
+    python benchmarks/simulator_fidelity.py --graph model.onnx --input-shape x=1x3x224x224 --json
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
 import sys
 import time
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -79,137 +87,132 @@ def spearman(a: list[float], b: list[float]) -> float:
     return float(spearmanr(a, b).statistic)
 
 
+def figures(predicted: list[float], measured: list[float]) -> dict:
+    """Spearman and the mean and median absolute relative error of `predicted` against `measured`."""
+    errors = [abs(p - m) / m for p, m in zip(predicted, measured)]
+    return {"spearman": spearman(predicted, measured) if len(measured) > 2 else None,
+            "mean_abs_error": float(np.mean(errors)) if errors else None,
+            "median_abs_error": float(np.median(errors)) if errors else None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--graph", default="inception_v3.onnx", help="ONNX file or zoo name")
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224")
     parser.add_argument("--devices", default=None, help="default: the machine's default device set")
     parser.add_argument("--include-rl", default=None, metavar="runs/NAME", help="also a learned placement")
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per placement per round")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="passes over all placements; a placement's figure is the median of its rounds")
+    parser.add_argument("--min-rounds", type=int, default=10)
+    parser.add_argument("--max-rounds", type=int, default=20)
+    parser.add_argument("--max-seconds", type=float, default=300.0, help="cap of the interleaved rounds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--refresh-profile", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (the rest on stderr)")
     parser.add_argument("--out", default="benchmarks/results/simulator_fidelity.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    say = partial(print, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    from dataclasses import replace
 
     from graphs import resolve
+    from placer.commands.compare import learned_rows
+    from placer.devices import default_devices, parse_devices
     from placer.graph.load import parse_input_shapes
     from placer.measure.loading import load_graph
-    from placer.devices import default_devices, parse_devices
-    from placer.measure.measurer import MeasureProtocol, RealMeasurer
+    from placer.measure.lower_bound import check_bound, lower_bound
+    from placer.measure.measurer import RealMeasurer
     from placer.measure.profiled import ProfiledCostModel
+    from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
     from placer.measure.simulator import Simulator
-    from placer.commands.compare import learned_rows
 
     graph = load_graph(resolve(args.graph), parse_input_shapes(args.input_shape))
     devs = parse_devices(args.devices) if args.devices else default_devices()
     names = [d.name for d in devs]
+    load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     cost = ProfiledCostModel.for_graph(graph, devs, refresh=args.refresh_profile)
-    print(f"{args.graph}: {len(graph.nodes)} nodes on {', '.join(str(d) for d in devs)}; profile "
-          f"{'cached' if cost.from_cache else f'measured in {time.perf_counter() - t0:.1f} s'}")
+    say(f"{args.graph}: {len(graph.nodes)} nodes on {', '.join(str(d) for d in devs)}; profile "
+        f"{'cached' if cost.from_cache else f'measured and calibrated in {time.perf_counter() - t0:.1f} s'}; "
+        f"contention factors {cost.slowdown or 'none'}")
+    if cost.profile.flag:
+        say(f"the profile is flagged: {cost.profile.flag}")
 
     placements = varied_placements(graph, names, cost, seed=args.seed)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     if args.include_rl:
         placements.append(("learned", learned_rows(graph, args.include_rl, names)[0].placement))
     sim = Simulator(graph, names, cost)
+    bare = Simulator(graph, names, ProfiledCostModel(replace(cost.profile, calibration={})))
     index = {d: i for i, d in enumerate(names)}
-    assigns = [[index[p.nodes[n]] for n in graph.nodes] for _, p in placements]
-
-    # The simulator's own speed, on these placements.
-    start, count = time.perf_counter(), 0
-    while time.perf_counter() - start < 1.0:
-        for a in assigns:
-            sim.simulate(a)
-        count += len(assigns)
-    sims_per_s = count / (time.perf_counter() - start)
 
     # Identical placements (memory_greedy without caps is single-device) count once.
     seen: dict[tuple, str] = {}
     unique = []
-    for (label, placement), assign in zip(placements, assigns):
+    for label, placement in placements:
         if placement.key() in seen:
-            print(f"{label} is the same placement as {seen[placement.key()]}; measured once")
+            say(f"{label} is the same placement as {seen[placement.key()]}; measured once")
             continue
         seen[placement.key()] = label
-        unique.append((label, placement, assign))
+        unique.append((label, placement, [index[placement.nodes[n]] for n in graph.nodes]))
 
-    # Rounds interleave the placements, so a change in the machine's load hits all of them alike.
-    measurer = RealMeasurer(graph, devs, protocol=MeasureProtocol(warmup=args.warmup, repeats=args.repeats),
-                            seed=args.seed)
-    rounds: dict[str, list[float]] = {label: [] for label, _, _ in unique}
-    failed: dict[str, str] = {}
-    for r in range(args.rounds):
-        for label, placement, _ in unique:
-            if label in failed:
-                continue
-            m = measurer.measure(placement)
-            if m.ok:
-                rounds[label].append(m.step_time)
-            else:
-                failed[label] = f"{m.failure}: {m.reason}"
-        print(f"round {r + 1}/{args.rounds} done", flush=True)
+    # The simulator's own speed, on these placements.
+    start, count = time.perf_counter(), 0
+    while time.perf_counter() - start < 1.0:
+        for _, _, a in unique:
+            sim.simulate(a)
+        count += len(unique)
+    sims_per_s = count / (time.perf_counter() - start)
+
+    measurer = RealMeasurer(graph, devs, seed=args.seed)
+    protocol = RoundsProtocol(warmup=1, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
+                              max_seconds=args.max_seconds, seed=args.seed)
+    result = measure_in_rounds([Candidate(label, partial(measurer.open, p)) for label, p, _ in unique], protocol,
+                               reference=f"single:{names[0]}",
+                               progress=lambda k, r: say(f"round {k}: {r.seconds:.0f} s"))
+    bound = lower_bound(graph, names, cost)
 
     results = []
-    print(f"{'placement':16s} {'simulated ms':>12s} {'measured ms':>12s} {'range ms':>9s} {'rel err':>8s}")
-    for label, placement, assign in unique:
+    say(f"{'placement':20s} {'simulated ms':>12s} {'measured ms':>12s} {'95% interval':>17s} {'rel err':>8s}")
+    for label, _, assign in unique:
+        m = result.measurements[label]
         predicted = sim.simulate(assign).step_time
-        if label in failed:
-            print(f"{label:16s} {predicted * 1e3:12.2f} {'failed':>12s}  {failed[label]}")
+        if not m.ok:
+            say(f"{label:20s} {predicted * 1e3:12.2f} {'failed':>12s}  {m.failure}: {m.reason}")
             continue
-        measured = float(np.median(rounds[label]))
-        spread = max(rounds[label]) - min(rounds[label])
-        rel = abs(predicted - measured) / measured
-        results.append({"placement": label, "simulated_s": predicted, "measured_s": measured,
-                        "round_medians_s": rounds[label], "relative_error": rel})
-        print(f"{label:16s} {predicted * 1e3:12.2f} {measured * 1e3:12.2f} {spread * 1e3:9.2f} {rel:8.1%}")
+        rel = abs(predicted - m.step_time) / m.step_time
+        results.append({"placement": label, "simulated_s": predicted, "uncalibrated_s": bare.simulate(assign).step_time,
+                        "measured_s": m.step_time, "interval_s": [m.interval["low"], m.interval["high"]],
+                        "relative_error": rel, "below_bound": m.step_time < bound.value})
+        say(f"{label:20s} {predicted * 1e3:12.2f} {m.step_time * 1e3:12.2f} "
+            f"{m.interval['low'] * 1e3:8.2f}-{m.interval['high'] * 1e3:<8.2f} {rel:8.1%}")
 
-    # Load-normalised: each step time over the first device's single-device time of the same
-    # round, simulated and measured alike, so a machine that slowed down as a whole cancels out.
-    ref = f"single:{names[0]}"
-    if ref in rounds and len(rounds[ref]) == args.rounds:
-        sim_ref = sim.simulate([0] * len(graph.nodes)).step_time
-        for r in results:
-            ratios = [t / t_ref for t, t_ref in zip(r["round_medians_s"], rounds[ref])]
-            if len(ratios) == args.rounds:
-                r["measured_ratio"] = float(np.median(ratios))
-                r["simulated_ratio"] = r["simulated_s"] / sim_ref
-                r["ratio_relative_error"] = abs(r["simulated_ratio"] - r["measured_ratio"]) / r["measured_ratio"]
-    fresh = results
-    sim_t = [r["simulated_s"] for r in fresh]
-    real_t = [r["measured_s"] for r in fresh]
-    # The noise floor: how well one round of real measurements ranks the placements like another.
-    full = [r["round_medians_s"] for r in fresh if len(r["round_medians_s"]) == args.rounds]
-    pairs = [(a, b) for a in range(args.rounds) for b in range(a + 1, args.rounds)]
-    self_rho = (float(np.mean([spearman([x[a] for x in full], [x[b] for x in full]) for a, b in pairs]))
-                if pairs and len(full) > 2 else None)
+    measured = [r["measured_s"] for r in results]
+    note = check_bound(bound, {r["placement"]: r["measured_s"] for r in results})
+    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     summary = {"graph": args.graph, "nodes": len(graph.nodes), "devices": [str(d) for d in devs],
-               "placements": len(fresh), "spearman": spearman(sim_t, real_t) if len(fresh) > 2 else None,
-               "mean_relative_error": float(np.mean([r["relative_error"] for r in fresh])) if fresh else None,
-               "median_relative_error": float(np.median([r["relative_error"] for r in fresh])) if fresh else None,
-               "round_to_round_spearman": self_rho,
-               "normalised_to": ref,
-               "mean_relative_error_normalised": (float(np.mean([r["ratio_relative_error"] for r in fresh]))
-                                                  if fresh and all("ratio_relative_error" in r for r in fresh)
-                                                  else None),
-               "simulations_per_s": sims_per_s, "load_average_at_start": load, "cpus": os.cpu_count(), "protocol": {"warmup": args.warmup, "repeats": args.repeats, "rounds": args.rounds},
+               "n": len(results), **figures([r["simulated_s"] for r in results], measured),
+               "range": max(measured) / min(measured) if measured else None,
+               "bound_violations": sum(r["below_bound"] for r in results), "lower_bound_s": bound.value,
+               "uncalibrated": figures([r["uncalibrated_s"] for r in results], measured),
+               "slowdown": cost.slowdown, "profile_flag": cost.profile.flag, "profile_cached": cost.from_cache,
+               "calibration": {k: v for k, v in cost.profile.calibration.items() if k != "placements"},
+               "rounds": result.rounds, "capped": result.capped, "seconds": round(result.seconds, 1),
+               "simulations_per_s": sims_per_s, "load_average": [load_start, load_end], "cpus": os.cpu_count(),
                "when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "results": results}
-    if load is not None:
-        print(f"(machine load average at the start: {load:.1f} on {os.cpu_count()} cores)")
-    print(f"\n{summary['placements']} distinct placements: Spearman {summary['spearman']:.3f}, mean relative "
-          f"error {summary['mean_relative_error']:.1%} (median {summary['median_relative_error']:.1%}); "
-          f"simulator {sims_per_s:,.0f} placements/s")
-    if summary["mean_relative_error_normalised"] is not None:
-        print(f"normalised to {ref} of the same round: mean relative error "
-              f"{summary['mean_relative_error_normalised']:.1%}")
-    if self_rho is not None:
-        print(f"noise floor: one round of real measurements ranks the placements like another with "
-              f"Spearman {self_rho:.3f}")
-    save_json(args.out, summary)
+    if note:
+        say(f"note: {note}")
+    if result.cap_note():
+        say(f"note: {result.cap_note()}")
+    say(f"(machine load average {load_start:.1f} at the start, {load_end:.1f} at the end, on {os.cpu_count()} cores)"
+        if load_start is not None else "")
+    say(f"\n{summary['n']} distinct placements spanning {summary['range']:.2f}x: Spearman {summary['spearman']:.3f}, "
+        f"mean absolute error {summary['mean_abs_error']:.1%} (median {summary['median_abs_error']:.1%}), "
+        f"{summary['bound_violations']} below the lower bound; uncalibrated: Spearman "
+        f"{summary['uncalibrated']['spearman']:.3f}, mean absolute error {summary['uncalibrated']['mean_abs_error']:.1%}; "
+        f"simulator {sims_per_s:,.0f} placements/s")
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        save_json(args.out, summary)
+    if args.json:
+        print(json.dumps({k: v for k, v in summary.items() if k != "results"}, indent=2))
     return 0
 
 

@@ -10,8 +10,10 @@ one device). Then:
   profile is flagged (one warning line, and `Profile.flag` in the file);
 - the calibration: each class's single-device step becomes the measured one (the simulator
   spreads the difference over the nodes, `ProfiledCostModel`), and one contention factor per class
-  (`placer.measure.contention`) is fitted to the splits. Both are stored with the profile, and the
-  simulator and the lower bound read them from the cost model.
+  (`placer.measure.contention`) and the hand-over latency between devices that share memory (a
+  thread waking another costs more on a busy machine than alone) are fitted to the splits. They
+  are stored with the profile; the simulator reads them from the cost model, and the lower bound
+  the contention factors (it counts no transfers).
 """
 
 from __future__ import annotations
@@ -141,8 +143,8 @@ def check_and_calibrate(graph: OpGraph, devices: Sequence[Device | str], profile
                 f"not to be trusted (a busy machine? --refresh-profile on a quieter one)")
         log.warning(flag)
     calibrated = replace(profile, calibration={"single_step_times": singles})
-    slowdown, rows = _fit(graph, names, calibrated, placements, measured, classes, training)
-    record = {"single_step_times": singles, "slowdown": slowdown, "off": off, "retakes": attempt,
+    slowdown, handover, rows = _fit(graph, names, calibrated, placements, measured, classes, training)
+    record = {"single_step_times": singles, "slowdown": slowdown, "handover_s": handover, "off": off, "retakes": attempt,
               "placements": rows, "rounds": result.rounds, "capped": result.capped,
               "protocol": protocol.to_dict()}
     return replace(profile, calibration=record, flag=flag)
@@ -163,24 +165,47 @@ def _class_step(profile: Profile, classes: dict[str, str], cls: str) -> float:
 
 def _fit(graph: OpGraph, names: list[str], profile: Profile, placements: list[tuple[str, Placement]],
          measured: dict[str, float], classes: dict[str, str], training: TrainingSpec | None
-         ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """Contention factors per class fitted to the measured splits, and each placement's figures."""
+         ) -> tuple[dict[str, float], float | None, list[dict[str, Any]]]:
+    """Contention factors per class and the hand-over latency between devices that share memory
+    (None: the profiled one) that best explain the measured splits, and each placement's figures.
+    The latency is searched on a grid (it moves the schedule), the factors fitted for each."""
+    kinds = sorted(set(classes[d] for d in names))
+    groups = [kinds.index(classes[d]) for d in names]
+    shared = [t.latency_s for t in profile.transfers if t.bandwidth_Bps is None]
+    grid: list[float | None] = [None]
+    if shared:
+        base = max(statistics.median(shared), 1e-7)
+        grid += np.geomspace(base, max(base * 1000, 5e-3), 24).tolist()
+    best = None
+    for handover in grid:
+        calibration = {**profile.calibration, **({} if handover is None else {"handover_s": handover})}
+        rows = _schedules(graph, names, replace(profile, calibration=calibration), placements, measured, training)
+        if not rows:
+            return dict.fromkeys(kinds, 1.0), None, []
+        overlaps = np.asarray([r["overlap_s"] for r in rows])
+        predicted = np.asarray([r["uncontended_s"] for r in rows])
+        times = np.asarray([r["measured_s"] for r in rows])
+        factors = fit_slowdown(overlaps, predicted, times, groups, len(kinds))
+        extra = ((factors[groups] - 1.0)[None, :] * overlaps).max(axis=1)
+        error = float((((predicted + extra) - times) / times) @ (((predicted + extra) - times) / times))
+        if best is None or error < best[0] * (1 - 1e-6):
+            best = (error, handover, factors, rows)
+    _, handover, factors, rows = best
+    return {c: float(f) for c, f in zip(kinds, factors)}, handover, rows
+
+
+def _schedules(graph: OpGraph, names: list[str], profile: Profile, placements: list[tuple[str, Placement]],
+               measured: dict[str, float], training: TrainingSpec | None) -> list[dict[str, Any]]:
+    """Each measured placement's uncontended simulated step and its devices' shared busy seconds."""
     from placer.measure.profiled import ProfiledCostModel
     from placer.measure.simulator import Simulator
 
     sim = Simulator(graph, names, ProfiledCostModel(profile), training=training)
     index = {d: i for i, d in enumerate(names)}
-    rows, overlaps, predicted, times = [], [], [], []
+    rows = []
     for label, p in placements:
         r = sim.simulate([index[p.nodes[n]] for n in graph.nodes], overlap=True)
-        if label not in measured or r.failure is not None:
-            continue
-        rows.append({"placement": label, "measured_s": measured[label], "uncontended_s": r.step_time,
-                     "overlap_s": r.overlap})
-        overlaps.append(r.overlap)
-        predicted.append(r.step_time)
-        times.append(measured[label])
-    kinds = sorted(set(classes[d] for d in names))
-    factors = (fit_slowdown(np.asarray(overlaps), predicted, times, [kinds.index(classes[d]) for d in names],
-                            len(kinds)) if rows else np.ones(len(kinds)))
-    return {c: float(f) for c, f in zip(kinds, factors)}, rows
+        if label in measured and r.failure is None:
+            rows.append({"placement": label, "measured_s": measured[label], "uncontended_s": r.step_time,
+                         "overlap_s": r.overlap})
+    return rows

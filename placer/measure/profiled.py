@@ -57,7 +57,8 @@ class ProfiledCostModel:
     per-node cost (dispatch, hand-over, bookkeeping) that timing the kernels alone misses, so
     a simulated single-device step equals the profiled one (when the whole step is shorter than
     the sum, every node is scaled down instead). The whole-graph step is the measured one of the
-    profile's calibration when it has one, and `slowdown` its contention factors.
+    profile's calibration when it has one, `slowdown` its contention factors, and a hand-over between
+    devices that share memory its fitted latency.
     """
 
     profile: Profile
@@ -69,6 +70,7 @@ class ProfiledCostModel:
     slowdown: dict[str, float] = field(default_factory=dict, init=False)   # device -> contention factor
 
     def __post_init__(self) -> None:
+        self._shared = {(t.src, t.dst): t.bandwidth_Bps is None for t in self.profile.transfers}
         if not self.calibrate:
             return
         folded = set(self.profile.folded_nodes)
@@ -115,7 +117,11 @@ class ProfiledCostModel:
         return self._calibrated(self.profile.op_time(step, device), device)
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
-        """Fitted latency + bytes / bandwidth of the src -> dst link (0 on one device)."""
+        """Fitted latency + bytes / bandwidth of the src -> dst link (0 on one device); a hand-over
+        between devices that share memory takes the calibrated latency when there is one."""
+        handover = self.profile.calibration.get("handover_s") if self.calibrate else None
+        if handover is not None and src != dst and self._shared.get((src, dst)):
+            return float(handover)
         return self.profile.transfer_time(nbytes, src, dst)
 
     @classmethod

@@ -143,3 +143,18 @@ def test_a_profile_within_ten_percent_is_not_retaken():
     got = check_and_calibrate(graph, DEVICES, profile, lambda: pytest.fail("retaken"),
                               FakeMeasurer(graph, _truth(profile, single=1.08, slowdown=1.0)), QUICK)
     assert got.flag is None and got.calibration["off"][CLASS] == pytest.approx(0.08)
+
+
+def test_a_slow_hand_over_between_devices_is_fitted_too():
+    graph = _graph()
+    profile = _profile(graph)   # profiled hand-over: 1 us
+    truth = ProfiledCostModel(replace(profile, calibration={
+        "single_step_times": {CLASS: profile.step_times["cpu:0"]}, "slowdown": {CLASS: 1.2}, "handover_s": 2e-3}))
+    got = check_and_calibrate(graph, DEVICES, profile, lambda: pytest.fail("retaken"), FakeMeasurer(graph, truth), QUICK)
+    assert 2e-3 / 1.5 < got.calibration["handover_s"] < 2e-3 * 1.5
+    cost = ProfiledCostModel(got)
+    assert cost.transfer_time(10**6, "cpu:0", "cpu:1") == got.calibration["handover_s"]
+    sim, true_sim = Simulator(graph, DEVICES, cost), Simulator(graph, DEVICES, truth)
+    for _, p in calibration_placements(graph, DEVICES, cost, seed=5):
+        assign = [DEVICES.index(p.nodes[n]) for n in graph.nodes]
+        assert sim.simulate(assign).step_time == pytest.approx(true_sim.simulate(assign).step_time, rel=0.05)
