@@ -1,6 +1,8 @@
 """Models with control flow, as users bring them: torch.jit.script exports with a data-dependent
-If and a decoding Loop (a trip count and a condition that ends it early), and a Scan written
-with onnx.helper (torch exports none) whose body holds a nested If."""
+If and a decoding Loop (torch writes it as a while loop: a condition, no trip count), the same
+decoder as a Loop with both a trip count and a condition that ends it early (torch cannot emit
+both, so it is written with onnx.helper from the module's weights), and a Scan written with
+onnx.helper (torch exports none) whose body holds a nested If."""
 
 from __future__ import annotations
 
@@ -47,19 +49,58 @@ class Decode(nn.Module):
         return self.out(acc)
 
 
-MODULES = {"gate": (Gate, (3, 6)), "decode": (Decode, (3, 8))}
+MODULES = {"gate": (Gate, (3, 6)), "decode": (Decode, (3, 8)), "bounded": (lambda: Decode(steps=2), (3, 8))}
 
 
 def export_scripted(name: str, path: Path) -> tuple[nn.Module, onnx.ModelProto]:
-    """The module `name` of MODULES (seeded weights), scripted and exported to `path` (input x, output y)."""
+    """The module `name` of MODULES (seeded weights) in ONNX at `path` (input x, output y):
+    scripted and exported by torch, or for "bounded" the Loop torch cannot write (`bounded_decode`)."""
     make, shape = MODULES[name]
     torch.manual_seed(0)
     module = make().eval()
+    if name == "bounded":
+        model = bounded_decode(module)
+        onnx.save(model, str(path))
+        return module, model
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(torch.jit.script(module), (torch.randn(shape),), str(path), dynamo=False,
                           opset_version=17, input_names=["x"], output_names=["y"])
     return module, onnx.load(str(path))
+
+
+def bounded_decode(module: Decode) -> onnx.ModelProto:
+    """`module` as ONNX with one Loop of trip count `module.steps` whose body ends it early once the
+    state settles (mean |h| < 0.3): what `for _ in range(steps): ... break` means, which torch
+    exports as a while loop. The weights keep the module's parameter names, read from the outer scope."""
+    f = TensorProto.FLOAT
+    state = [3, 8]
+    body = helper.make_graph([
+        helper.make_node("Gemm", ["h_in", "cell.weight", "cell.bias"], ["g"], transB=1),
+        helper.make_node("Tanh", ["g"], ["h_out"]),
+        helper.make_node("Add", ["acc_in", "h_out"], ["acc_out"]),
+        helper.make_node("Abs", ["h_out"], ["a"]),
+        helper.make_node("ReduceMean", ["a"], ["m"], keepdims=0),
+        helper.make_node("Less", ["m", "settled"], ["done"]),
+        helper.make_node("Not", ["done"], ["go"]),
+    ], "step", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                helper.make_tensor_value_info("h_in", f, state), helper.make_tensor_value_info("acc_in", f, state)],
+        [helper.make_tensor_value_info("go", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", f, state), helper.make_tensor_value_info("acc_out", f, state)])
+    nodes = [helper.make_node("Mul", ["x", "zero"], ["acc0"], name="zeros"),
+             helper.make_node("Loop", ["steps", "true", "x", "acc0"], ["h", "acc"], name="decode", body=body),
+             helper.make_node("Gemm", ["acc", "out.weight", "out.bias"], ["y"], name="out", transB=1)]
+    weights = {name: p.detach().numpy() for name, p in module.named_parameters()}
+    literals = {"steps": np.array(module.steps, np.int64), "true": np.array(True), "zero": np.array(0.0, np.float32),
+                "settled": np.array(0.3, np.float32)}
+    graph = helper.make_graph(nodes, "bounded_decode", [helper.make_tensor_value_info("x", f, state)],
+                              [helper.make_tensor_value_info("y", f, [3, 4])],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in {**weights, **literals}.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
 
 
 def scan_model() -> onnx.ModelProto:

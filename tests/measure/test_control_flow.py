@@ -28,7 +28,7 @@ ort = pytest.importorskip("onnxruntime")
 DEVICES = ["cpu:0", "cpu:1"]
 
 
-@pytest.fixture(scope="module", params=["gate", "decode", "scan"])
+@pytest.fixture(scope="module", params=["gate", "decode", "bounded", "scan"])
 def case(request, tmp_path_factory):
     """(name, path, model, graph, module or None)."""
     path = tmp_path_factory.mktemp("cf") / f"{request.param}.onnx"
@@ -91,12 +91,12 @@ def _torch_gradients(module, x) -> tuple[float, dict[str, torch.Tensor]]:
     return float(loss.detach()), dict(zip(params, grads))
 
 
-@pytest.mark.parametrize("name", ["gate", "decode"])
+@pytest.mark.parametrize("name", ["gate", "decode", "bounded"])
 def test_training_gradients_through_control_flow_equal_torch_autograd(name, tmp_path):
     path = tmp_path / f"{name}.onnx"
     module, _ = controlflow.export_scripted(name, path)
     graph = load_graph(path)
-    for scale in (0.2, 3.0):   # each branch; a loop stopped early and one run to its trip count
+    for scale in (0.2, 3.0):   # each branch; loops stopped early after 1 step and later (bounded: its trip count)
         torch.manual_seed(1)
         x = torch.randn(controlflow.MODULES[name][1]) * scale
         loss, expected = _torch_gradients(module, x)
@@ -128,8 +128,20 @@ def test_inspect_says_which_costs_depend_on_the_data(case):
     if name == "scan":
         assert not reasons   # a Scan's length is its input's: static (its nested If is inside it)
     else:
-        assert list(reasons.values()) == [{"gate": "the branch taken", "decode": "its trip count"}[name]]   # torch writes no count: its condition ends it
+        # torch writes no count for decode (its condition ends it); bounded has a count and a condition
+        assert list(reasons.values()) == [{"gate": "the branch taken", "decode": "its trip count",
+                                           "bounded": "a condition that may end it early"}[name]]
         assert "a profile times what the profiling inputs did" in text
+
+
+def test_a_static_trip_count_multiplies_the_body_flops(tmp_path):
+    model = controlflow.bounded_decode(controlflow.MODULES["bounded"][0]())
+    flops = []
+    for trips in (1, 2, 5):
+        steps = next(t for t in model.graph.initializer if t.name == "steps")
+        steps.CopyFrom(onnx.numpy_helper.from_array(np.array(trips, np.int64), "steps"))
+        flops.append(load_graph(model).nodes["decode"].flops)
+    assert flops[0] > 0 and flops[1:] == [2 * flops[0], 5 * flops[0]]
 
 
 def test_train_and_apply_a_control_flow_model(case, tmp_path):
