@@ -1,6 +1,5 @@
-"""Run a split model (`placer apply --split`) stage by stage in ONNX Runtime.
-
-Kept apart from `split.py` because onnxruntime is an optional dependency of placer."""
+"""Read a split model's index, and run its stages one after another in ONNX Runtime (the plain
+reference; `placer.runtime.load` runs them concurrently, with sessions built once)."""
 
 from __future__ import annotations
 
