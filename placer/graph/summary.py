@@ -120,6 +120,10 @@ def _bytes(value: int) -> str:
     return f"{value} B"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> str:
     """The human-readable report of `placer inspect`."""
     shape = lambda t: "x".join(map(str, t.shape)) or "scalar"  # noqa: E731
@@ -142,9 +146,9 @@ def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> s
     ops = list(s.op_histogram.items())
     lines += [f"  {op:<24} {count}" for op, count in ops[:top_ops]]
     if len(ops) > top_ops:
-        lines.append(f"  ... {len(ops) - top_ops} more op types ({sum(c for _, c in ops[top_ops:])} nodes)")
+        lines.append(f"  ... {len(ops) - top_ops} more op types ({_count(sum(c for _, c in ops[top_ops:]), 'node')})")
     share = s.critical_path_flops / s.flops if s.flops else 0.0
-    lines.append(f"critical path by FLOPs: {len(s.critical_path)} nodes, "
+    lines.append(f"critical path by FLOPs: {_count(len(s.critical_path), 'node')}, "
                  f"{_si(s.critical_path_flops, 'FLOP')} ({share:.0%} of all)")
     shown = s.critical_path
     if len(shown) > path_nodes:
@@ -152,7 +156,7 @@ def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> s
         shown = shown[:half] + [f"... {len(shown) - 2 * half} more ..."] + shown[-half:]
     lines += [f"  {name}" for name in shown]
     if s.data_dependent:
-        lines.append(f"control flow whose cost depends on the data ({len(s.data_dependent)} nodes): FLOPs estimate "
+        lines.append(f"control flow whose cost depends on the data ({_count(len(s.data_dependent), 'node')}): FLOPs estimate "
                      "the larger branch and one iteration where no trip count is fixed; a profile times what "
                      "the profiling inputs did")
         lines += [f"  {name}: {reason}" for name, reason in s.data_dependent.items()]

@@ -132,6 +132,7 @@ def test_inspect_says_which_costs_depend_on_the_data(case):
         assert list(reasons.values()) == [{"gate": "the branch taken", "decode": "its trip count",
                                            "bounded": "a condition that may end it early"}[name]]
         assert "a profile times what the profiling inputs did" in text
+        assert "the data (1 node):" in text
 
 
 def test_a_static_trip_count_multiplies_the_body_flops(tmp_path):
