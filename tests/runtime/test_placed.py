@@ -100,3 +100,16 @@ def test_outputs_repeat_over_steps_with_sessions_built_once(zoo_file):
         for _ in range(3):
             np.testing.assert_array_equal(placed.run_arrays(feeds, timeout_s=10)["logits"], first["logits"])
         assert [p.session for p in placed.engine.pieces] == sessions
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif("CUDAExecutionProvider" not in __import__("onnxruntime").get_available_providers(),
+                    reason="needs onnxruntime-gpu and a GPU")
+def test_a_gpu_and_the_cpu_give_the_whole_models_outputs():
+    graph = load_graph(branches(2, depth=3))
+    placement = Placement(["cuda:0", "cpu"], {n: "cpu" if n.startswith(("mm1", "relu1")) else "cuda:0"
+                                              for n in graph.nodes}, graph.sha256)
+    feeds = random_feeds(graph, seed=0)
+    with OrtPlacement(graph, placement, ["cuda:0", "cpu[threads=1]"]) as placed:
+        assert {p.device.kind for p in placed.engine.pieces} == {"cuda", "cpu"}
+        assert_same(placed.run_arrays(feeds, timeout_s=10), whole_model_outputs(graph.model, feeds))
