@@ -136,6 +136,29 @@ def scan_model() -> onnx.ModelProto:
     return model
 
 
+def constant_loop(draw: bool) -> onnx.ModelProto:
+    """y = x + Loop(3 trips, no data input) stacking a [2, 3] tensor per trip: a RandomNormal draw
+    (`draw`) or a constant. Every input of the Loop is a constant, so only the draw keeps it from folding."""
+    f = TensorProto.FLOAT
+    make = (helper.make_node("RandomNormal", [], ["r"], shape=[2, 3]) if draw else
+            helper.make_node("Constant", [], ["r"], value=numpy_helper.from_array(np.ones((2, 3), np.float32))))
+    body = helper.make_graph([make, helper.make_node("Identity", ["cond"], ["go"])], "trip",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                             [helper.make_tensor_value_info("go", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("r", f, [2, 3])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "true"], ["rs"], name="loop", body=body),
+         helper.make_node("Add", ["x", "rs"], ["y"], name="add")], "constant_loop",
+        [helper.make_tensor_value_info("x", f, [3, 2, 3])], [helper.make_tensor_value_info("y", f, [3, 2, 3])],
+        initializer=[numpy_helper.from_array(np.array(3, np.int64), "trips"),
+                     numpy_helper.from_array(np.array(True), "true")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
 def feeds(model: onnx.ModelProto, seed: int, scale: float = 1.0) -> dict[str, np.ndarray]:
     """Random float inputs of the model's declared shapes."""
     rng = np.random.default_rng(seed)

@@ -20,6 +20,9 @@ def canonical_domain(domain: str) -> str:
 
 # Ops whose attributes hold subgraphs; they stay single opaque vertices.
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+# Ops whose value is not a function of their inputs: never folded into a constant.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                        "Multinomial", "Bernoulli"})
 
 
 def node_names(nodes: Sequence[onnx.NodeProto]) -> list[str]:
@@ -68,6 +71,12 @@ def nested_nodes(node: onnx.NodeProto) -> Iterable[onnx.NodeProto]:
         for inner in graph.node:
             yield inner
             yield from nested_nodes(inner)
+
+
+def deterministic(node: onnx.NodeProto) -> bool:
+    """Whether the node's outputs are a function of its inputs: no random op in it or in its
+    subgraphs at any depth (a control-flow node with constant inputs may still draw)."""
+    return node.op_type not in RANDOM_OPS and not any(n.op_type in RANDOM_OPS for n in nested_nodes(node))
 
 
 def outer_scope_reads(node: onnx.NodeProto) -> list[str]:

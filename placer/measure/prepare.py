@@ -18,13 +18,10 @@ import torch
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.graph.structure import STANDARD_DOMAINS
+from placer.graph.structure import STANDARD_DOMAINS, deterministic
 
 log = logging.getLogger(__name__)
 
-# Ops whose value is not a function of their inputs: never folded.
-_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                     "Multinomial", "Bernoulli"}
 _SHAPE_OPS = {"Shape", "Size"}
 
 
@@ -81,7 +78,7 @@ def prepare(graph: OpGraph, fold: bool = True, variables: Collection[str] = ()) 
 def _fold(prepared: PreparedGraph, variables: set[str]) -> None:
     graph = prepared.graph
     for name, node in graph.nodes.items():
-        if node.op_type in _NONDETERMINISTIC or node.domain not in STANDARD_DOMAINS:
+        if node.domain not in STANDARD_DOMAINS or not deterministic(node.proto):
             continue
         if variables and any(t in variables for t in node.inputs):
             continue

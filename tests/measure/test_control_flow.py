@@ -121,6 +121,19 @@ def test_an_op_without_a_backward_inside_a_subgraph_is_refused_naming_the_node(t
     assert len(err.splitlines()) == 1 and "RandomNormalLike (scan)" in err
 
 
+def test_control_flow_that_draws_at_random_is_not_folded_though_its_inputs_are_constants():
+    x = {"x": np.zeros((3, 2, 3), np.float32)}
+    for draw in (False, True):
+        graph = load_graph(controlflow.constant_loop(draw))
+        prepared = prepare(graph)
+        assert ("loop" in prepared.folded_nodes) is not draw   # a deterministic body folds once
+        with PlacedExecutor(graph, Placement.single_device(list(graph.nodes), "cpu", graph.sha256), ["cpu"],
+                            prepared=prepared) as executor:
+            first, second = (executor.run(x)["y"].numpy() for _ in range(2))
+        assert (first == second).all() is not draw   # each step draws anew
+        assert draw or (first == 1).all()
+
+
 def test_inspect_says_which_costs_depend_on_the_data(case):
     name, _, _, graph, _ = case
     text = format_summary(summarize(graph))
