@@ -24,7 +24,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.costmodel import CostModel
 from placer.measure.intervals import FASTER, TIED, Interval, speedup_verdict
-from placer.measure.lower_bound import LowerBound, lower_bound
+from placer.measure.lower_bound import LowerBound, check_bound, lower_bound
 from placer.measure.measurement import Measurement, Measurer, PlacementRun
 from placer.measure.rounds import Candidate, RoundsProtocol, RoundsResult, measure_in_rounds
 from placer.measure.training import TrainingSpec
@@ -243,7 +243,9 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
         comparison.rounds = {"rounds": result.rounds, "capped": result.capped, "seconds": round(result.seconds, 1),
                              "protocol": rounds.to_dict()}
         comparison.control = control_check(comparison, speedup, rounds.precision)
-        comparison.notes = [n for n in (result.cap_note(), _noise_note(comparison.control, rounds.precision))
+        placed = {r.name: r.step_time for r in ok if r.opener is None}   # on these devices: the bound holds
+        comparison.notes = [n for n in (result.cap_note(), _noise_note(comparison.control, rounds.precision),
+                                        check_bound(bound, placed, rounds.precision))
                             if n] + _what_to_use(comparison, speedup)
     return comparison
 
