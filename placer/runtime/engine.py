@@ -26,6 +26,7 @@ import onnxruntime as ort
 
 from placer.devices import Device
 from placer.errors import PlacerError
+from placer.measure.affinity import pin_this_thread
 from placer.measure.executor import ExecutionFailure, KernelError, OutOfMemory, StepTimeout
 
 # How often a waiting thread looks at the abort flag and the deadline.
@@ -98,10 +99,12 @@ class ConcurrentSessions:
     """Runs `pieces` (in a valid topological order) with one thread per device.
 
     `constants` are tensors no piece makes but some read or the graph outputs (values placer
-    folded, initializers that are outputs); `outputs` the names `run` returns."""
+    folded, initializers that are outputs); `outputs` the names `run` returns; `cores` pins each
+    device's thread to its cores (`placer.measure.affinity.core_sets`)."""
 
     def __init__(self, pieces: Sequence[Piece], outputs: Sequence[str],
-                 constants: Mapping[str, np.ndarray] | None = None) -> None:
+                 constants: Mapping[str, np.ndarray] | None = None,
+                 cores: Mapping[str, frozenset[int]] | None = None) -> None:
         self.pieces = list(pieces)
         self.outputs = list(outputs)
         self.constants = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
@@ -113,6 +116,7 @@ class ConcurrentSessions:
         for p in self.pieces:
             self._by_device.setdefault(p.device.name, []).append(p)
         self._threads: list[_DeviceThread] = []
+        self._cores = dict(cores or {})
         self._broken: str | None = None
         self.intervals: list[Interval] = []   # of the last step, for profiles and tests
 
@@ -122,7 +126,7 @@ class ConcurrentSessions:
         if self._broken:
             raise PlacerError(f"this engine cannot run again: {self._broken}; build a new one")
         if not self._threads:
-            self._threads = [_DeviceThread(pieces) for pieces in self._by_device.values()]
+            self._threads = [_DeviceThread(pieces, self._cores.get(name)) for name, pieces in self._by_device.items()]
         values = {**self.constants, **{k: v if isinstance(v, ort.OrtValue)
                                        else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
                                        for k, v in feeds.items()}}
@@ -168,14 +172,17 @@ class ConcurrentSessions:
 class _DeviceThread:
     """The thread that runs one device's pieces, in order, for every step it is given."""
 
-    def __init__(self, pieces: list[Piece]) -> None:
+    def __init__(self, pieces: list[Piece], cores: frozenset[int] | None) -> None:
         self.pieces = pieces
+        self.cores = cores
         self.device = pieces[0].device
         self.jobs: queue.Queue[_Job | None] = queue.Queue()
         self.thread = threading.Thread(target=self._loop, name=f"placer-ort-{self.device.name}", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
+        if self.cores:
+            pin_this_thread(self.cores)   # a 1-thread session computes on this very thread
         while True:
             job = self.jobs.get()
             if job is None:

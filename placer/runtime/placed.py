@@ -20,6 +20,7 @@ import onnxruntime as ort
 from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.measure.affinity import core_sets
 from placer.measure.executor import OutOfMemory, cpu_threads
 from placer.measure.memory import predict_peak_memory
 from placer.measure.prepare import PreparedGraph, prepare
@@ -77,11 +78,14 @@ class OrtPlacement:
         # spinning): only the plain single session keeps ORT's default.
         spinning = whole
         types = value_types(graph) if not whole else {}
+        threads = {d.name: cpu_threads(d, self.devices) if d.kind == "cpu" else None for d in self.devices}
+        cores = core_sets(self.devices, threads)   # the torch engine's: each virtual CPU device its own
         pieces = []
         for part in self.partitions:
             device = by_name[part.device]
             model = graph.model if whole else partition_model(graph, part, self.folding.values, types)
-            options = session_options(device, cpu_threads(device, self.devices), spinning=spinning,
+            options = session_options(device, threads[device.name] or 1, spinning=spinning,
+                                      cores=cores.get(device.name, frozenset()),
                                       profile_prefix=profile_prefix and f"{profile_prefix}_part{part.index}")
             inputs = [i.name for i in graph.inputs] if whole else part.inputs
             outputs = [o.name for o in graph.outputs] if whole else part.outputs
@@ -90,7 +94,7 @@ class OrtPlacement:
         made = {t for p in pieces for t in p.outputs}
         direct = {o.name: self._constant(o.name) for o in graph.outputs
                   if o.name not in made and o.name not in {i.name for i in graph.inputs}}
-        self.engine = ConcurrentSessions(pieces, [o.name for o in graph.outputs], direct)
+        self.engine = ConcurrentSessions(pieces, [o.name for o in graph.outputs], direct, cores)
 
     def _constant(self, name: str) -> np.ndarray:
         if name in self.folding.values:

@@ -21,6 +21,7 @@ import onnxruntime as ort
 from placer.annotate.chain import load_split_index
 from placer.devices import Device, as_devices, parse_device
 from placer.errors import PlacerError
+from placer.measure.affinity import core_sets
 from placer.measure.executor import cpu_threads
 from placer.runtime.engine import ConcurrentSessions, Piece
 from placer.runtime.sessions import build_session, session_options
@@ -49,13 +50,16 @@ class SplitRunner:
             raise PlacerError(f"no stage of {folder} makes the outputs {lost}; write the split again with "
                               "placer apply --split")
         spinning = len(stages) == 1   # see placer.runtime.placed: only a lone session keeps ORT's default
+        threads = {d.name: cpu_threads(d, self.devices) if d.kind == "cpu" else None for d in self.devices}
+        cores = core_sets(self.devices, threads)
         pieces = []
         for stage in stages:
             device = by_name[rename.get(stage["device"], stage["device"])]
-            options = session_options(device, cpu_threads(device, self.devices), spinning=spinning)
+            options = session_options(device, threads[device.name] or 1, spinning=spinning,
+                                      cores=cores.get(device.name, frozenset()))
             pieces.append(Piece(stage["file"], device, build_session(folder / stage["file"], device, options),
                                 list(stage["inputs"]), list(stage["outputs"])))
-        self.engine = ConcurrentSessions(pieces, index["outputs"])
+        self.engine = ConcurrentSessions(pieces, index["outputs"], cores=cores)
 
     def run(self, feeds: Mapping[str, np.ndarray | ort.OrtValue], timeout_s: float | None = None
             ) -> dict[str, np.ndarray]:

@@ -25,13 +25,19 @@ def providers_for(device: Device) -> list:
     return [("CUDAExecutionProvider", {"device_id": device.index or 0}), "CPUExecutionProvider"]
 
 
-def session_options(device: Device, threads: int, *, spinning: bool = True,
+def session_options(device: Device, threads: int, *, spinning: bool = True, cores: frozenset[int] = frozenset(),
                     profile_prefix: str | None = None) -> ort.SessionOptions:
     """Options of a session on `device`: `threads` intra-op threads on a CPU (one on a GPU, for the
     ops that fall back to the CPU), one inter-op thread, sequential execution. Without `spinning`
     idle pool threads sleep at once: a device running several sessions in turn, or a machine
-    shared by several devices, does not lose a core to a pool that waits for work."""
+    shared by several devices, does not lose a core to a pool that waits for work. With `cores`
+    (the device's, `placer.measure.affinity`) the pool's threads stay on them, as the device's own
+    thread does."""
     options = ort.SessionOptions()
+    if cores and device.kind == "cpu" and threads > 1:
+        # one entry per pool thread (the caller's thread is the first of `threads`); ORT counts from 1
+        ids = ",".join(str(c + 1) for c in sorted(cores))
+        options.add_session_config_entry("session.intra_op_thread_affinities", ";".join([ids] * (threads - 1)))
     options.intra_op_num_threads = threads if device.kind == "cpu" else 1
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL

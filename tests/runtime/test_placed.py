@@ -113,3 +113,18 @@ def test_a_gpu_and_the_cpu_give_the_whole_models_outputs():
     with OrtPlacement(graph, placement, ["cuda:0", "cpu[threads=1]"]) as placed:
         assert {p.device.kind for p in placed.engine.pieces} == {"cuda", "cpu"}
         assert_same(placed.run_arrays(feeds, timeout_s=10), whole_model_outputs(graph.model, feeds))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity") or len(__import__("os").sched_getaffinity(0)) < 2,
+                    reason="needs two cores to pin to")
+def test_each_virtual_cpu_devices_thread_is_pinned_to_its_own_core():
+    import os
+
+    graph = load_graph(branches(2, depth=2))
+    placement = Placement(["cpu:0", "cpu:1"], {n: "cpu:1" if n.startswith(("mm1", "relu1")) else "cpu:0"
+                                               for n in graph.nodes}, graph.sha256)
+    with OrtPlacement(graph, placement, CPUS[:2]) as placed:
+        placed.run_arrays(random_feeds(graph, seed=0), timeout_s=10)
+        masks = {t.device.name: os.sched_getaffinity(t.thread.native_id) for t in placed.engine._threads}
+    assert len(masks["cpu:0"]) == len(masks["cpu:1"]) == 1 and masks["cpu:0"] != masks["cpu:1"]
+    assert os.sched_getaffinity(0) >= masks["cpu:0"] | masks["cpu:1"]   # the caller keeps its own mask
