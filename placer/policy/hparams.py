@@ -67,6 +67,10 @@ class Hyperparameters:
                                             "baseline placer under the cost model), a placer name, or none")
     warm_start_confidence: float = _opt(0.9, "probability of its device every group reaches in the warm start")
     failure_time: float = _opt(100.0, "step time (s) a failed placement is rewarded as")
+    real_explore: float = _opt(0.05, "hybrid, real phase: probability that a sampled placement's group moves to "
+                                     "another device (at least one does), so that a converged policy still explores")
+    sim_refine_updates: int = _opt(2, "hybrid, real phase: updates on the simulator corrected by the real "
+                                      "measurements (a residual fit) after each real update")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -36,6 +36,7 @@ class TrainState:
     greedy: dict[str, Any] | None = None  # the policy's own (greedy) placement, as last measured
     warm_start: dict[str, Any] | None = None  # what the policy imitated before learning, and how long it took
     stopped: str | None = None            # "converged" when the run ended before its budget for that reason
+    sim_to_real: dict[str, Any] | None = None  # hybrid, real phase: the residual fit (`policy.sim_to_real`)
 
     def consider(self, group_devices: list[int], measurement: Measurement, source: str) -> bool:
         """Keep the fastest successful placements seen so far (in the current phase's figures);

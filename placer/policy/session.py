@@ -10,6 +10,7 @@ caches and the random generators, and all of it goes into one checkpoint.
 from __future__ import annotations
 
 import logging
+import math
 import random
 import signal
 import time
@@ -32,6 +33,7 @@ from placer.policy.phases import REAL, SIMULATED, RewardPlan
 from placer.policy.reinforce import UpdateStats, reinforce_update
 from placer.policy.run_state import TrainState
 from placer.policy.seq2seq import Seq2SeqPolicy
+from placer.policy.sim_to_real import ResidualFit, balance, explore
 from placer.policy.tblog import hparams_table, log_update, placement_image
 from placer.policy.warm_start import WarmStart, imitate
 
@@ -137,6 +139,7 @@ class TrainingSession:
         self.features = torch.from_numpy(obs["features"])
         self.adjacency = torch.from_numpy(obs["adjacency"])
         self.n_groups, self.devices = self.env.n_groups, self.env.devices
+        self._group_sizes = [len(g) for g in grouping.groups]
         # One cache per reward: a simulated and a real figure of one placement are different things.
         self.caches: dict[str, MeasurementCache] = {}
         if plan.reward != SIMULATED:
@@ -185,11 +188,63 @@ class TrainingSession:
         return self.grouping.expand(list(group_devices), self.devices, self.graph.sha256)
 
     def sample(self) -> torch.Tensor:
-        """K placements (K x groups device indices) drawn from the current policy."""
+        """K placements (K x groups device indices) drawn from the current policy; in a hybrid run's
+        real phase each is moved a little (`sim_to_real.explore`), so that the policy keeps exploring."""
         with torch.no_grad(), policy_threads():
             actions, _, _ = self.policy(self.features, self.adjacency, n_samples=self.hp.samples_per_update,
                                         generator=self.sampler)
+        if self._sim_to_real():
+            actions = explore(actions, len(self.devices), self.hp.real_explore, self.sampler)
         return actions
+
+    def _sim_to_real(self) -> bool:
+        return self.sources.plan.reward == "hybrid" and self.state.phase == REAL
+
+    def _residual(self) -> ResidualFit:
+        return ResidualFit(**self.state.sim_to_real) if self.state.sim_to_real else ResidualFit()
+
+    def _balance(self, group_devices) -> float:
+        return balance(group_devices, len(self.devices), self._group_sizes)
+
+    def compare_with_simulator(self, group_devices: list[list[int]], measurements: list[Measurement]) -> None:
+        """Hybrid, real phase: each real sample beside what the simulator predicted for it, into the
+        residual fit and TensorBoard (`charts/sim_error`: simulated / measured - 1; `..._corrected`:
+        the same after the fit so far)."""
+        if not self._sim_to_real():
+            return
+        fit = self._residual()
+        predicted = self.caches[SIMULATED].measure_many(group_devices)
+        first = self.state.samples
+        for i, (a, p, m) in enumerate(zip(group_devices, predicted, measurements)):
+            if not (m.ok and p.ok) or m.cached:
+                continue
+            x = self._balance(a)
+            self.writer.add_scalar("charts/sim_error", p.step_time / m.step_time - 1.0, first + i)
+            self.writer.add_scalar("charts/sim_error_corrected", fit.correct(p.step_time, x) / m.step_time - 1.0,
+                                   first + i)
+            fit.add(p.step_time, m.step_time, x)
+        fit.fit()
+        self.state.sim_to_real = fit.to_dict()
+
+    def refine_on_corrected_simulator(self) -> None:
+        """Hybrid, real phase: a few updates on the simulator corrected by the residual fit (cheap),
+        before the next real batch; the fastest real placement is still the one imitated."""
+        if not self._sim_to_real() or not self.state.sim_to_real or self.hp.sim_refine_updates < 1:
+            return
+        fit = self._residual()
+        best = torch.tensor(self.state.best["group_devices"]) if self.state.best else None
+        for _ in range(self.hp.sim_refine_updates):
+            with torch.no_grad(), policy_threads():
+                actions, _, _ = self.policy(self.features, self.adjacency, n_samples=self.hp.samples_per_update,
+                                            generator=self.sampler)
+            group_devices = [[int(x) for x in a] for a in actions.tolist()]
+            predicted = self.caches[SIMULATED].measure_many(group_devices)
+            rewards = torch.tensor([-math.sqrt(fit.correct(p.step_time, self._balance(a)) if p.ok
+                                               else self.hp.failure_time) for a, p in zip(group_devices, predicted)],
+                                   dtype=torch.float32)
+            with policy_threads():
+                reinforce_update(self.policy, self.optimizer, self.features, self.adjacency, actions, rewards,
+                                 float(rewards.mean()), self.hp, self.state.updates, best=best)
 
     def measure(self, actions: torch.Tensor) -> list[Measurement]:
         """Measure each placement (repeats come from the cache) and keep the fastest."""
@@ -202,6 +257,7 @@ class TrainingSession:
     def update(self, actions: torch.Tensor, measurements: list[Measurement]) -> UpdateStats:
         """One policy update on the batch (`placer.policy.reinforce`), then the bookkeeping."""
         state = self.state
+        self.compare_with_simulator([[int(x) for x in a] for a in actions.tolist()], measurements)
         with policy_threads():
             rewards = torch.tensor([self.env.reward(m) for m in measurements], dtype=torch.float32)
             baseline = state.baseline if state.baseline is not None else float(rewards.mean())

@@ -81,6 +81,8 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
         # What Ctrl-C returns to: retaken after every update and at the hybrid switch.
         session.take_snapshot()
         while True:
+            if state.history and (state.greedy is None or state.greedy["samples"] != state.samples):
+                session.measure_greedy()   # a run stopped while it measured its policy's placement
             if budget.time_to_switch(state):
                 session.switch_to_real()
             if budget.spent(state):
@@ -89,9 +91,11 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             measurements = session.measure(actions)          # 2. measure them (each distinct one once)
             with deferred_interrupt():
                 stats = session.update(actions, measurements)   # 3. one REINFORCE update
-                session.measure_greedy()                     # 4. the policy's own placement, as it is now
+                session.refine_on_corrected_simulator()      # (hybrid, real phase: the corrected simulator)
                 state.wall_time_s = budget.wall_time()
                 session.take_snapshot()                      # the batch is whole: nothing to undo from here
+                session.measure_greedy()                     # 4. the policy's own placement, as it is now
+                session.take_snapshot()
             session.log(stats)                               # 5. log, checkpoint now and then
             session.checkpoint_if_due()
             budget.show(state)

@@ -3,6 +3,7 @@ reporting only real measurements whatever the reward."""
 
 from __future__ import annotations
 
+import math
 import itertools
 import json
 
@@ -187,3 +188,57 @@ def test_the_reward_plan_splits_samples_in_whole_updates_and_refuses_bad_fractio
             RewardPlan("hybrid", bad)
     with pytest.raises(PlacerError, match="unknown reward"):
         RewardPlan("guess")
+
+
+def test_the_real_phase_explores_and_fits_the_simulators_error(four_branches, tmp_path):
+    """Hybrid's real phase: every sample differs from the policy's own draw (a converged policy
+    would otherwise measure one placement again and again), each real sample is set against the
+    simulator's prediction in TensorBoard, and the residual fit recovers the real devices' scale
+    (3x slower than the simulator thinks)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    graph, grouping, _ = four_branches
+    real = Recording(SimulatedMeasurer(graph, DEVICES, slow_costs()))
+    hybrid(graph, grouping, tmp_path, 48, real)
+    state = torch.load(tmp_path / FILENAME, weights_only=False)["state"]
+    fit = state["sim_to_real"]
+    assert len(fit["points"]) >= 3
+    events = EventAccumulator(str(tmp_path)).Reload()
+    errors = [e.value for e in events.Scalars("charts/sim_error")]
+    assert errors == pytest.approx([s / m - 1 for s, m, _ in fit["points"]], abs=1e-6)
+    assert all(-0.67 < e < -0.3 for e in errors)   # the simulator thinks the devices 3x faster (links aside)
+    from placer.policy.sim_to_real import ResidualFit
+
+    raw, corrected = ResidualFit(**fit).relative_errors()
+    assert corrected < 0.05 < raw
+    assert len(events.Scalars("charts/sim_error_corrected")) == len(errors)
+    # every real sample was moved off the policy's draw: more distinct placements than a converged policy gives
+    assert len({tuple(sorted(p.nodes.items())) for p in real.placements}) >= 6
+
+
+def test_exploring_moves_every_sample_and_nothing_without_a_rate():
+    from placer.policy.sim_to_real import explore
+
+    actions = torch.zeros((64, 10), dtype=torch.long)
+    moved = explore(actions, 3, 0.05, torch.Generator().manual_seed(0))
+    assert (moved != actions).any(dim=1).all() and moved.max() <= 2
+    assert (moved != actions).float().mean() < 0.2   # a little, not a random placement
+    assert torch.equal(explore(actions, 3, 0.0, torch.Generator().manual_seed(0)), actions)
+    again = explore(actions, 3, 0.05, torch.Generator().manual_seed(0))
+    assert torch.equal(moved, again)
+
+
+def test_the_residual_fit_recovers_a_slowdown_that_grows_with_the_split():
+    import numpy as np
+
+    from placer.policy.sim_to_real import ResidualFit
+
+    rng = np.random.default_rng(0)
+    fit = ResidualFit()
+    for _ in range(40):
+        x, sim = rng.uniform(0, 0.5), rng.uniform(0.05, 0.2)
+        fit.add(sim, sim * math.exp(0.1 + 0.6 * x), x)
+    fit.fit()
+    assert fit.coef == pytest.approx([0.1, 0.6], abs=1e-9)
+    raw, corrected = fit.relative_errors()
+    assert raw > 0.1 and corrected < 1e-9
