@@ -9,7 +9,8 @@ splits, contiguous topological splits at several cut points, and random placemen
 learner's groups (plus a learned placement with --include-rl). Prints each pair and the figures
 that matter: Spearman rank correlation (does the simulator order placements as reality does?),
 the mean absolute relative error |simulated - measured| / measured, the range of the measured
-steps (slowest over fastest) and how many measured steps fall below the lower bound; the same
+steps (slowest over fastest) and how many measured steps fall below the lower bound (their whole
+95% interval; the medians below it are counted apart); the same
 figures without the calibration, and the simulator's own speed.
 
     python benchmarks/simulator_fidelity.py --graph inception_v3.onnx
@@ -181,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         rel = abs(predicted - m.step_time) / m.step_time
         results.append({"placement": label, "simulated_s": predicted, "uncalibrated_s": bare.simulate(assign).step_time,
                         "measured_s": m.step_time, "interval_s": [m.interval["low"], m.interval["high"]],
-                        "relative_error": rel, "below_bound": m.step_time < bound.value})
+                        "relative_error": rel, "median_below_bound": m.step_time < bound.value,
+                        "below_bound": m.interval["high"] < bound.value})
         say(f"{label:20s} {predicted * 1e3:12.2f} {m.step_time * 1e3:12.2f} "
             f"{m.interval['low'] * 1e3:8.2f}-{m.interval['high'] * 1e3:<8.2f} {rel:8.1%}")
 
@@ -191,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = {"graph": args.graph, "nodes": len(graph.nodes), "devices": [str(d) for d in devs],
                "n": len(results), **figures([r["simulated_s"] for r in results], measured),
                "range": max(measured) / min(measured) if measured else None,
-               "bound_violations": sum(r["below_bound"] for r in results), "lower_bound_s": bound.value,
+               # a violation: the measured step's whole 95% interval below the bound; its median below, counted apart
+               "bound_violations": sum(r["below_bound"] for r in results),
+               "medians_below_bound": sum(r["median_below_bound"] for r in results), "lower_bound_s": bound.value,
                "uncalibrated": figures([r["uncalibrated_s"] for r in results], measured),
                "slowdown": cost.slowdown, "profile_flag": cost.profile.flag, "profile_cached": cost.from_cache,
                "calibration": {k: v for k, v in cost.profile.calibration.items() if k != "placements"},
@@ -206,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         if load_start is not None else "")
     say(f"\n{summary['n']} distinct placements spanning {summary['range']:.2f}x: Spearman {summary['spearman']:.3f}, "
         f"mean absolute error {summary['mean_abs_error']:.1%} (median {summary['median_abs_error']:.1%}), "
-        f"{summary['bound_violations']} below the lower bound; uncalibrated: Spearman "
+        f"{summary['bound_violations']} below the lower bound ({summary['medians_below_bound']} medians); uncalibrated: Spearman "
         f"{summary['uncalibrated']['spearman']:.3f}, mean absolute error {summary['uncalibrated']['mean_abs_error']:.1%}; "
         f"simulator {sims_per_s:,.0f} placements/s")
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
