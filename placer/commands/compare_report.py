@@ -52,6 +52,8 @@ def format_table(comparison: Comparison) -> str:
         footer.append(f"control: {c['twin']} measured twice, ratio {c['ratio']['value']:.3f} "
                       f"[{c['ratio']['low']:.3f}, {c['ratio']['high']:.3f}]: "
                       + ("agrees" if c["agrees"] else "DISAGREES") + f" (within {CONTROL_TOLERANCE:.0%} asked)")
+    for v in comparison.verdicts:
+        footer.append(_verdict_line(v))
     if comparison.learning:
         footer.append(_learning_line(comparison.learning))
     protocol = comparison.info.get("protocol", {})
@@ -78,6 +80,14 @@ def _speedup(interval) -> str:
     if interval.n < 2:
         return f"{interval.value:.2f}x"
     return f"{interval.value:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def _verdict_line(v: dict[str, Any]) -> str:
+    """'learned_greedy vs m_sct (the best baseline placer): 1.03x [0.99, 1.06], tied'."""
+    i = v["speedup"]
+    figure = f"{i['value']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i["n"] >= 2 else f"{i['value']:.2f}x"
+    said = {"faster": "faster", "slower": "slower", "tied": "tied (the interval holds 1)"}[v["verdict"]]
+    return f"{v['subject']} vs {v['reference']} ({v['what']}): {figure}, {said}"
 
 
 def _learning_line(worth: dict[str, Any]) -> str:

@@ -110,6 +110,7 @@ class Comparison:
     fastest: str | None = None               # the row with the lowest median
     rounds: dict[str, Any] | None = None     # how many interleaved rounds ran, and whether a cap ended them
     control: dict[str, Any] | None = None    # the control row against its twin, see `control_check`
+    verdicts: list[dict[str, Any]] = field(default_factory=list)   # the headline pairs, see `headline_verdicts`
     notes: list[str] = field(default_factory=list)   # one line each: caps hit, noise, what to use instead
 
     def row(self, name: str) -> CompareRow | None:
@@ -120,7 +121,7 @@ class Comparison:
                 "devices": self.devices, "caps": self.caps, "lower_bound": asdict(self.lower_bound),
                 "best_single_device": self.best_single, "fastest": self.fastest, "best_single_device_step_time_s": self.best_single_step_time,
                 "learning_vs_random_search": self.learning, "rounds": self.rounds, "control": self.control,
-                "notes": self.notes, "info": self.info,
+                "verdicts": self.verdicts, "notes": self.notes, "info": self.info,
                 "rows": [r.to_dict() for r in self.rows]}
 
 
@@ -239,6 +240,7 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
                             lower_bound=bound, rows=rows, best_single=best.name if best else None,
                             best_single_step_time=best.step_time if best else None,
                             learning=learning_worth(rows, speedup), fastest=fastest.name if fastest else None)
+    comparison.verdicts = headline_verdicts(rows, speedup, best)
     if result is not None:
         comparison.rounds = {"rounds": result.rounds, "capped": result.capped, "seconds": round(result.seconds, 1),
                              "protocol": rounds.to_dict()}
@@ -310,6 +312,29 @@ def _what_to_use(comparison: Comparison, speedup) -> list[str]:
             "use it instead of a placement"
             for row in comparison.rows if row.opener is not None and row.step_time is not None
             and all(speedup_verdict(speedup(row, r)) == FASTER for r in placed)]
+
+
+def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow | None) -> list[dict[str, Any]]:
+    """What a user asks of a comparison, each a paired speedup with its verdict (tied inside the
+    interval): the learned placement (else the best placer's) against the best baseline placer, the
+    best single device, the whole machine as one device and ONNX Runtime."""
+    ok = [r for r in rows if r.step_time is not None]
+    placers = [r for r in ok if r.placer not in ("learned", "single", CONTROL) and r.opener is None]
+    best_placer = min(placers, key=lambda r: r.step_time) if placers else None
+    learned = [r for r in ok if r.placer == "learned"]
+    subject = next((r for r in learned if r.name == "learned_greedy"), learned[0] if learned else best_placer)
+    if subject is None:
+        return []
+    references = [(best_placer, "the best baseline placer"), (best_single, "the best single device")] + \
+                 [(r, r.note) for r in ok if r.opener is not None]
+    out = []
+    for ref, what in references:
+        if ref is None or ref is subject:
+            continue
+        interval = speedup(subject, ref)
+        out.append({"subject": subject.name, "reference": ref.name, "what": what, "speedup": interval.to_dict(),
+                    "verdict": speedup_verdict(interval)})
+    return out
 
 
 def learning_worth(rows: list[CompareRow], speedup=None) -> dict[str, Any] | None:

@@ -143,6 +143,14 @@ def test_a_real_comparison_runs_in_rounds_with_a_control_row_that_agrees_with_it
     for row in result.rows:
         assert row.vs_best_single.n == result.rounds["rounds"] and row.vs_best_single.contains(row.vs_best_single.value)
     assert "control: single:cpu:0 measured twice" in format_table(result)
+    # the headline: the best placer against the best single device, paired, with a verdict
+    placers = [r for r in result.rows if r.placer in ("m_etf", "random")]
+    best = min(placers, key=lambda r: r.step_time)
+    headline = {v["reference"]: v for v in result.verdicts}
+    assert set(headline) == {"single:cpu:0"} and headline["single:cpu:0"]["subject"] == best.name
+    expected = "faster" if best.vs_best_single.low > 1 else "slower" if best.vs_best_single.high < 1 else "tied"
+    assert headline["single:cpu:0"]["verdict"] == expected
+    assert f"{best.name} vs single:cpu:0 (the best single device)" in format_table(result)
 
 
 def test_rows_within_the_noise_of_the_fastest_are_tied_and_others_are_not(dag):
