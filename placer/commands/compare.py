@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from placer.commands.common import (add_devices_arg, add_graph_args, add_objective_args, add_rounds_args,
-                                   check_writable, devices_from_args, load_graph_from_args, rounds_from_args,
+from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
+                                   add_pipeline_args, add_rounds_args, check_engine_args, check_writable,
+                                   devices_from_args, load_graph_from_args, pipeline_from_args, rounds_from_args,
                                    training_spec_from_args)
 from placer.errors import PlacerError
 
@@ -40,6 +41,8 @@ def register(subparsers) -> None:
     add_graph_args(parser)
     add_devices_arg(parser)
     add_objective_args(parser)
+    add_engine_arg(parser)
+    add_pipeline_args(parser)
     parser.add_argument("--include-rl", metavar="runs/NAME", default=None,
                         help="also measure the best placement of a training run (its placement.json)")
     parser.add_argument("--placers", default=",".join(PLACERS), metavar="P1,P2",
@@ -69,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     placers = [p.strip() for p in args.placers.split(",") if p.strip()]
     check_placer_names(placers)
+    check_engine_args(args)
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
     out = check_writable(args.out or Path("runs") / f"compare-{Path(args.graph).stem}", "--out", folder=True)
@@ -86,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     comparison = _measure_side_by_side(graph, devices, cost, placers, args.include_rl, args.samples, args.seed,
                                        protocol, rounds, progress=lambda text: print(text, file=sys.stderr),
-                                       training=training)
+                                       training=training, engine=args.engine, pipeline=pipeline_from_args(args))
 
     print(comparison_json(comparison) if args.json else format_table(comparison), end="" if args.json else "\n")
     _warn_if_profile_drifted(comparison, cost)
@@ -96,33 +100,35 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, samples: int | None, seed: int,
-                          protocol, rounds, progress=None, training=None):
+                          protocol, rounds, progress=None, training=None, engine: str = "torch", pipeline=None):
     """Run the placers (and add the run's placements and what a user runs instead: the whole machine
-    as one device, ONNX Runtime), then measure them all in the same interleaved rounds; with
-    `training` (the protocol's objective is then training) every placement on the training step."""
-    from placer.measure.measurer import RealMeasurer
+    as one device, ONNX Runtime), then measure them all in the same interleaved rounds in `engine`;
+    with `training` (the protocol's objective is then training) every placement on the training
+    step, with `pipeline` on the pipelined step."""
     from placer.placers import caps_from_devices
+    from placer.runtime.measurer import measurer_for
     from placer.placers.compare import baseline_rows, compare
     from placer.placers.user_baselines import user_baseline_rows
 
     names = [d.name for d in devices]
     caps = caps_from_devices(devices)
-    options = {"random_search": _random_search_options(graph, names, run_dir, samples)}
+    options = {"random_search": {**_random_search_options(graph, names, run_dir, samples), "pipeline": pipeline}}
     rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
     if run_dir:
         rows.extend(learned_rows(graph, run_dir, names))
-    users, skipped = user_baseline_rows(graph, devices, protocol, seed, training)
-    measurer = RealMeasurer(graph, devices, protocol=protocol, seed=seed, training=training)
+    users, skipped = user_baseline_rows(graph, devices, protocol, seed, training, engine, pipeline)
+    measurer = measurer_for(engine, graph, devices, protocol, seed=seed, training=training, pipeline=pipeline)
     comparison = compare(graph, names, measurer, cost, rows + users, caps, progress=progress, training=training,
-                         rounds=rounds)
+                         rounds=rounds, pipeline=pipeline)
     comparison.notes += skipped
     comparison.info = {"profile": str(getattr(cost, "path", None)), "profile_cached": getattr(cost, "from_cache", None),
-                       "protocol": measurer.protocol_record(), "devices": [str(d) for d in devices]}
+                       "protocol": measurer.protocol_record(), "devices": [str(d) for d in devices],
+                       "engine": engine}
     return comparison
 
 
 def comparison_for_run(graph, devices, cost, run_dir, rounds, *, seed: int = 0, timeout: float = 60.0,
-                       training=None, progress=None):
+                       training=None, progress=None, engine: str = "torch", pipeline=None):
     """What `placer compare --include-rl RUN` measures: every placer, random search with the run's
     samples and groups, the run's placements, the whole machine and ONNX Runtime, side by side in
     interleaved `rounds` (on the training step with `training`)."""
@@ -132,7 +138,7 @@ def comparison_for_run(graph, devices, cost, run_dir, rounds, *, seed: int = 0, 
     objective = "inference" if training is None else "training"
     return _measure_side_by_side(graph, devices, cost, list(PLACERS), run_dir, None, seed,
                                  MeasureProtocol(warmup=0, repeats=1, timeout_s=timeout, objective=objective),
-                                 rounds, progress=progress, training=training)
+                                 rounds, progress=progress, training=training, engine=engine, pipeline=pipeline)
 
 
 def _random_search_options(graph, names: list[str], run_dir, samples: int | None) -> dict:

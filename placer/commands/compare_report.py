@@ -20,7 +20,9 @@ def format_table(comparison: Comparison) -> str:
     the rounds, the control check, what learning is worth, and notes."""
     devices = comparison.devices
     has_whole = comparison.row("whole_machine") is not None and comparison.row("whole_machine").step_time
-    head = ["placement", "step ms [95%]", "vs best 1-dev [95%]"] + (["vs whole machine"] if has_whole else []) + \
+    pipelined = comparison.micro_batches > 1
+    head = ["placement", "step ms [95%]"] + (["micro-batches/s"] if pipelined else []) + ["vs best 1-dev [95%]"] + \
+           (["vs whole machine"] if has_whole else []) + \
            ["tied", "/ bound", "predicted"] + [f"peak {d} MiB" for d in devices] + ["find s", "caps", "status"]
     lines = []
     for r in comparison.rows:
@@ -30,8 +32,8 @@ def format_table(comparison: Comparison) -> str:
             ("respects" if r.respects_memory else "ignores")
         tied = "-" if r.step_time is None else ("fastest" if r.name == comparison.fastest
                                                 else "tied" if r.tied_with_fastest else "")
-        lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None),
-                      _speedup(r.vs_best_single)] + ([_speedup(r.vs_whole_machine)] if has_whole else []) +
+        lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None)] +
+                     ([_num(comparison.throughput(r), 1, 1)] if pipelined else []) + [_speedup(r.vs_best_single)] + ([_speedup(r.vs_whole_machine)] if has_whole else []) +
                      [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] + peaks +
                      [_num(r.find_time_s, 1, 3), caps, _short(r.status)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
@@ -57,6 +59,11 @@ def format_table(comparison: Comparison) -> str:
     if comparison.learning:
         footer.append(_learning_line(comparison.learning))
     protocol = comparison.info.get("protocol", {})
+    if pipelined:
+        footer.append(f"step = {comparison.micro_batches} micro-batches pipelined through the placement "
+                      "(the model is the per-micro-batch graph)")
+    if comparison.info.get("engine") == "onnxruntime":
+        footer.append("every row ran in ONNX Runtime (the onnxruntime engine: one session per device partition)")
     if protocol.get("objective") == "training":
         footer.append(f"step = training step (forward, loss {protocol.get('loss')}, backward, "
                       f"{protocol.get('optimizer')} update)")

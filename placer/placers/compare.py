@@ -108,6 +108,7 @@ class Comparison:
     info: dict[str, Any] = field(default_factory=dict)   # profile source, protocol, ...
     learning: dict[str, Any] | None = None   # learned vs. random search, see `learning_worth`
     fastest: str | None = None               # the row with the lowest median
+    micro_batches: int = 1                   # a pipelined step pushes this many: throughput = M / step time
     rounds: dict[str, Any] | None = None     # how many interleaved rounds ran, and whether a cap ended them
     control: dict[str, Any] | None = None    # the control row against its twin, see `control_check`
     verdicts: list[dict[str, Any]] = field(default_factory=list)   # the headline pairs, see `headline_verdicts`
@@ -119,10 +120,15 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         return {"format": "placer.compare/1", "graph": self.graph, "graph_sha256": self.graph_sha256,
                 "devices": self.devices, "caps": self.caps, "lower_bound": asdict(self.lower_bound),
-                "best_single_device": self.best_single, "fastest": self.fastest, "best_single_device_step_time_s": self.best_single_step_time,
+                "best_single_device": self.best_single, "fastest": self.fastest,
+                "micro_batches": self.micro_batches, "best_single_device_step_time_s": self.best_single_step_time,
                 "learning_vs_random_search": self.learning, "rounds": self.rounds, "control": self.control,
                 "verdicts": self.verdicts, "notes": self.notes, "info": self.info,
-                "rows": [r.to_dict() for r in self.rows]}
+                "rows": [{**r.to_dict(), "throughput_per_s": self.throughput(r)} for r in self.rows]}
+
+    def throughput(self, row: CompareRow) -> float | None:
+        """Micro-batches (inputs) per second of a row's step."""
+        return self.micro_batches / row.step_time if row.step_time else None
 
 
 def _timed(fn, *args, **kwargs) -> tuple[Any, float]:
@@ -186,16 +192,17 @@ CONTROL_TOLERANCE = 0.03
 
 def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostModel, rows: list[CompareRow],
             caps: Caps | None = None, progress=None, training: TrainingSpec | None = None,
-            rounds: RoundsProtocol = RoundsProtocol()) -> Comparison:
+            rounds: RoundsProtocol = RoundsProtocol(), pipeline=None) -> Comparison:
     """Measure every row's placement (in interleaved rounds when `measurer` can `open` placements,
     with a control row), predict it, and set it against the best single device, the whole machine,
     the fastest row and the bound; with `training`, predictions and the bound are of the training
-    step (`measurer` must measure training steps too). `progress(text)` hears of each round."""
+    step (`measurer` must measure training steps too), with `pipeline` of the pipelined step (and
+    every row gets its throughput). `progress(text)` hears of each round."""
     from placer.measure.simulator import Simulator
 
     caps = dict(caps or {})
-    bound = lower_bound(graph, devices, cost, training)
-    sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices], training=training)
+    bound = lower_bound(graph, devices, cost, training, pipeline)
+    sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices], training=training, pipeline=pipeline)
     index = {d: i for i, d in enumerate(devices)}
     for row in rows:
         if row.placement is not None and row.opener is None:
@@ -241,6 +248,7 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
                             best_single_step_time=best.step_time if best else None,
                             learning=learning_worth(rows, speedup), fastest=fastest.name if fastest else None)
     comparison.verdicts = headline_verdicts(rows, speedup, best)
+    comparison.micro_batches = pipeline.micro_batches if pipeline is not None else 1
     if result is not None:
         comparison.rounds = {"rounds": result.rounds, "capped": result.capped, "seconds": round(result.seconds, 1),
                              "protocol": rounds.to_dict()}

@@ -31,7 +31,7 @@ class _Search:
     """One stream of random group placements and their simulated step times (inf: OOM or invalid)."""
 
     def __init__(self, graph: OpGraph, devices: list[str], cost: CostModel | None, caps: Caps | None,
-                 seed: int, samples: int, grouping: Grouping | None) -> None:
+                 seed: int, samples: int, grouping: Grouping | None, pipeline=None) -> None:
         require_devices(devices)
         cost = require_cost(cost, "random_search")
         if samples < 1:
@@ -43,7 +43,8 @@ class _Search:
         # the training objective: simulate the whole training step, not its per-node summary
         self.training = training_of(cost)
         inner = cost.inner if isinstance(cost, TrainingStepCosts) else cost
-        sim = Simulator(graph, devices, inner, [self.caps.get(d) for d in devices], training=self.training)
+        sim = Simulator(graph, devices, inner, [self.caps.get(d) for d in devices], training=self.training,
+                        pipeline=pipeline)
         group_of = np.array([self.grouping.node_group[n] for n in sim.node_names])
         self.failures: list[str | None] = []
         self.times = np.concatenate([self._simulate(sim, self.draws[i:i + CHUNK, group_of])
@@ -84,9 +85,11 @@ class _Search:
 
 
 def random_search(graph: OpGraph, devices: list[str], cost: CostModel | None = None, caps: Caps | None = None,
-                  *, seed: int = 0, samples: int = 1000, grouping: Grouping | None = None) -> Placement:
-    """The fastest in the simulator of `samples` uniformly random group placements (seeded)."""
-    search = _Search(graph, devices, cost, caps, seed, samples, grouping)
+                  *, seed: int = 0, samples: int = 1000, grouping: Grouping | None = None,
+                  pipeline=None) -> Placement:
+    """The fastest in the simulator of `samples` uniformly random group placements (seeded); with
+    `pipeline`, scored on the pipelined step (`placer.measure.pipeline`)."""
+    search = _Search(graph, devices, cost, caps, seed, samples, grouping, pipeline)
     best = search.best(samples)
     if best is None:
         raise search.nothing_fits()

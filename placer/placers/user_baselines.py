@@ -15,7 +15,7 @@ import numpy as np
 from placer.devices import Device
 from placer.graph.opgraph import OpGraph
 from placer.measure.executor import KernelError, cpu_threads
-from placer.measure.measurer import MeasureProtocol, RealMeasurer, random_feeds
+from placer.measure.measurer import MeasureProtocol, random_feeds
 from placer.measure.training import TrainingSpec
 from placer.placement import Placement
 from placer.placers.compare import WHOLE_MACHINE, CompareRow
@@ -30,34 +30,36 @@ def machine_threads(devices: Sequence[Device]) -> int:
 
 
 def user_baseline_rows(graph: OpGraph, devices: Sequence[Device], protocol: MeasureProtocol, seed: int = 0,
-                       training: TrainingSpec | None = None) -> tuple[list[CompareRow], list[str]]:
+                       training: TrainingSpec | None = None, engine: str = "torch",
+                       pipeline=None) -> tuple[list[CompareRow], list[str]]:
     """The rows `whole_machine` and `onnxruntime` when every compared device is a CPU device, and
-    one-line notes for what was skipped and why."""
+    one-line notes for what was skipped and why. Under the onnxruntime engine `whole_machine` is
+    already ONNX Runtime on the whole model with all the threads, so it is the one row."""
+    from placer.runtime.measurer import measurer_for
+
     if not devices or any(d.kind != "cpu" for d in devices):
         return [], []
     threads = machine_threads(devices)
     whole = Device("cpu", 0, threads=threads)
-    measurer = RealMeasurer(graph, [whole], protocol=protocol, seed=seed, training=training)
+    measurer = measurer_for(engine, graph, [whole], protocol, seed=seed, training=training, pipeline=pipeline)
     placement = Placement.single_device(list(graph.nodes), whole.name, graph.sha256)
+    where = "ONNX Runtime, the whole model in one session" if engine == ONNXRUNTIME else "placer's torch engine"
     rows = [CompareRow(WHOLE_MACHINE, WHOLE_MACHINE, None, None, placement=placement,
                        opener=partial(measurer.open, placement), run_record=measurer.run_record(),
-                       note=f"one device with all {threads} threads, placer's engine")]
-    notes = []
+                       note=f"one device with all {threads} threads, {where}")]
+    if engine == ONNXRUNTIME:
+        return rows, []
     if training is not None:
-        notes.append("onnxruntime: not compared on the training objective (ONNX Runtime runs the forward pass)")
-        return rows, notes
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        notes.append("onnxruntime: not compared, it is not installed (pip install onnxruntime)")
-        return rows, notes
+        return rows, ["onnxruntime: not compared on the training objective (ONNX Runtime runs the forward pass)"]
+    if pipeline is not None and pipeline.pipelined:
+        return rows, ["onnxruntime: not compared on a pipelined step (it runs one input at a time)"]
     feeds = random_feeds(graph, seed)
     rows.append(CompareRow(ONNXRUNTIME, ONNXRUNTIME, None, None,
                            opener=partial(OrtWholeModelRun, graph, threads, feeds, protocol.timeout_s),
                            run_record={"engine": "onnxruntime", "threads": threads, "objective": "inference",
                                        "timeout_s": protocol.timeout_s},
                            note=f"ONNX Runtime, the whole model in one session, {threads} threads"))
-    return rows, notes
+    return rows, []
 
 
 class OrtWholeModelRun:

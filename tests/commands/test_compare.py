@@ -130,3 +130,35 @@ def test_placer_compare_on_the_training_objective_measures_every_baseline_on_the
     assert training["lower_bound"]["load"] == pytest.approx(rows["single:cpu:0"]["predicted_step_time_s"] / 2)
     single = {r["name"]: r for r in inference["rows"]}["single:cpu:0"]
     assert rows["single:cpu:0"]["predicted_step_time_s"] > single["predicted_step_time_s"]
+
+
+def test_placer_compare_in_onnxruntime_measures_every_row_there(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    args = ["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
+            "--min-rounds", "6", "--max-rounds", "6", "--no-plot", "--placers", "single,m_etf"]
+    assert main([*args, "--engine", "onnxruntime", "--json", "--out", str(tmp_path / "ort")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in data["rows"]}
+    # the whole machine is ONNX Runtime's own session here: no second onnxruntime row
+    assert list(rows) == ["single:cpu:0", "single:cpu:1", "m_etf", "control", "whole_machine"]
+    assert all(r["status"] == "ok" and r["measurement"]["protocol"]["engine"] == "onnxruntime" for r in rows.values())
+    assert data["info"]["engine"] == "onnxruntime"
+    assert main([*args, "--engine", "onnxruntime", "--objective", "training", "--out", str(tmp_path / "t")]) == 2
+    assert "torch engine" in capsys.readouterr().err
+
+
+def test_placer_compare_of_a_pipelined_step_reports_throughput(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
+                 "--min-rounds", "6", "--max-rounds", "6", "--no-plot", "--placers", "single,pipeline_dp",
+                 "--micro-batches", "4", "--out", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "micro-batches/s" in out and "4 micro-batches pipelined" in out
+    assert "onnxruntime: not compared on a pipelined step" in out
+    data = json.loads((tmp_path / "p" / "compare.json").read_text())
+    assert data["micro_batches"] == 4
+    for row in data["rows"]:
+        assert row["throughput_per_s"] == pytest.approx(4 / row["step_time_s"])
+        assert row["measurement"]["protocol"]["micro_batches"] == 4   # every row, the whole machine too
