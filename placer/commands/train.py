@@ -8,7 +8,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from placer.commands.common import add_devices_arg, add_graph_args, add_objective_args
+from placer.commands.common import add_devices_arg, add_graph_args, add_objective_args, add_pipeline_args
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS, RewardPlan
@@ -31,6 +31,7 @@ def register(subparsers) -> None:
     add_graph_args(parser)
     add_devices_arg(parser)
     add_objective_args(parser)
+    add_pipeline_args(parser)
     add_worker_args(parser)
     parser.add_argument("--budget", default=None, metavar="TIME",
                         help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
@@ -106,7 +107,8 @@ def _run_dir(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Train, then print the best placement's step time against the best single device."""
-    from placer.commands.common import devices_from_args, load_graph_from_args, training_spec_from_args
+    from placer.commands.common import (devices_from_args, load_graph_from_args, pipeline_from_args,
+                                        training_spec_from_args)
     from placer.graph.grouping import group_graph
     from placer.measure.simulator import SimulatedMeasurer
     from placer.measure.training_costs import TrainingStepCosts
@@ -127,24 +129,28 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.measurer import MeasureProtocol, RealMeasurer
 
     training = training_spec_from_args(args, graph)
+    pipeline = pipeline_from_args(args)   # --micro-batches: every step, real or simulated, is pipelined
+    if pipeline.pipelined and args.workers:
+        raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
     # Real measurement, for the rewards unless they are simulated, and in every mode for the
     # side-by-side confirmation at the end: the reported figures are real measurements.
-    confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed, training=training)
+    confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed, training=training, pipeline=pipeline)
     # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
     cost = _cost_model(args, graph, devices, confirm)
     # Real rewards are paired: each batch in interleaved rounds with the best single device
     measurer = _paired(args, graph, confirm, cost, run_dir) if plan.reward != "simulated" else None
     pool = pool_from_args(args, graph, devices, protocol, training)   # --workers: many placements measured at once
     measurer = pool if pool is not None else measurer
-    simulator = SimulatedMeasurer(graph, devices, cost, training=training) if plan.reward != "real" else None
+    simulator = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline) \
+        if plan.reward != "real" else None
     grouping = group_graph(graph, args.groups, len(devices), args.grouping)
     warm = None
     if hp.warm_start != "none":
         # the baselines it starts from see a training step's costs per node on the training objective
         costs = cost if training is None else TrainingStepCosts(graph, [d.name for d in devices], cost, training)
         warm = plan_warm_start(graph, [d.name for d in devices], costs, caps_from_devices(devices), grouping,
-                               hp.warm_start, seed=args.seed)
+                               hp.warm_start, seed=args.seed, pipeline=pipeline)
         grouping = warm.grouping
         print(f"warm start: the policy first imitates {warm.source} ({warm.simulated_step_time * 1e3:.2f} ms "
               f"simulated), on its {len(grouping)} groups split where {warm.source} cuts them")
@@ -157,6 +163,8 @@ def run(args: argparse.Namespace) -> int:
                              **({"loss": training.loss.kind, "optimizer": training.optimizer.name}
                                 if training is not None else {}),
                              "cost_model": args.cost_model if simulator is not None else None,
+                             **({"micro_batches": pipeline.micro_batches, "schedule": pipeline.schedule}
+                                if pipeline.pipelined else {}),
                              "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout,
                              "workers": args.workers, "ray_address": args.ray_address})
     finish_pool(pool)
@@ -182,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     print(_convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
     if not args.no_compare and not result.interrupted:
-        _closing_comparison(args, graph, devices, cost, run_dir, training)
+        _closing_comparison(args, graph, devices, cost, run_dir, training, pipeline)
     if result.interrupted:
         print(f"interrupted; continue with --resume --run-dir {run_dir}")
         return 130
@@ -206,7 +214,8 @@ def _convergence_text(s: dict) -> str:
             "its placement is still a draw among many, train longer (--resume with more --samples or --budget)")
 
 
-def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir: Path, training=None) -> None:
+def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir: Path, training=None,
+                        pipeline=None) -> None:
     """Every baseline placer, random search with the run's samples, and the run's placements,
     measured side by side now: the figures that say whether learning beat the heuristics."""
     from placer.commands.compare import comparison_for_run
@@ -215,7 +224,7 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
 
     print("measuring every baseline placer and the learned placements side by side ...")
     comparison = comparison_for_run(graph, devices, cost, run_dir, RoundsProtocol(seed=args.seed), seed=args.seed,
-                                    timeout=args.timeout, training=training)
+                                    timeout=args.timeout, training=training, pipeline=pipeline)
     print(format_table(comparison))
     write_outputs(comparison, run_dir / "compare", plot=False)
 

@@ -53,18 +53,21 @@ class WarmStart:
 
 # Placers the warm start may copy: everything but the random ones (a start that is luck is no start).
 WARM_START_PLACERS = ("single", "round_robin", "metis", "m_topo", "m_etf", "m_sct", "memory_greedy", "heft")
+PIPELINE_PLACERS = ("pipeline_dp", "pipeline_balanced", "pipeline_params")   # candidates of a pipelined step
 
 
 def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps, grouping: Grouping,
-                    choice: str = "best_baseline", seed: int = 0) -> WarmStart:
+                    choice: str = "best_baseline", seed: int = 0, pipeline=None) -> WarmStart:
     """Run the baseline placers (or the one `choice` names), keep the fastest under `cost` (the
-    simulator with `caps`), and align `grouping` with its placement."""
+    simulator with `caps`, on the pipelined step with `pipeline`), and align `grouping` with its
+    placement; with `pipeline`, the pipeline partitioners are candidates too."""
     from placer.measure.simulator import Simulator
     from placer.placers import PLACERS
     from placer.placers.base import training_of
     from placer.placers.compare import baseline_rows
 
-    names = WARM_START_PLACERS if choice == "best_baseline" else (choice,)
+    pipelined = pipeline is not None and pipeline.pipelined
+    names = (WARM_START_PLACERS + (PIPELINE_PLACERS if pipelined else ())) if choice == "best_baseline" else (choice,)
     unknown = [n for n in names if n not in PLACERS]
     if unknown:
         raise PlacerError(f"unknown warm-start placer {unknown[0]!r}; use best_baseline, none, or one of "
@@ -74,7 +77,7 @@ def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: C
     # memory of gradients and optimizer state included.
     training = training_of(cost)
     sim = Simulator(graph, devices, cost.inner if training is not None else cost, [caps.get(d) for d in devices],
-                    training=training)
+                    training=training, pipeline=pipeline)
     index = {d: i for i, d in enumerate(devices)}
     candidates: dict[str, float | None] = {}
     best: tuple[float, str, Placement] | None = None

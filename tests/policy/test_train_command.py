@@ -127,3 +127,21 @@ def test_a_bad_real_fraction_is_a_one_line_error(model_file, tmp_path, capsys):
     assert main(["train", "--graph", str(model_file), "--reward", "hybrid", "--real-fraction", "1.5",
                  "--samples", "4", "--run-dir", str(tmp_path / "r"), *QUIET]) == 2
     assert "--real-fraction" in capsys.readouterr().err
+
+
+def test_a_pipelined_run_learns_measures_and_compares_the_pipelined_step(model_file, tmp_path, capsys):
+    """--micro-batches 4: the simulated samples, the confirmation and the closing comparison are
+    all of the pipelined step (four micro-batches per step)."""
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic",
+                 "--samples", "8", "--warmup", "0", "--repeats", "1", "--micro-batches", "4", "--run-dir", str(run),
+                 *FAST]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["simulator"]["protocol"]["micro_batches"] == 4
+    placement = Placement.load(run / "placement.json")
+    assert placement.measurement["protocol"]["micro_batches"] == 4       # confirmed on the pipelined step
+    compared = json.loads((run / "compare" / "compare.json").read_text())
+    assert compared["micro_batches"] == 4 and {"pipeline_dp", "pipeline_balanced"} <= {r["name"] for r in compared["rows"]}
+    assert "micro-batches/s" in capsys.readouterr().out
+    assert main(["train", "--graph", str(model_file), "--micro-batches", "4", "--workers", "2",
+                 "--run-dir", str(tmp_path / "w"), *QUIET]) == 2
