@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference
 
 from placer.annotate.stages import Stage, plan_stages
 from placer.annotate.write import node_names, save_model
@@ -51,16 +51,19 @@ def split_model(model: onnx.ModelProto, placement: Placement, graph: OpGraph) ->
     value_types = _value_types(model, graph)
     weights = {t.name: t for t in model.graph.initializer}
     result = []
-    constant_of = {tensor: name for name, tensor in graph.constants.items()}
+    # A Constant weight is copied into every stage that reads it, as an initializer is; a weight
+    # folded from a constant-only subgraph (Constant -> Cast -> ...) goes in as its value
+    constant_of = {tensor: name for name, tensor in graph.constants.items()
+                   if proto_of[name].op_type == "Constant" and list(proto_of[name].output) == [tensor]}
     for stage in plan_stages(graph, placement):
-        # A Constant weight is copied into every stage that reads it, as an initializer is.
         nodes = [_named(proto_of[constant_of[t]], constant_of[t]) for t in stage.initializers if t in constant_of]
         nodes += [_named(proto_of[n], n) for n in stage.nodes]
         sub = helper.make_graph(
             nodes, f"{model.graph.name or 'graph'}_stage{stage.index}",
             inputs=[value_types[t] for t in stage.inputs],
             outputs=[value_types[t] for t in stage.outputs],
-            initializer=[weights[t] for t in stage.initializers if t in weights])
+            initializer=[weights[t] if t in weights else numpy_helper.from_array(graph.initializer_array(t), t)
+                         for t in stage.initializers if t not in constant_of])
         stage_model = helper.make_model(sub, opset_imports=list(model.opset_import),
                                         producer_name="placer split",
                                         functions=list(model.functions))

@@ -28,6 +28,7 @@ from placer.annotate.stages import plan_stages, stage_of_node
 from placer.devices import device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.graph.structure import node_names as structure_names
 from placer.placement import FORMAT, Placement
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,14 @@ def node_names(model: onnx.ModelProto, graph: OpGraph) -> list[str]:
     nameless gets the generated name `graph` gave it, and names round-trip through the file."""
     by_outputs = {tuple(op.outputs): name for name, op in graph.nodes.items()}
     by_outputs.update({(tensor,): name for name, tensor in graph.constants.items()})
+    generated = structure_names(list(model.graph.node))   # what loading named them (folded constants)
     names = []
     for i, node in enumerate(model.graph.node):
         name = by_outputs.get(tuple(node.output))
         if name is None and node.name in graph.nodes:
             name = node.name
+        if name is None and generated[i] in graph.constants:
+            name = generated[i]
         if name is None:
             raise PlacerError(f"node #{i} ({node.op_type} {node.name!r}) of the model is not in the graph "
                               f"loaded from {graph.source or 'it'}; apply the placement to the same model file")

@@ -39,7 +39,8 @@ def _shape_value(node: onnx.NodeProto, info: TensorInfo) -> np.ndarray:
     return np.array(info.shape[start:end] if end is not None else info.shape[start:], dtype=np.int64)
 
 
-def _evaluate(node: onnx.NodeProto, inputs: list[np.ndarray | None], opsets: Mapping[str, int]) -> list[np.ndarray]:
+def evaluate_node(node: onnx.NodeProto, inputs: list[np.ndarray | None], opsets: Mapping[str, int]) -> list[np.ndarray]:
+    """The outputs of one standard node on numpy inputs (ONNX's reference evaluator, at the model's opsets)."""
     from onnx.reference import ReferenceEvaluator
 
     if node.op_type == "Constant":
@@ -124,7 +125,7 @@ def _fold_node(node: onnx.NodeProto, values: dict[str, np.ndarray], infos: Mappi
     if _output_too_big(node, [values.get(n) if n else None for n in node.input]):
         return None
     try:
-        outputs = _evaluate(node, [values.get(n) if n else None for n in node.input], opsets)
+        outputs = evaluate_node(node, [values.get(n) if n else None for n in node.input], opsets)
     except Exception as exc:  # anything the reference cannot do stays for inference or the real run
         log.debug("not folding %s (%s): %s", node.name, node.op_type, exc)
         return None

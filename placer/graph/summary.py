@@ -29,7 +29,8 @@ class GraphSummary:
     opsets: dict[str, int]
     critical_path: list[str] = field(default_factory=list)
     critical_path_flops: float = 0.0
-    constant_weights: dict[str, str] = field(default_factory=dict)  # Constant node -> weight (`OpGraph.constants`)
+    # Constant node (or node folded with Constants) -> its weight (`OpGraph.constants`)
+    constant_weights: dict[str, str] = field(default_factory=dict)
     data_dependent: dict[str, str] = field(default_factory=dict)    # control-flow node -> what the data decides
 
 
@@ -133,7 +134,7 @@ def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> s
         "opsets      " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(s.opsets.items())),
         f"nodes       {s.node_count}",
         f"parameters  {s.param_count:,} ({_bytes(s.param_bytes)})" + (
-            f", {len(s.constant_weights)} of them in Constant nodes (placed with their readers)"
+            f", {len(set(s.constant_weights.values()))} of them in Constant nodes (placed with their readers)"
             if s.constant_weights else ""),
         f"FLOPs       {_si(s.flops, 'FLOP')} per step",
         f"activations {_bytes(s.activation_bytes)} (all node outputs)",

@@ -113,8 +113,8 @@ def test_folding_never_builds_big_tensors(monkeypatch):
     import placer.graph.fold as fold
 
     evaluated = []
-    real = fold._evaluate
-    monkeypatch.setattr(fold, "_evaluate", lambda node, *a: evaluated.append(node.op_type) or real(node, *a))
+    real = fold.evaluate_node
+    monkeypatch.setattr(fold, "evaluate_node", lambda node, *a: evaluated.append(node.op_type) or real(node, *a))
     graph = helper.make_graph(
         [helper.make_node("Shape", ["x"], ["s"]),
          helper.make_node("ConstantOfShape", ["s"], ["zeros"]),

@@ -1,6 +1,8 @@
-"""A model whose weights are all Constant nodes (as paddle2onnx writes them) is the same model as
-with initializers: same parameters, same placements of every other node, same simulated step
-time; its Constant nodes follow their readers in placement files, `apply` and `--split`."""
+"""A model whose weights are all Constant nodes (as paddle2onnx writes them), some behind a Cast
+from float16 or a Reshape and a literal computed from Constants, is the same model as with
+initializers: same parameters, same placements of every other node, same simulated step time;
+its Constant nodes (and the nodes folded with them) follow their readers in placement files,
+`apply` and `--split`."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 from placer.annotate.chain import run_split
 from placer.annotate.resolve import resolve_placement
@@ -69,10 +71,51 @@ def _as_constants(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-@pytest.fixture(scope="module")
-def pair():
+def _folded(model: onnx.ModelProto) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    """The model written the Paddle way with weights computed from Constants: every third weight a
+    float16 Constant cast to float32, every third after it a flat Constant reshaped, and the 0.5
+    literal Cast(1) / 2. Also the model with initializers of the same values (float16-rounded)."""
+    plain = onnx.ModelProto()
+    plain.CopyFrom(model)
+    nodes = []
+    for k, t in enumerate(plain.graph.initializer):
+        w = numpy_helper.to_array(t)
+        if k % 3 == 0:
+            t.CopyFrom(numpy_helper.from_array(w.astype(np.float16).astype(np.float32), t.name))
+            nodes += [helper.make_node("Constant", [], [f"{t.name}_h"], name=f"Constant_w{k}",
+                                       value=numpy_helper.from_array(w.astype(np.float16))),
+                      helper.make_node("Cast", [f"{t.name}_h"], [t.name], name=f"Cast_w{k}", to=TensorProto.FLOAT)]
+        elif k % 3 == 1:
+            nodes += [helper.make_node("Constant", [], [f"{t.name}_flat"], name=f"Constant_w{k}",
+                                       value=numpy_helper.from_array(w.reshape(-1))),
+                      helper.make_node("Constant", [], [f"{t.name}_shape"], name=f"Constant_s{k}",
+                                       value=numpy_helper.from_array(np.array(w.shape, np.int64))),
+                      helper.make_node("Reshape", [f"{t.name}_flat", f"{t.name}_shape"], [t.name], name=f"Reshape_w{k}")]
+        else:
+            nodes.append(helper.make_node("Constant", [], [t.name], name=f"Constant_w{k}", value=t))
+    paddle = onnx.ModelProto()
+    paddle.CopyFrom(plain)
+    for node in paddle.graph.node:
+        if node.op_type == "Constant" and numpy_helper.to_array(node.attribute[0].t).size == 1:   # the 0.5
+            half = node.output[0]
+            nodes += [helper.make_node("Constant", [], ["one"], name="Constant_one", value_int=1),
+                      helper.make_node("Cast", ["one"], ["one_f"], name="Cast_one", to=TensorProto.FLOAT),
+                      helper.make_node("Constant", [], ["two"], name="Constant_two", value_float=2.0),
+                      helper.make_node("Div", ["one_f", "two"], [half], name="Div_half")]
+    nodes += [n for n in paddle.graph.node if n.output[0] != half]
+    del paddle.graph.initializer[:], paddle.graph.node[:]
+    paddle.graph.node.extend(nodes)
+    onnx.checker.check_model(paddle)
+    return plain, paddle
+
+
+@pytest.fixture(scope="module", params=["constants", "folded"])
+def pair(request):
     plain = _with_initializers()
-    paddle = _as_constants(plain)
+    if request.param == "constants":
+        paddle = _as_constants(plain)
+    else:
+        plain, paddle = _folded(plain)
     return (plain, load_graph(plain)), (paddle, load_graph(paddle))
 
 
@@ -82,7 +125,8 @@ def _x() -> np.ndarray:
 
 def test_constant_weights_count_as_parameters_and_are_no_nodes(pair):
     (_, plain), (paddle, graph) = pair
-    assert not paddle.graph.initializer and len(graph.constants) == 9   # 8 weights and the 0.5 literal
+    assert not paddle.graph.initializer and len(set(graph.constants.values())) == 9   # 8 weights and the 0.5 literal
+    assert len(graph.nodes) + len(graph.constants) == len(paddle.graph.node)   # every node of the file: one or the other
     assert summarize(graph).param_count == summarize(plain).param_count > 5000
     assert "9 of them in Constant nodes" in format_summary(summarize(graph))
     assert to_json(graph)["constant_weights"]["Constant_w6"] == "fc.weight"
