@@ -40,6 +40,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.backward import training_prepared
 from placer.measure.executor import ExecutionFailure, PlacedExecutor, StepProfile, cpu_threads
+from placer.measure.kernels.control import observed
 from placer.measure.measurer import MeasureProtocol, random_feeds
 from placer.measure.prepare import PreparedGraph, prepare
 from placer.measure.training import TrainingSpec
@@ -103,6 +104,8 @@ class Profile:
     # whole-graph measurements it was checked and calibrated against (`placer.measure.calibration`)
     calibration: dict[str, Any] = field(default_factory=dict)
     flag: str | None = None   # why its predictions are not to be trusted (off the measured steps), if so
+    # control-flow node -> what the profiling inputs made it do ("then branch", "3 iterations" -> runs)
+    control_flow: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def op_time(self, node: str, device: str) -> float:
         """Seconds of step `node` on `device` (inf when unknown or failed)."""
@@ -129,7 +132,8 @@ class Profile:
                              for n, per in self.op_times.items()},
                 "transfers": [asdict(t) for t in self.transfers], "folded_nodes": list(self.folded_nodes),
                 "step_times": dict(self.step_times), "failures": dict(self.failures),
-                "protocol": dict(self.protocol), "calibration": dict(self.calibration), "flag": self.flag}
+                "protocol": dict(self.protocol), "calibration": dict(self.calibration), "flag": self.flag,
+                "control_flow": dict(self.control_flow)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Profile:
@@ -142,7 +146,8 @@ class Profile:
                    folded_nodes=list(data.get("folded_nodes", [])),
                    step_times=dict(data.get("step_times", {})), failures=dict(data.get("failures", {})),
                    graph_sha256=(data.get("graph") or {}).get("sha256"), protocol=dict(data.get("protocol", {})),
-                   calibration=dict(data.get("calibration") or {}), flag=data.get("flag"))
+                   calibration=dict(data.get("calibration") or {}), flag=data.get("flag"),
+                   control_flow=dict(data.get("control_flow") or {}))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
@@ -174,6 +179,7 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
         prepared = training_prepared(graph, prepared)
     devs = as_devices(devices)
     prepared = prepared if prepared is not None else prepare(graph)
+    before = observed(prepared.kernels)
     feeds = {**random_feeds(graph, seed), **(feeds or {})}
     classes = device_classes(devs)
     by_class, rounds = {}, {}
@@ -204,7 +210,7 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
     return Profile(devices=[d.name for d in devs], op_times=op_times,
                    transfers=_class_transfers(devs, classes, transfer_sizes),
                    folded_nodes=list(prepared.folded_nodes), step_times=step_times, failures=failures,
-                   graph_sha256=graph.sha256, protocol=record)
+                   graph_sha256=graph.sha256, protocol=record, control_flow=observed(prepared.kernels, since=before))
 
 
 def device_class(dev: Device, devices: list[Device]) -> str:

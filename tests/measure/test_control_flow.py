@@ -19,7 +19,9 @@ from placer.cli import main
 from placer.graph.summary import format_summary, summarize
 from placer.measure.executor import PlacedExecutor
 from placer.measure.loading import load_graph
+from placer.measure.measurer import MeasureProtocol
 from placer.measure.prepare import prepare
+from placer.measure.profile import Profile, profile_graph
 from placer.placement import Placement
 
 from .test_training_exports import _placer_run
@@ -146,6 +148,27 @@ def test_inspect_says_which_costs_depend_on_the_data(case):
                                            "bounded": "a condition that may end it early"}[name]]
         assert "a profile times what the profiling inputs did" in text
         assert "the data (1 node):" in text
+
+
+@pytest.mark.parametrize("name, small, large", [("gate", "else branch", "then branch"),
+                                                ("bounded", "1 iteration", "2 iterations")])
+def test_a_profile_records_what_its_inputs_made_control_flow_do(name, small, large, tmp_path, capsys):
+    path = tmp_path / f"{name}.onnx"
+    _, model = controlflow.export_scripted(name, path)
+    graph = load_graph(path)
+    node = next(n for n, op in graph.nodes.items() if op.data_dependence)
+    prepared = prepare(graph)   # one kernel for both profiles: each records its own runs only
+    for scale, did in ((0.2, small), (3.0, large)):
+        profile = profile_graph(graph, ["cpu:0"], MeasureProtocol(warmup=1, repeats=2), settle=None, prepared=prepared,
+                                feeds=controlflow.feeds(model, 0, scale), transfer_sizes=())
+        assert profile.control_flow == {node: {did: 3}}   # the warm-up and two timed runs
+    profile.save(tmp_path / "profile.json")
+    assert Profile.load(tmp_path / "profile.json").control_flow == profile.control_flow
+    assert main(["inspect", "--graph", str(path), "--profile", str(tmp_path / "profile.json")]) == 0
+    assert f"  {node}: {large} (3 runs)" in capsys.readouterr().out
+    Profile(["cpu:0"], {}, graph_sha256="0" * 64).save(tmp_path / "other.json")
+    assert main(["inspect", "--graph", str(path), "--profile", str(tmp_path / "other.json")]) == 2
+    assert "is of another graph" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_a_static_trip_count_multiplies_the_body_flops(tmp_path):

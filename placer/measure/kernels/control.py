@@ -4,11 +4,13 @@ A control-flow node is one op: its kernel binds every node of its subgraphs once
 control flow binds recursively) and runs the branch taken or the iterations on the device of
 its inputs. Values the subgraphs read from the enclosing graph arrive as trailing inputs
 (`structure.node_inputs`), like any input. Autograd records whatever ran, so a training step
-differentiates through the branch taken and the iterations run.
+differentiates through the branch taken and the iterations run. Each kernel counts what it did
+(`observed`: "then branch", "3 iterations" -> runs), which a profile records.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import onnx
@@ -77,6 +79,24 @@ def _outer(node: Node, inputs: Tensors) -> dict[str, torch.Tensor]:
     return {name: value for name, value in zip(node.inputs, inputs) if name and value is not None}
 
 
+def _iterations(n: int) -> str:
+    return f"{n} iteration{'' if n == 1 else 's'}"
+
+
+def observed(kernels: Mapping[str, object], since: Mapping[str, Mapping[str, int]] | None = None
+             ) -> dict[str, dict[str, int]]:
+    """Node -> what its control-flow kernel did (the branch taken, the iterations run -> runs),
+    counting only the runs after `since` (an earlier answer); nodes with no such run are left out."""
+    result = {}
+    for name, kernel in kernels.items():
+        seen = getattr(getattr(kernel, "fn", kernel), "observed", None)
+        before = (since or {}).get(name, {})
+        runs = {what: n - before.get(what, 0) for what, n in (seen or {}).items() if n > before.get(what, 0)}
+        if runs:
+            result[name] = runs
+    return result
+
+
 def _host_bool(t: torch.Tensor) -> bool:
     return bool(t.reshape(-1)[0].item()) if t.numel() else False
 
@@ -87,7 +107,9 @@ def _if(node: Node):
 
     def run(xs: Tensors) -> list[torch.Tensor]:
         taken = then_body if _host_bool(xs[0]) else else_body
+        run.observed["then branch" if taken is then_body else "else branch"] += 1
         return taken.run(_outer(node, xs), [])
+    run.observed = Counter()
     return run
 
 
@@ -112,10 +134,12 @@ def _loop(node: Node):
             carried = out[1:1 + n_carried]
             scans.append(out[1 + n_carried:])
             i += 1
+        run.observed[_iterations(i)] += 1
         n_scans = len(body.output_names) - 1 - n_carried
         stacked = [torch.stack([s[k] for s in scans]) if scans else torch.empty(0, device=device)
                    for k in range(n_scans)]
         return carried + stacked
+    run.observed = Counter()
     return run
 
 
@@ -136,6 +160,7 @@ def _scan(node: Node):
         sequences = [x.movedim(a, 0) for x, a in zip(xs[n_state:node.n_inputs], in_axes)]
         sequences = [s.flip(0) if d else s for s, d in zip(sequences, in_dirs)]
         length = sequences[0].shape[0] if sequences else 0
+        run.observed[_iterations(length)] += 1
         outs: list[list[torch.Tensor]] = [[] for _ in range(k)]
         for t in range(length):
             result = body.run(outer, [*state, *(s[t] for s in sequences)])
@@ -147,4 +172,5 @@ def _scan(node: Node):
         stacked = [torch.stack(o[::-1] if d else o).movedim(0, a if a >= 0 else a + o[0].dim() + 1)
                    for o, d, a in zip(outs, out_dirs, out_axes)]
         return state + stacked
+    run.observed = Counter()
     return run
