@@ -6,16 +6,13 @@ row opens its own run; the comparison measures them in the same rounds as every 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from functools import partial
 
-import numpy as np
-
 from placer.devices import Device
 from placer.graph.opgraph import OpGraph
-from placer.measure.executor import KernelError, cpu_threads
-from placer.measure.measurer import MeasureProtocol, random_feeds
+from placer.measure.executor import cpu_threads
+from placer.measure.measurer import MeasureProtocol
 from placer.measure.training import TrainingSpec
 from placer.placement import Placement
 from placer.placers.compare import WHOLE_MACHINE, CompareRow
@@ -53,42 +50,10 @@ def user_baseline_rows(graph: OpGraph, devices: Sequence[Device], protocol: Meas
         return rows, ["onnxruntime: not compared on the training objective (ONNX Runtime runs the forward pass)"]
     if pipeline is not None and pipeline.pipelined:
         return rows, ["onnxruntime: not compared on a pipelined step (it runs one input at a time)"]
-    feeds = random_feeds(graph, seed)
-    rows.append(CompareRow(ONNXRUNTIME, ONNXRUNTIME, None, None,
-                           opener=partial(OrtWholeModelRun, graph, threads, feeds, protocol.timeout_s),
-                           run_record={"engine": "onnxruntime", "threads": threads, "objective": "inference",
-                                       "timeout_s": protocol.timeout_s},
+    # one plain session of the whole model with all the threads: the onnxruntime engine's one-device case
+    ort = measurer_for(ONNXRUNTIME, graph, [Device("cpu", None, threads=threads)], protocol, seed=seed)
+    whole_model = Placement.single_device(list(graph.nodes), "cpu", graph.sha256)
+    rows.append(CompareRow(ONNXRUNTIME, ONNXRUNTIME, None, None, placement=whole_model,
+                           opener=partial(ort.open, whole_model), run_record=ort.run_record(),
                            note=f"ONNX Runtime, the whole model in one session, {threads} threads"))
     return rows, []
-
-
-class OrtWholeModelRun:
-    """A `PlacementRun` of ONNX Runtime on the whole model: one session, built once."""
-
-    def __init__(self, graph: OpGraph, threads: int, feeds: dict[str, np.ndarray], timeout_s: float) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        # Idle threads must not spin after a step: the next candidate of the round needs the cores.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        try:
-            self.session = ort.InferenceSession(graph.model.SerializeToString(), options,
-                                                providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001 - ORT raises its own types; a model it refuses is a failure
-            raise KernelError(f"ONNX Runtime cannot load the model: {exc}") from exc
-        self.feeds = {i.name: feeds[i.name] for i in self.session.get_inputs()}
-        self.timeout_s = timeout_s
-        self.peak_memory: dict[str, int] = {}
-
-    def step(self) -> float:
-        start = time.perf_counter()
-        try:
-            self.session.run(None, self.feeds)
-        except Exception as exc:  # noqa: BLE001
-            raise KernelError(f"ONNX Runtime failed: {exc}") from exc
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        self.session = None
