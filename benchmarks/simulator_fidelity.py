@@ -11,7 +11,8 @@ that matter: Spearman rank correlation (does the simulator order placements as r
 the mean absolute relative error |simulated - measured| / measured, the range of the measured
 steps (slowest over fastest) and how many measured steps fall below the lower bound (their whole
 95% interval; the medians below it are counted apart); the same
-figures without the calibration, and the simulator's own speed.
+figures without the calibration, the noise floor (the odd rounds' medians against the even
+rounds': how well the measurements rank the placements themselves), and the simulator's own speed.
 
     python benchmarks/simulator_fidelity.py --graph inception_v3.onnx
     python benchmarks/simulator_fidelity.py --graph model.onnx --input-shape x=1x3x224x224 --json
@@ -188,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.interval['low'] * 1e3:8.2f}-{m.interval['high'] * 1e3:<8.2f} {rel:8.1%}")
 
     measured = [r["measured_s"] for r in results]
+    # the noise floor: how well the medians of the odd rounds rank the placements like the even rounds'
+    halves = [[float(np.median([t for t in result.times[r["placement"]][k::2] if t is not None])) for r in results]
+              for k in (0, 1)]
     note = check_bound(bound, {r["placement"]: r["measured_s"] for r in results})
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     summary = {"graph": args.graph, "nodes": len(graph.nodes), "devices": [str(d) for d in devs],
@@ -196,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                # a violation: the measured step's whole 95% interval below the bound; its median below, counted apart
                "bound_violations": sum(r["below_bound"] for r in results),
                "medians_below_bound": sum(r["median_below_bound"] for r in results), "lower_bound_s": bound.value,
+               "noise_spearman": spearman(*halves) if len(results) > 2 and result.rounds > 1 else None,
                "uncalibrated": figures([r["uncalibrated_s"] for r in results], measured),
                "slowdown": cost.slowdown, "profile_flag": cost.profile.flag, "profile_cached": cost.from_cache,
                "calibration": {k: v for k, v in cost.profile.calibration.items() if k != "placements"},
@@ -212,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         f"mean absolute error {summary['mean_abs_error']:.1%} (median {summary['median_abs_error']:.1%}), "
         f"{summary['bound_violations']} below the lower bound ({summary['medians_below_bound']} medians); uncalibrated: Spearman "
         f"{summary['uncalibrated']['spearman']:.3f}, mean absolute error {summary['uncalibrated']['mean_abs_error']:.1%}; "
-        f"simulator {sims_per_s:,.0f} placements/s")
+        f"simulator {sims_per_s:,.0f} placements/s; noise floor: the odd rounds rank the placements like the even "
+        f"ones with Spearman {summary['noise_spearman']:.3f}")
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
         save_json(args.out, summary)
     if args.json:

@@ -3,7 +3,7 @@
 Right after profiling, a handful of placements run for real in interleaved rounds
 (`placer.measure.rounds`): every device alone, and a few splits over the devices (contiguous
 chunks of equal work, a greedy earliest-finish placement, random placements from even to mostly
-one device). Then:
+one device, and whole groups of ops on random devices). Then:
 
 - the check: a class whose predicted single-device step (the profile's) is more than `tolerance`
   off its measured one is profiled again (`retakes` times at most); when that does not help, the
@@ -30,7 +30,7 @@ import numpy as np
 
 from placer.devices import Device, as_devices
 from placer.graph.opgraph import OpGraph
-from placer.measure.contention import fit_slowdown
+from placer.measure.contention import fit_error, fit_slowdown
 from placer.measure.costmodel import CostModel
 from placer.measure.measurer import RealMeasurer
 from placer.measure.profile import Profile
@@ -78,7 +78,18 @@ def calibration_placements(graph: OpGraph, devices: list[str], cost: CostModel, 
             placed("earliest_finish", _earliest_finish(graph, devices, cost)),
             placed("random_even", rng.integers(0, D, size=len(names))),
             placed("random_mostly_one", rng.choice(D, size=len(names), p=mostly))]
+    groups = _groups(graph, D)
+    for k in range(2):   # whole groups of ops on random devices, as the learner places them
+        on = rng.integers(0, D, size=len(groups))
+        out.append(placed(f"random_groups{k}", [on[groups[n]] for n in names]))
     return out
+
+
+def _groups(graph: OpGraph, n_devices: int) -> dict[str, int]:
+    """Node -> its group in the learner's default grouping."""
+    from placer.graph.grouping import group_graph
+
+    return {n: g for g, members in enumerate(group_graph(graph, n_devices=n_devices).groups) for n in members}
 
 
 def _fastest(graph: OpGraph, devices: list[str], cost: CostModel) -> list[float]:
@@ -187,7 +198,7 @@ def _fit(graph: OpGraph, names: list[str], profile: Profile, placements: list[tu
         times = np.asarray([r["measured_s"] for r in rows])
         factors = fit_slowdown(overlaps, predicted, times, groups, len(kinds))
         extra = ((factors[groups] - 1.0)[None, :] * overlaps).max(axis=1)
-        error = float((((predicted + extra) - times) / times) @ (((predicted + extra) - times) / times))
+        error = fit_error((predicted + extra - times) / times)
         if best is None or error < best[0] * (1 - 1e-6):
             best = (error, handover, factors, rows)
     _, handover, factors, rows = best

@@ -49,11 +49,20 @@ def contention_extra(overlap: Sequence[float], slowdown: Sequence[float]) -> flo
     return float((factors * np.asarray(overlap, dtype=np.float64)).max())
 
 
+SCALE = 0.05   # relative errors up to about this count squared in a fit, larger ones about linearly
+
+
+def fit_error(relative_errors) -> float:
+    """The robust (soft L1) loss a fit minimises, over relative errors."""
+    z = (np.asarray(relative_errors, dtype=np.float64) / SCALE) ** 2
+    return float((2.0 * (np.sqrt(1.0 + z) - 1.0)).sum())
+
+
 def fit_slowdown(overlaps: np.ndarray, predicted: Sequence[float], measured: Sequence[float],
                  groups: Sequence[int], n_groups: int) -> np.ndarray:
     """One factor (>= 1) per group of devices (a device class) that best explains `measured` step
     times as `predicted` (uncontended) + max_d (factor[groups[d]] - 1) * overlaps[i, d], in relative
-    error. `overlaps` is placements x devices (`overlap_seconds` of each placement's schedule)."""
+    error, robustly (soft L1 beyond 5%). `overlaps` is placements x devices (`overlap_seconds` of each placement's schedule)."""
     from scipy.optimize import least_squares
 
     overlaps = np.asarray(overlaps, dtype=np.float64)
@@ -69,5 +78,6 @@ def fit_slowdown(overlaps: np.ndarray, predicted: Sequence[float], measured: Seq
         extra = ((x[groups] - 1.0)[None, :] * overlaps).max(axis=1)
         return (predicted + extra - measured) / measured
 
-    fit = least_squares(residuals, np.ones(n_groups) * 1.1, bounds=(1.0, 10.0))
+    # soft_l1: a placement measured in a noisy moment pulls the factors less than the others
+    fit = least_squares(residuals, np.ones(n_groups) * 1.1, bounds=(1.0, 10.0), loss="soft_l1", f_scale=SCALE)
     return np.where(used, fit.x, 1.0)

@@ -43,9 +43,10 @@ from placer.measure.training import TrainingSpec
 log = logging.getLogger(__name__)
 
 # Bump when the profile's meaning changes, so files written by older code are not reused.
-CACHE_VERSION = 5   # 2: one profile per class of identical devices; 3: the objective in the key;
+CACHE_VERSION = 6   # 2: one profile per class of identical devices; 3: the objective in the key;
                     # 4: a training step's gradients summed as they arrive (accumulate:<t>@<node> steps);
-                    # 5: settled rounds, checked and calibrated on whole-graph steps (contention)
+                    # 5: settled rounds, checked and calibrated on whole-graph steps (contention);
+                    # 6: the whole-graph step timed without timing each node
 
 
 @dataclass

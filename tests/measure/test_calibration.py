@@ -76,7 +76,7 @@ def test_the_calibration_placements_are_the_singles_and_a_few_splits():
     graph = _graph()
     placements = calibration_placements(graph, DEVICES, ProfiledCostModel(_profile(graph)))
     labels = [label for label, _ in placements]
-    assert labels[:2] == ["single:cpu:0", "single:cpu:1"] and len(labels) == 6
+    assert labels[:2] == ["single:cpu:0", "single:cpu:1"] and len(labels) == 8
     for _, p in placements[2:]:
         assert set(p.nodes.values()) == set(DEVICES), p.nodes   # every split uses both devices
     contiguous = dict(placements)["contiguous"].nodes

@@ -76,9 +76,10 @@ def test_rounds_alternate_between_identical_devices_and_the_median_takes_every_r
 
     class Spy(profile_module.PlacedExecutor):
         def run(self, feeds, timeout_s=None, profile=None):
-            runs.append(set(self.assignment.values()).pop())
             outputs = super().run(feeds, timeout_s=timeout_s, profile=profile)
-            profile.node_times = dict.fromkeys(profile.node_times, next(fake))
+            if profile is not None:   # the node-timed runs; each round also runs the whole step alone
+                runs.append(set(self.assignment.values()).pop())
+                profile.node_times = dict.fromkeys(profile.node_times, next(fake))
             return outputs
 
     monkeypatch.setattr(profile_module, "PlacedExecutor", Spy)
@@ -118,7 +119,8 @@ def _fake_node_times(monkeypatch, values):
     class Fake(profile_module.PlacedExecutor):
         def run(self, feeds, timeout_s=None, profile=None):
             outputs = super().run(feeds, timeout_s=timeout_s, profile=profile)
-            profile.node_times = dict.fromkeys(profile.node_times, next(fake))
+            if profile is not None:
+                profile.node_times = dict.fromkeys(profile.node_times, next(fake))
             return outputs
 
     monkeypatch.setattr(profile_module, "PlacedExecutor", Fake)
@@ -156,3 +158,24 @@ def test_a_profile_that_never_settles_stops_at_the_cap_and_says_so(branchy, monk
     profile = profile_graph(graph, ["cpu:0"], protocol=MeasureProtocol(warmup=1, repeats=3), transfer_sizes=(4096,),
                             settle=Settle(tolerance=0.02, window=2, max_rounds=7, max_seconds=1e9))
     assert list(profile.protocol["rounds"].values()) == [{"rounds": 7, "settled": False}]
+
+
+def test_the_whole_graph_step_is_timed_without_timing_each_node(branchy, monkeypatch):
+    _, graph = branchy
+    calls = []
+
+    class Spy(profile_module.PlacedExecutor):
+        def run(self, feeds, timeout_s=None, profile=None):
+            calls.append(profile is not None)
+            outputs = super().run(feeds, timeout_s=timeout_s, profile=profile)
+            if profile is None:
+                time.sleep(0.05)   # the untimed runs are what the whole step is made of
+            return outputs
+
+    import time
+
+    monkeypatch.setattr(profile_module, "PlacedExecutor", Spy)
+    profile = profile_graph(graph, ["cpu:0"], protocol=MeasureProtocol(warmup=1, repeats=3), transfer_sizes=(4096,),
+                            settle=None)
+    assert calls == [True] + [True, False] * 3   # a warm-up, then each round node-timed and whole
+    assert profile.step_times["cpu:0"] >= 0.05 > sum(profile.op_times[n]["cpu:0"] for n in graph.nodes)
