@@ -8,7 +8,9 @@ every device alone, every baseline placer, random placements from mostly one dev
 splits, contiguous topological splits at several cut points, and random placements of the
 learner's groups (plus a learned placement with --include-rl). Prints each pair and the figures
 that matter: Spearman rank correlation (does the simulator order placements as reality does?),
-the mean absolute relative error |simulated - measured| / measured, the range of the measured
+the mean absolute relative error |simulated - measured| / measured (and the same of each step
+over the first device's alone, paired in the same rounds, which a machine's drift between the
+calibration and the rounds does not move), the range of the measured
 steps (slowest over fastest) and how many measured steps fall below the lower bound (their whole
 95% interval; the medians below it are counted apart); the same
 figures without the calibration, the noise floor (the odd rounds' medians against the even
@@ -189,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.interval['low'] * 1e3:8.2f}-{m.interval['high'] * 1e3:<8.2f} {rel:8.1%}")
 
     measured = [r["measured_s"] for r in results]
+    # drift-free: each placement over the first device alone, measured in the same rounds (paired) and simulated
+    ref = f"single:{names[0]}"
+    sim_ref = sim.simulate([0] * len(graph.nodes)).step_time
+    paired = {r["placement"]: result.ratio(r["placement"], ref) for r in results}
+    normalised = [abs(r["simulated_s"] / sim_ref - paired[r["placement"]].value) / paired[r["placement"]].value
+                  for r in results if paired[r["placement"]] is not None]
     # the noise floor: how well the medians of the odd rounds rank the placements like the even rounds'
     halves = [[float(np.median([t for t in result.times[r["placement"]][k::2] if t is not None])) for r in results]
               for k in (0, 1)]
@@ -200,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                # a violation: the measured step's whole 95% interval below the bound; its median below, counted apart
                "bound_violations": sum(r["below_bound"] for r in results),
                "medians_below_bound": sum(r["median_below_bound"] for r in results), "lower_bound_s": bound.value,
+               "mean_abs_error_normalised": float(np.mean(normalised)) if normalised else None,
+               "normalised_to": ref,
                "noise_spearman": spearman(*halves) if len(results) > 2 and result.rounds > 1 else None,
                "uncalibrated": figures([r["uncalibrated_s"] for r in results], measured),
                "slowdown": cost.slowdown, "profile_flag": cost.profile.flag, "profile_cached": cost.from_cache,
@@ -215,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         if load_start is not None else "")
     say(f"\n{summary['n']} distinct placements spanning {summary['range']:.2f}x: Spearman {summary['spearman']:.3f}, "
         f"mean absolute error {summary['mean_abs_error']:.1%} (median {summary['median_abs_error']:.1%}), "
+        f"(normalised to {ref} in the same rounds {summary['mean_abs_error_normalised']:.1%}), "
         f"{summary['bound_violations']} below the lower bound ({summary['medians_below_bound']} medians); uncalibrated: Spearman "
         f"{summary['uncalibrated']['spearman']:.3f}, mean absolute error {summary['uncalibrated']['mean_abs_error']:.1%}; "
         f"simulator {sims_per_s:,.0f} placements/s; noise floor: the odd rounds rank the placements like the even "
