@@ -8,7 +8,8 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from placer.commands.common import add_devices_arg, add_graph_args, add_objective_args, add_pipeline_args
+from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
+                                    add_pipeline_args, check_engine_args)
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS, RewardPlan
@@ -31,6 +32,7 @@ def register(subparsers) -> None:
     add_graph_args(parser)
     add_devices_arg(parser)
     add_objective_args(parser)
+    add_engine_arg(parser)
     add_pipeline_args(parser)
     add_worker_args(parser)
     parser.add_argument("--budget", default=None, metavar="TIME",
@@ -126,16 +128,21 @@ def run(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
-    from placer.measure.measurer import MeasureProtocol, RealMeasurer
+    from placer.measure.measurer import MeasureProtocol
+    from placer.runtime.measurer import measurer_for
 
     training = training_spec_from_args(args, graph)
     pipeline = pipeline_from_args(args)   # --micro-batches: every step, real or simulated, is pipelined
     if pipeline.pipelined and args.workers:
         raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
+    check_engine_args(args)
+    if args.engine != "torch" and args.workers:
+        raise PlacerError("--workers measures in the torch engine; drop --engine onnxruntime or --workers")
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
     # Real measurement, for the rewards unless they are simulated, and in every mode for the
     # side-by-side confirmation at the end: the reported figures are real measurements.
-    confirm = RealMeasurer(graph, devices, protocol=protocol, seed=args.seed, training=training, pipeline=pipeline)
+    confirm = measurer_for(args.engine, graph, devices, protocol, seed=args.seed, training=training,
+                           pipeline=pipeline)
     # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
     cost = _cost_model(args, graph, devices, confirm)
     # Real rewards are paired: each batch in interleaved rounds with the best single device
@@ -163,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
                              **({"loss": training.loss.kind, "optimizer": training.optimizer.name}
                                 if training is not None else {}),
                              "cost_model": args.cost_model if simulator is not None else None,
+                             "engine": args.engine,
                              **({"micro_batches": pipeline.micro_batches, "schedule": pipeline.schedule}
                                 if pipeline.pipelined else {}),
                              "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout,
@@ -224,7 +232,7 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
 
     print("measuring every baseline placer and the learned placements side by side ...")
     comparison = comparison_for_run(graph, devices, cost, run_dir, RoundsProtocol(seed=args.seed), seed=args.seed,
-                                    timeout=args.timeout, training=training, pipeline=pipeline)
+                                    timeout=args.timeout, training=training, pipeline=pipeline, engine=args.engine)
     print(format_table(comparison))
     write_outputs(comparison, run_dir / "compare", plot=False)
 
@@ -255,8 +263,8 @@ def _cost_model(args: argparse.Namespace, graph, devices, real):
     from placer.measure.profiled import ProfiledCostModel
 
     started = time.monotonic()
-    costs = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, prepared=real.prepared,
-                                        training=real.training)
+    costs = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, engine=args.engine,
+                                        prepared=getattr(real, "prepared", None), training=getattr(real, "training", None))
     if costs.from_cache:
         print(f"profiled costs read from {costs.path}")
     else:

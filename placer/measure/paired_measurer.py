@@ -33,7 +33,7 @@ class PairedMeasurer:
                  anchor_file: str | Path | None = None) -> None:
         self.real = real
         self.devices = real.devices
-        self.training = real.training   # what a step is (the run's identity reads it)
+        self.training = getattr(real, "training", None)   # what a step is (the run's identity reads it)
         self.protocol = rounds
         self.reference = reference
         self.rounds = rounds

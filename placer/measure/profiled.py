@@ -129,16 +129,20 @@ class ProfiledCostModel:
     def for_graph(cls, graph: OpGraph, devices: Sequence[Device], *, cache_dir: str | Path | None = None,
                   refresh: bool = False, feeds: dict[str, np.ndarray] | None = None,
                   training: TrainingSpec | None = None, protocol: MeasureProtocol = PROFILE_PROTOCOL,
-                  calibration: CalibrationProtocol | None = CALIBRATION, **profile_kwargs) -> ProfiledCostModel:
+                  calibration: CalibrationProtocol | None = CALIBRATION, engine: str = "torch",
+                  **profile_kwargs) -> ProfiledCostModel:
         """The profiled costs of `graph` on `devices`: from the cache, else measured now and cached.
 
         With `training` (or a protocol of the training objective) the profile is of a training step
         with its loss and optimizer (default `TrainingSpec()`). `refresh` measures again even when a cached profile
         exists; `profile_kwargs` go to `placer.measure.profile.profile_graph` (e.g. `prepared`).
         A fresh profile is checked and calibrated on whole-graph measurements (`calibration`; None:
-        not, e.g. for a quick look).
+        not, e.g. for a quick look). With `engine` "onnxruntime" every figure is ONNX Runtime's
+        (`placer.runtime.profile`), so the simulator, the bound and the placers optimise its costs.
         """
         from placer.measure.profile import profile_graph
+        from placer.runtime.measurer import measurer_for
+        from placer.runtime.profile import profile_graph_ort
 
         if training is None and protocol.objective == "training":
             training = TrainingSpec()   # a training protocol without a spec: the default loss and optimizer
@@ -147,14 +151,18 @@ class ProfiledCostModel:
         # profiled, which a cap meant for a share of the graph would refuse.
         devs = [replace(d, mem_cap=None) for d in devices]
         path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        path = path / f"{cache_key(graph, devs, training)}.json"
+        path = path / f"{cache_key(graph, devs, training, engine)}.json"
         if path.is_file() and not refresh:
             profile = _read(path, graph, devs)
             if profile is not None:
                 log.info("profile of %s on %s read from %s", graph.source or "the graph", [d.name for d in devs], path)
                 return cls(profile, path, from_cache=True)
         log.info("profiling %s on %s (every node on every device)", graph.source or "the graph", [d.name for d in devs])
-        take = partial(profile_graph, graph, devs, feeds=feeds, protocol=protocol, training=training, **profile_kwargs)
+        if engine == "onnxruntime":
+            take = partial(profile_graph_ort, graph, devs, feeds=feeds, protocol=protocol, **profile_kwargs)
+        else:
+            take = partial(profile_graph, graph, devs, feeds=feeds, protocol=protocol, training=training,
+                           **profile_kwargs)
         profile = take()
         missing = [d for d in profile.devices if d in profile.failures]
         if len(missing) == len(profile.devices):
@@ -162,9 +170,8 @@ class ProfiledCostModel:
                               "check the graph runs with placer measure --device cpu")
         if calibration is not None and not missing:
             from placer.measure.calibration import check_and_calibrate
-            from placer.measure.measurer import RealMeasurer
 
-            measurer = RealMeasurer(graph, devs, protocol=replace(protocol, warmup=0, repeats=1), feeds=feeds,
+            measurer = measurer_for(engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
                                     prepared=profile_kwargs.get("prepared"), training=training)
             profile = check_and_calibrate(graph, devs, profile, take, measurer, calibration, training)
         try:
@@ -188,9 +195,10 @@ def default_cache_dir() -> Path:
     return Path(root) / "profiles"
 
 
-def cache_key(graph: OpGraph, devices: list[Device], training: TrainingSpec | None = None) -> str:
+def cache_key(graph: OpGraph, devices: list[Device], training: TrainingSpec | None = None,
+              engine: str = "torch") -> str:
     """A digest of what the profile depends on: graph, bound input shapes, device classes, the
-    objective (with the training step's loss and optimizer), software, machine. Order and indices
+    objective (with the training step's loss and optimizer), the engine, software, machine. Order and indices
     do not count, nor members past a class's second (the second adds the transfers within the
     class)."""
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
@@ -201,9 +209,18 @@ def cache_key(graph: OpGraph, devices: list[Device], training: TrainingSpec | No
            "nodes": len(graph.nodes), "classes": sorted([c, min(n, 2)] for c, n in counts.items()),
            "objective": "inference" if training is None else
            {"training": training.to_dict()},
-           "torch": torch.__version__,
+           "torch": torch.__version__, **_engine_key(engine),
            "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _engine_key(engine: str) -> dict[str, str]:
+    """The engine a profile was taken in, with its version (none for torch: keys stay as they were)."""
+    if engine == "torch":
+        return {}
+    import onnxruntime
+
+    return {"engine": engine, "onnxruntime": onnxruntime.__version__}
 
 
 def _read(path: Path, graph: OpGraph, devices: list[Device]) -> Profile | None:

@@ -145,3 +145,23 @@ def test_a_pipelined_run_learns_measures_and_compares_the_pipelined_step(model_f
     assert "micro-batches/s" in capsys.readouterr().out
     assert main(["train", "--graph", str(model_file), "--micro-batches", "4", "--workers", "2",
                  "--run-dir", str(tmp_path / "w"), *QUIET]) == 2
+
+
+def test_a_run_in_onnxruntime_profiles_learns_and_confirms_there(model_file, tmp_path, monkeypatch, capsys):
+    """--engine onnxruntime: the profile is ONNX Runtime's, the confirmation and the closing
+    comparison run every placement in it; the training objective is refused in one line."""
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model_file), "--engine", "onnxruntime", "--reward", "simulated",
+                 "--samples", "8", "--warmup", "0", "--repeats", "1", "--run-dir", str(run), *FAST]) == 0
+    profiles = list((tmp_path / "cache" / "profiles").glob("*.json"))
+    assert len(profiles) == 1 and json.loads(profiles[0].read_text())["protocol"]["engine"] == "onnxruntime"
+    placement = Placement.load(run / "placement.json")
+    assert placement.measurement["protocol"]["engine"] == "onnxruntime"
+    compared = json.loads((run / "compare" / "compare.json").read_text())
+    assert compared["info"]["engine"] == "onnxruntime"
+    assert all(r["measurement"]["protocol"]["engine"] == "onnxruntime" for r in compared["rows"] if r["measurement"])
+    capsys.readouterr()
+    assert main(["train", "--graph", str(model_file), "--engine", "onnxruntime", "--objective", "training",
+                 "--run-dir", str(tmp_path / "t"), *QUIET]) == 2
+    assert "torch engine" in capsys.readouterr().err
