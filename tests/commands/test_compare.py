@@ -126,8 +126,11 @@ def test_placer_compare_on_the_training_objective_measures_every_baseline_on_the
         assert row["status"] == "ok" and row["measurement"]["protocol"]["objective"] == "training"
         assert row["name"] == "whole_machine" or row["predicted_step_time_s"] > 0   # not on the compared devices
     # the bound and the predictions are of the whole training step: backward and update included;
-    # two identical devices share its load, a single device runs it all
-    assert training["lower_bound"]["load"] == pytest.approx(rows["single:cpu:0"]["predicted_step_time_s"] / 2)
+    # two identical devices share its load (at best half each; the calibrated contention of devices
+    # that share the machine's memory takes some of that back), a single device runs it all
+    single_training = rows["single:cpu:0"]["predicted_step_time_s"]
+    assert single_training / 2 * (1 - 1e-9) <= training["lower_bound"]["load"] <= single_training * (1 + 1e-9)
+    assert training["lower_bound"]["load"] > inference["lower_bound"]["load"]
     single = {r["name"]: r for r in inference["rows"]}["single:cpu:0"]
     assert rows["single:cpu:0"]["predicted_step_time_s"] > single["predicted_step_time_s"]
 
