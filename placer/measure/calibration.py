@@ -161,6 +161,25 @@ def check_and_calibrate(graph: OpGraph, devices: Sequence[Device | str], profile
     return replace(profile, calibration=record, flag=flag)
 
 
+def stale_by(graph: OpGraph, devices: Sequence[Device | str], profile: Profile, measurer,
+             protocol: CalibrationProtocol = CALIBRATION) -> dict[str, float]:
+    """How far a cached profile's calibrated single-device steps are off the devices now (class ->
+    measured / calibrated - 1), from each device alone measured in a few interleaved rounds; only
+    the classes more than `protocol.tolerance` off. Empty for a profile never calibrated."""
+    singles = (profile.calibration or {}).get("single_step_times")
+    if not singles:
+        return {}
+    names = [d.name for d in as_devices(devices)]
+    classes = profile.protocol["classes"]
+    rounds = replace(protocol.rounds, max_rounds=protocol.rounds.min_rounds)
+    result = measure_in_rounds([Candidate(f"single:{d}", partial(measurer.open, Placement.single_device(
+        list(graph.nodes), d, graph.sha256))) for d in names], rounds)
+    now = _class_medians({d: result.measurements[f"single:{d}"].step_time
+                          if result.measurements[f"single:{d}"].ok else None for d in names}, classes)
+    off = {c: now[c] / singles[c] - 1.0 for c in now if c in singles}
+    return {c: o for c, o in off.items() if abs(o) > protocol.tolerance}
+
+
 def _class_medians(per_device: dict[str, float | None], classes: dict[str, str]) -> dict[str, float]:
     by_class: dict[str, list[float]] = {}
     for d, t in per_device.items():

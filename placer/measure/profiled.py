@@ -154,7 +154,8 @@ class ProfiledCostModel:
         path = path / f"{cache_key(graph, devs, training, engine)}.json"
         if path.is_file() and not refresh:
             profile = _read(path, graph, devs)
-            if profile is not None:
+            if profile is not None and not (calibration and _stale(graph, devs, profile, engine, protocol, feeds,
+                                                                   training, calibration, profile_kwargs)):
                 log.info("profile of %s on %s read from %s", graph.source or "the graph", [d.name for d in devs], path)
                 return cls(profile, path, from_cache=True)
         log.info("profiling %s on %s (every node on every device)", graph.source or "the graph", [d.name for d in devs])
@@ -212,6 +213,21 @@ def cache_key(graph: OpGraph, devices: list[Device], training: TrainingSpec | No
            "torch": torch.__version__, **_engine_key(engine),
            "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _stale(graph, devs, profile, engine, protocol, feeds, training, calibration, profile_kwargs) -> bool:
+    """A cached profile whose devices now run the whole graph more than the tolerance off what it
+    was calibrated on is stale: said in one line, and profiled again."""
+    from placer.measure.calibration import stale_by
+    from placer.runtime.measurer import measurer_for
+
+    measurer = measurer_for(engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
+                            prepared=profile_kwargs.get("prepared"), training=training)
+    off = stale_by(graph, devs, profile, measurer, calibration)
+    if off:
+        log.warning("the cached profile is stale: the devices now run the whole graph %s off what it was "
+                    "calibrated on; profiling again", ", ".join(f"{o:+.0%} ({c})" for c, o in off.items()))
+    return bool(off)
 
 
 def _engine_key(engine: str) -> dict[str, str]:

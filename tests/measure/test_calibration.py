@@ -158,3 +158,45 @@ def test_a_slow_hand_over_between_devices_is_fitted_too():
     for _, p in calibration_placements(graph, DEVICES, cost, seed=5):
         assign = [DEVICES.index(p.nodes[n]) for n in graph.nodes]
         assert sim.simulate(assign).step_time == pytest.approx(true_sim.simulate(assign).step_time, rel=0.05)
+
+
+def test_a_cached_profile_the_devices_no_longer_match_is_stale():
+    from placer.measure.calibration import stale_by
+
+    graph = _graph()
+    calibrated = check_and_calibrate(graph, DEVICES, _profile(graph), lambda: pytest.fail("retaken"),
+                                     FakeMeasurer(graph, _truth(_profile(graph), single=1.0, slowdown=1.0)), QUICK)
+    # the machine now runs one device's whole graph 30% slower than when it was calibrated
+    slower = FakeMeasurer(graph, _truth(_profile(graph), single=1.3, slowdown=1.0))
+    assert stale_by(graph, DEVICES, calibrated, slower, QUICK) == {CLASS: pytest.approx(0.3)}
+    assert slower.opened == 2   # each device alone: a few seconds, not a new calibration
+    same = FakeMeasurer(graph, _truth(_profile(graph), single=1.05, slowdown=1.0))
+    assert stale_by(graph, DEVICES, calibrated, same, QUICK) == {}
+    assert stale_by(graph, DEVICES, _profile(graph), slower, QUICK) == {}   # never calibrated: nothing to hold it to
+
+
+def test_a_stale_cached_profile_is_profiled_again_and_said_so(tmp_path, caplog):
+    """Through the cost model's cache, on real devices: a cached profile whose calibrated single
+    step the devices no longer give (here: edited to 10x faster than they run) is taken again,
+    with one warning. (Within the tolerance it is read from the cache: the fake test above.)"""
+    import json
+
+    import onnx
+    from testgraphs import branches
+
+    from placer.graph.load import load_graph
+
+    onnx.save(branches(2, 2), tmp_path / "b.onnx")
+    graph = load_graph(tmp_path / "b.onnx")
+    devices = __import__("placer.devices", fromlist=["parse_devices"]).parse_devices("cpu:0[threads=1],cpu:1[threads=1]")
+    quick = CalibrationProtocol(rounds=RoundsProtocol(warmup=1, min_rounds=6, max_rounds=6), tolerance=0.5)
+    first = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, calibration=quick)
+    assert not first.from_cache
+    data = json.loads(first.path.read_text())
+    data["calibration"]["single_step_times"] = {c: t / 10 for c, t in data["calibration"]["single_step_times"].items()}
+    first.path.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING, logger="placer.measure.profiled"):
+        again = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, calibration=quick)
+    assert not again.from_cache
+    assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()][0].startswith(
+        "the cached profile is stale")
