@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     training = training_spec_from_args(args, graph)
 
     start = time.perf_counter()
-    cost = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, training=training)
+    cost = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, training=training,
+                                       engine=args.engine, check_cached=True)
     profile_s = time.perf_counter() - start
     print(f"profile: {'cached' if cost.from_cache else f'measured in {profile_s:.1f} s'} ({cost.path})",
           file=sys.stderr)

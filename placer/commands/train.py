@@ -264,7 +264,8 @@ def _cost_model(args: argparse.Namespace, graph, devices, real):
 
     started = time.monotonic()
     costs = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, engine=args.engine,
-                                        prepared=getattr(real, "prepared", None), training=getattr(real, "training", None))
+                                        check_cached=True, prepared=getattr(real, "prepared", None),
+                                        training=getattr(real, "training", None))
     if costs.from_cache:
         print(f"profiled costs read from {costs.path}")
     else:

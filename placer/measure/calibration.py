@@ -165,7 +165,7 @@ def stale_by(graph: OpGraph, devices: Sequence[Device | str], profile: Profile, 
              protocol: CalibrationProtocol = CALIBRATION) -> dict[str, float]:
     """How far a cached profile's calibrated single-device steps are off the devices now (class ->
     measured / calibrated - 1), from each device alone measured in a few interleaved rounds; only
-    the classes more than `protocol.tolerance` off. Empty for a profile never calibrated."""
+    the classes surely more than `protocol.tolerance` off. Empty for a profile never calibrated."""
     singles = (profile.calibration or {}).get("single_step_times")
     if not singles:
         return {}
@@ -174,10 +174,17 @@ def stale_by(graph: OpGraph, devices: Sequence[Device | str], profile: Profile, 
     rounds = replace(protocol.rounds, max_rounds=protocol.rounds.min_rounds)
     result = measure_in_rounds([Candidate(f"single:{d}", partial(measurer.open, Placement.single_device(
         list(graph.nodes), d, graph.sha256))) for d in names], rounds)
-    now = _class_medians({d: result.measurements[f"single:{d}"].step_time
-                          if result.measurements[f"single:{d}"].ok else None for d in names}, classes)
-    off = {c: now[c] / singles[c] - 1.0 for c in now if c in singles}
-    return {c: o for c, o in off.items() if abs(o) > protocol.tolerance}
+    # a class is off only when its device's whole 95% interval lies beyond the tolerance: a few
+    # rounds of a small graph are noisy, and a retake costs a minute
+    off = {}
+    for d in names:
+        m, c = result.measurements[f"single:{d}"], classes[d]
+        if not m.ok or c not in singles or not m.interval:
+            continue
+        low, high = m.interval["low"] / singles[c] - 1.0, m.interval["high"] / singles[c] - 1.0
+        if low > protocol.tolerance or high < -protocol.tolerance:
+            off[c] = m.step_time / singles[c] - 1.0
+    return off
 
 
 def _class_medians(per_device: dict[str, float | None], classes: dict[str, str]) -> dict[str, float]:

@@ -130,14 +130,15 @@ class ProfiledCostModel:
                   refresh: bool = False, feeds: dict[str, np.ndarray] | None = None,
                   training: TrainingSpec | None = None, protocol: MeasureProtocol = PROFILE_PROTOCOL,
                   calibration: CalibrationProtocol | None = CALIBRATION, engine: str = "torch",
-                  **profile_kwargs) -> ProfiledCostModel:
+                  check_cached: bool = False, **profile_kwargs) -> ProfiledCostModel:
         """The profiled costs of `graph` on `devices`: from the cache, else measured now and cached.
 
         With `training` (or a protocol of the training objective) the profile is of a training step
         with its loss and optimizer (default `TrainingSpec()`). `refresh` measures again even when a cached profile
         exists; `profile_kwargs` go to `placer.measure.profile.profile_graph` (e.g. `prepared`).
         A fresh profile is checked and calibrated on whole-graph measurements (`calibration`; None:
-        not, e.g. for a quick look). With `engine` "onnxruntime" every figure is ONNX Runtime's
+        not, e.g. for a quick look); with `check_cached` (the commands), a cached profile the devices
+        no longer match is taken again. With `engine` "onnxruntime" every figure is ONNX Runtime's
         (`placer.runtime.profile`), so the simulator, the bound and the placers optimise its costs.
         """
         from placer.measure.profile import profile_graph
@@ -154,7 +155,7 @@ class ProfiledCostModel:
         path = path / f"{cache_key(graph, devs, training, engine)}.json"
         if path.is_file() and not refresh:
             profile = _read(path, graph, devs)
-            if profile is not None and not (calibration and _stale(graph, devs, profile, engine, protocol, feeds,
+            if profile is not None and not (check_cached and calibration and _stale(graph, devs, profile, engine, protocol, feeds,
                                                                    training, calibration, profile_kwargs)):
                 log.info("profile of %s on %s read from %s", graph.source or "the graph", [d.name for d in devs], path)
                 return cls(profile, path, from_cache=True)

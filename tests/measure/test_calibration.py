@@ -196,7 +196,7 @@ def test_a_stale_cached_profile_is_profiled_again_and_said_so(tmp_path, caplog):
     data["calibration"]["single_step_times"] = {c: t / 10 for c, t in data["calibration"]["single_step_times"].items()}
     first.path.write_text(json.dumps(data))
     with caplog.at_level(logging.WARNING, logger="placer.measure.profiled"):
-        again = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, calibration=quick)
+        again = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, calibration=quick, check_cached=True)
     assert not again.from_cache
     assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()][0].startswith(
         "the cached profile is stale")
