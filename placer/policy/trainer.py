@@ -85,6 +85,7 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
                 session.measure_greedy()   # a run stopped while it measured its policy's placement
             if budget.time_to_switch(state):
                 session.switch_to_real()
+                budget.real_started = budget.elapsed()
             if budget.spent(state):
                 break
             actions = session.sample()                       # 1. sample K placements from the policy
@@ -135,6 +136,7 @@ class Budget:
         self.switch_at = plan.switch_sample(samples, per_update) if samples is not None else None
         self.switch_after_s = plan.switch_time(seconds) if samples is None else None
         self.started, self.wall_before = time.monotonic(), state.wall_time_s
+        self.real_started: float | None = None   # hybrid: seconds into this session when the real phase began
         by_time = samples is None
         self.bar = tqdm(total=int(seconds) if by_time else samples, initial=0 if by_time else state.samples,
                         unit="sample", disable=not progress, dynamic_ncols=True, desc="training",
@@ -149,8 +151,18 @@ class Budget:
         return self.wall_before + self.elapsed()
 
     def spent(self, state: TrainState) -> bool:
-        return (self.samples is not None and state.samples >= self.samples) or \
-            (self.seconds is not None and self.elapsed() >= self.seconds)
+        """The budget is used up, or a hybrid run's real phase has had its share of it: the real
+        phase explores (it never settles), so it gets `real_fraction` of the samples or seconds
+        however early the simulated phase settled."""
+        if (self.samples is not None and state.samples >= self.samples) or \
+                (self.seconds is not None and self.elapsed() >= self.seconds):
+            return True
+        if self.plan.reward != "hybrid" or state.phase != REAL:
+            return False
+        if self.samples is not None:
+            return state.phase_samples.get(REAL, 0) >= self.samples - self.switch_at
+        return self.real_started is not None and \
+            self.elapsed() - self.real_started >= self.seconds * self.plan.real_fraction
 
     def time_to_switch(self, state: TrainState) -> bool:
         """Hybrid turns to real measurement at its share of the budget, or sooner once the policy

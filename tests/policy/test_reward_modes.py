@@ -242,3 +242,23 @@ def test_the_residual_fit_recovers_a_slowdown_that_grows_with_the_split():
     assert fit.coef == pytest.approx([0.1, 0.6], abs=1e-9)
     raw, corrected = fit.relative_errors()
     assert raw > 0.1 and corrected < 1e-9
+
+
+def test_the_real_phase_gets_its_share_of_the_budget_however_early_the_switch():
+    """It explores, so it never settles: it ends after real_fraction of the samples or seconds."""
+    from placer.policy.run_state import TrainState
+    from placer.policy.trainer import Budget
+
+    plan = RewardPlan("hybrid", 0.25)
+    state = TrainState(phase="real", samples=12, switched_at=4, phase_samples={"simulated": 4, "real": 4})
+    by_samples = Budget(32, None, plan, 4, False, state)
+    assert not by_samples.spent(state)
+    state.phase_samples["real"] = 8                       # a quarter of 32, though only 16 were drawn
+    assert by_samples.spent(state)
+    by_time = Budget(None, 100.0, plan, 4, False, state)
+    by_time.real_started = by_time.elapsed() - 20.0
+    assert not by_time.spent(state)
+    by_time.real_started = by_time.elapsed() - 26.0
+    assert by_time.spent(state)
+    by_samples.close()
+    by_time.close()
