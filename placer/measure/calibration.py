@@ -34,6 +34,7 @@ from placer.measure.contention import fit_error, fit_slowdown
 from placer.measure.costmodel import CostModel
 from placer.measure.measurer import RealMeasurer
 from placer.measure.profile import Profile
+from placer.measure.intervals import median_interval
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.measure.training import TrainingSpec
 from placer.placement import Placement
@@ -174,16 +175,18 @@ def stale_by(graph: OpGraph, devices: Sequence[Device | str], profile: Profile, 
     rounds = replace(protocol.rounds, max_rounds=protocol.rounds.min_rounds)
     result = measure_in_rounds([Candidate(f"single:{d}", partial(measurer.open, Placement.single_device(
         list(graph.nodes), d, graph.sha256))) for d in names], rounds)
-    # a class is off only when its device's whole 95% interval lies beyond the tolerance: a few
-    # rounds of a small graph are noisy, and a retake costs a minute
-    off = {}
+    # a class is off only when the whole 95% interval of its devices' rounds (pooled) lies beyond
+    # the tolerance: a few rounds of a small graph are noisy, and a retake costs a minute
+    pooled: dict[str, list[float]] = {}
     for d in names:
-        m, c = result.measurements[f"single:{d}"], classes[d]
-        if not m.ok or c not in singles or not m.interval:
-            continue
-        low, high = m.interval["low"] / singles[c] - 1.0, m.interval["high"] / singles[c] - 1.0
-        if low > protocol.tolerance or high < -protocol.tolerance:
-            off[c] = m.step_time / singles[c] - 1.0
+        m = result.measurements[f"single:{d}"]
+        if m.ok and classes[d] in singles:
+            pooled.setdefault(classes[d], []).extend(m.times)
+    off = {}
+    for c, times in pooled.items():
+        now = median_interval(times)
+        if now.low / singles[c] - 1.0 > protocol.tolerance or now.high / singles[c] - 1.0 < -protocol.tolerance:
+            off[c] = now.value / singles[c] - 1.0
     return off
 
 
