@@ -192,9 +192,9 @@ def _warn_if_profile_drifted(comparison, cost) -> None:
     the graph at a clearly different speed than when it was profiled."""
     for row in comparison.rows:
         device = row.name.removeprefix("single:")
-        profiled = cost.profile.step_times.get(device)
+        profiled = row.predicted_step_time   # what the (calibrated) simulator predicts for the device alone
         if row.placer == "single" and row.step_time and profiled and not 0.8 < row.step_time / profiled < 1.25:
-            print(f"note: {device} ran the whole graph in {row.step_time * 1e3:.1f} ms now but "
-                  f"{profiled * 1e3:.1f} ms when profiled{' (cached profile)' if cost.from_cache else ''}; "
+            print(f"note: {device} ran the whole graph in {row.step_time * 1e3:.1f} ms now but the profile "
+                  f"predicts {profiled * 1e3:.1f} ms{' (cached profile)' if getattr(cost, 'from_cache', False) else ''}; "
                   "the lower bound and predictions assume the profiled speed (--refresh-profile measures again)",
                   file=sys.stderr)
