@@ -26,6 +26,7 @@ import numpy as np
 from placer.errors import PlacerError
 from placer.measure.intervals import MIN_ROUNDS_FOR_INTERVAL, Interval, median_interval, paired_ratio
 from placer.measure.measurement import Measurement, PlacementRun
+from placer.measure.measurer import failed_measurement
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ def measure_in_rounds(candidates: Sequence[Candidate], protocol: RoundsProtocol 
             try:
                 runs[c.name] = c.open()
             except Exception as exc:  # noqa: BLE001 - a candidate that cannot be built is a measured failure
-                failed[c.name] = _failed(exc, records[c.name])
+                failed[c.name] = failed_measurement(exc, records[c.name])
         for _ in range(protocol.warmup):
             for name in _shuffled(runs, rng):
                 _step(name, runs, failed, records)
@@ -166,16 +167,10 @@ def _step(name: str, runs: dict[str, PlacementRun], failed: dict[str, Measuremen
         return run.step()
     except Exception as exc:  # noqa: BLE001 - a failing placement is a measured failure, not a crash
         log.info("%s failed: %s", name, exc)
-        failed[name] = _failed(exc, records[name], getattr(run, "peak_memory", None))
+        failed[name] = failed_measurement(exc, records[name], getattr(run, "peak_memory", None))
         run.close()
         del runs[name]
         return None
-
-
-def _failed(exc: BaseException, record: dict, peak_memory=None) -> Measurement:
-    from placer.measure.measurer import failed_measurement
-
-    return failed_measurement(exc, record, peak_memory)
 
 
 def _reference(wanted: str | None, names: list[str], alive: dict) -> str | None:

@@ -5,7 +5,6 @@ row opens its own run; the comparison measures them in the same rounds as every 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from functools import partial
 
@@ -17,7 +16,6 @@ from placer.measure.training import TrainingSpec
 from placer.placement import Placement
 from placer.placers.compare import WHOLE_MACHINE, CompareRow
 
-log = logging.getLogger(__name__)
 ONNXRUNTIME = "onnxruntime"
 
 

@@ -26,7 +26,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from placer.devices import Device, as_devices
 from placer.graph.opgraph import OpGraph
