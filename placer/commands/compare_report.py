@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from placer.measure.intervals import MIN_EFFECT, Interval, why_tied
 from placer.placers.compare import CONTROL_TOLERANCE, Comparison
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ def format_table(comparison: Comparison) -> str:
     if comparison.rounds:
         r = comparison.rounds
         footer.append(f"measured in {r['rounds']} interleaved rounds ({r['seconds']:.0f} s), every placement once a "
-                      f"round in a shuffled order; intervals are 95%, 'tied' rows' interval against the fastest holds 1"
+                      f"round in a shuffled order; intervals are 95%, 'tied' rows' interval against the fastest holds 1 or they "
+                      f"differ by under {MIN_EFFECT:.0%}"
                       + (f"; stopped at the {r['capped']} cap" if r["capped"] else ""))
     if comparison.control:
         c = comparison.control
@@ -93,7 +95,8 @@ def _verdict_line(v: dict[str, Any]) -> str:
     """'learned_greedy vs m_sct (the best baseline placer): 1.03x [0.99, 1.06], tied'."""
     i = v["speedup"]
     figure = f"{i['value']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i["n"] >= 2 else f"{i['value']:.2f}x"
-    said = {"faster": "faster", "slower": "slower", "tied": "tied (the interval holds 1)"}[v["verdict"]]
+    said = {"faster": "faster", "slower": "slower",
+            "tied": f"tied ({why_tied(Interval(**i))})"}[v["verdict"]]
     return f"{v['subject']} vs {v['reference']} ({v['what']}): {figure}, {said}"
 
 
@@ -104,7 +107,7 @@ def _learning_line(worth: dict[str, Any]) -> str:
     figure = (f"{interval['value']:.2f}x [{interval['low']:.2f}, {interval['high']:.2f}]"
               if interval and interval["n"] >= 2 else f"{worth['ratio']:.2f}x")
     said = {"faster": "the learned placement is faster", "slower": "random search is faster",
-            "tied": "tied: the difference is inside the interval"}.get(worth.get("verdict"), "")
+            "tied": f"tied ({why_tied(Interval(**interval))})" if interval else "tied"}.get(worth.get("verdict"), "")
     return (f"learning is worth: learned {learned:.2f} ms vs random search ({worth['random_search_samples']} "
             f"samples) {searched:.2f} ms: {figure}" + (f", {said}" if said else ""))
 

@@ -6,7 +6,10 @@ so a slow minute slows both and cancels out. The interval of a median is the dis
 one from order statistics (the binomial sign-test interval, as in pyperf and the classic
 nonparametric texts): it needs no normality, and an outlier round moves it by one rank at most.
 A verdict is computed here, in one place, and every printer reads it: a difference whose interval
-holds 1 is "tied", never a result.
+holds 1 is "tied", never a result; so is a measured difference smaller than `MIN_EFFECT`, as in
+asv's `--factor`: one run's interval does not show how far the next run moves (the main job's
+learned placement against m-SCT read 1.01x [1.00, 1.01], [1.00, 1.02] and [1.00, 1.01] in three
+runs, "faster", "tied", "faster").
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ CONFIDENCE = 0.95
 MIN_ROUNDS_FOR_INTERVAL = 6
 
 FASTER, SLOWER, TIED = "faster", "slower", "tied"
+# A measured difference under 2% is tied even when its interval misses 1: between two runs of the
+# same comparison a ratio moves by about 1%, beyond what one run's interval shows. Exact figures
+# (a simulator's, n = 1) are not measured and keep every difference.
+MIN_EFFECT = 0.02
 
 
 @dataclass(frozen=True)
@@ -84,23 +91,34 @@ def paired_ratio(times, reference_times, confidence: float = CONFIDENCE) -> Inte
     return median_interval(a / b, confidence)
 
 
-def verdict(ratio: Interval) -> str:
-    """FASTER when the whole interval of time / reference lies below 1, SLOWER above, else TIED."""
-    if ratio.high < 1.0:
+def _resolved(ratio: Interval, min_effect: float) -> bool:
+    """Whether a ratio's difference from 1 is at least what a measurement resolves."""
+    return ratio.n <= 1 or abs(ratio.value - 1.0) >= min_effect
+
+
+def verdict(ratio: Interval, min_effect: float = MIN_EFFECT) -> str:
+    """FASTER when the whole interval of time / reference lies below 1, SLOWER above, else TIED;
+    TIED too when a measured ratio is within `min_effect` of 1."""
+    if ratio.high < 1.0 and _resolved(ratio, min_effect):
         return FASTER
-    if ratio.low > 1.0:
+    if ratio.low > 1.0 and _resolved(ratio, min_effect):
         return SLOWER
     return TIED
 
 
-def speedup_verdict(speedup: Interval) -> str:
+def speedup_verdict(speedup: Interval, min_effect: float = MIN_EFFECT) -> str:
     """For a speedup (reference time / time): FASTER when its whole interval lies above 1, SLOWER
-    below, else TIED."""
-    if speedup.low > 1.0:
+    below, else TIED; TIED too when a measured speedup is within `min_effect` of 1."""
+    if speedup.low > 1.0 and _resolved(speedup, min_effect):
         return FASTER
-    if speedup.high < 1.0:
+    if speedup.high < 1.0 and _resolved(speedup, min_effect):
         return SLOWER
     return TIED
+
+
+def why_tied(interval: Interval) -> str:
+    """Why a tied verdict is tied: its interval holds 1, or the difference is under `MIN_EFFECT`."""
+    return "the interval holds 1" if interval.contains(1.0) else f"under the {MIN_EFFECT:.0%} a run resolves"
 
 
 def speedup_words(ratio: Interval) -> str:
@@ -109,5 +127,5 @@ def speedup_words(ratio: Interval) -> str:
     speed = Interval(1 / ratio.value, 1 / ratio.high, 1 / ratio.low, ratio.n, ratio.confidence)
     figure = f"{speed.value:.2f}x [{speed.low:.2f}, {speed.high:.2f}]"
     if v == TIED:
-        return f"tied ({figure}, the interval holds 1)"
+        return f"tied ({figure}, {why_tied(ratio)})"
     return f"{figure} ({v})"

@@ -4,7 +4,7 @@
 row once, in a shuffled order, so that the machine's drift lands on all of them alike), predicts it
 with the simulator on the same costs, and sets every step time against the best single device and
 the lower bound as paired ratios with 95% intervals; a row whose interval against the fastest
-holds 1 is tied with it. A `control` row measures the best single device's placement a second time:
+holds 1, or that differs from it by under 2% (`placer.measure.intervals.MIN_EFFECT`), is tied with it. A `control` row measures the best single device's placement a second time:
 the two must agree, or the measurement itself is off, and the comparison says so. `baseline_rows` runs the placers and times how long each
 took; `learned_row` adds a learned placement. With a learned placement and `random_search` among
 the rows, the comparison also reports what learning is worth: the learned step time against the
@@ -348,7 +348,7 @@ def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow |
 def learning_worth(rows: list[CompareRow], speedup=None) -> dict[str, Any] | None:
     """The learned placement's measured step time against random search's (None unless both ran);
     ratio = random search / learned, above 1 when learning beat chance, with its paired interval
-    and a verdict (tied when the interval holds 1)."""
+    and a verdict (tied when the interval holds 1 or the difference is under MIN_EFFECT)."""
     # The policy's own placement shows what was learned; the run's best one may be a lucky sample.
     ran = [r for r in rows if r.placer == "learned" and r.step_time is not None]
     learned = next((r for r in ran if r.name == "learned_greedy"), ran[0] if ran else None)

@@ -129,6 +129,21 @@ def test_verdicts_are_tied_when_the_interval_holds_one():
     assert mixed.value < 1.0 and verdict(mixed) == TIED   # faster by its median, but within the noise
 
 
+def test_a_measured_difference_under_the_minimum_effect_is_tied_even_outside_its_interval():
+    from placer.measure.intervals import MIN_EFFECT, Interval, speedup_verdict, why_tied
+
+    # the main job's learned placement against m-SCT: 1.01x [1.00, 1.01] in one run, [1.00, 1.02] in the next
+    small = paired_ratio([0.990, 0.991, 0.989, 0.990, 0.992, 0.990, 0.989, 0.991, 0.990, 0.990], [1.0] * 10)
+    assert small.high < 1.0 and 1.0 - small.value < MIN_EFFECT
+    assert verdict(small) == TIED and "resolves" in why_tied(small)
+    assert verdict(small, min_effect=0.0) == FASTER
+    assert speedup_verdict(Interval(1.01, 1.005, 1.015, 20)) == TIED
+    assert speedup_verdict(Interval(1.03, 1.02, 1.04, 20)) == FASTER
+    assert speedup_verdict(Interval(0.97, 0.96, 0.98, 20)) == SLOWER
+    # an exact (simulated) figure is not measured: every difference stands
+    assert speedup_verdict(Interval(1.01, 1.01, 1.01, 1)) == FASTER
+
+
 def test_a_protocol_too_short_for_an_interval_is_refused():
     from placer.errors import PlacerError
 
