@@ -194,6 +194,17 @@ def test_zoo_gradients_equal_the_summed_micro_batch_gradients(name, schedule, zo
     assert_same_gradients(graph, _random_placement(graph, ["cpu:0", "cpu:1"], name), TrainingSpec(), schedule)
 
 
+@pytest.mark.parametrize("name", ["rnnlm", "transformer"])
+def test_zoo_accounted_peak_memory_under_1f1b_is_below_gpipes(name, zoo):
+    graph = zoo[name]
+    placement = stages(graph, 2)
+    gpipe, one_f_one_b = (accounted_memory(graph, placement, training=TrainingSpec(), pipeline=Pipeline(M, s))
+                          for s in ("gpipe", "1f1b"))
+    # the first stage holds its activations of every micro-batch under GPipe, of two under 1F1B
+    assert one_f_one_b["cpu:0"].peak < gpipe["cpu:0"].peak
+    assert all(one_f_one_b[d].peak <= gpipe[d].peak for d in placement.devices)
+
+
 def test_each_parameter_is_updated_once_with_the_summed_gradient(chain):
     placement = stages(chain, 2)
     spec = TrainingSpec()
