@@ -44,7 +44,6 @@ def run(args: argparse.Namespace) -> int:
     from placer.commands.common import (load_graph_from_args, pipeline_from_args, placement_from_args,
                                         training_spec_from_args)
     from placer.commands.measure import devices_for, read_inputs
-    from placer.errors import PlacerError
     from placer.measure.executor import ExecutionFailure, PlacedExecutor
     from placer.measure.measurer import random_feeds
 
@@ -59,8 +58,6 @@ def run(args: argparse.Namespace) -> int:
     given = read_inputs(args.inputs) or {}
     feeds = {**random_feeds(graph, args.seed), **given}
     if pipeline.pipelined:
-        if args.engine == "onnxruntime":
-            raise PlacerError("--micro-batches runs on the torch engine; drop --engine onnxruntime")
         # micro-batch k: random inputs from seed + k, then --inputs' `name` (every micro-batch) and `name#k`
         feeds = [{**random_feeds(graph, args.seed + k), **{n: v for n, v in given.items() if "#" not in n},
                   **{n.rsplit("#", 1)[0]: v for n, v in given.items() if n.endswith(f"#{k}")}}
@@ -70,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             # the engine placer.runtime.load runs split models with: the partitions' sessions at once
             from placer.runtime.placed import OrtPlacement
 
-            with OrtPlacement(graph, placement, devices) as placed:
+            with OrtPlacement(graph, placement, devices, pipeline=pipeline) as placed:
                 outputs = placed.run_arrays(feeds, timeout_s=args.timeout)
         else:
             with PlacedExecutor(graph, placement, devices, training=training, pipeline=pipeline) as executor:

@@ -56,7 +56,7 @@ from placer.measure.affinity import core_sets, pin_this_thread
 from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
 from placer.measure.backward import TrainingPlan, plan_training, training_prepared
 from placer.measure.memory import MemoryEstimate, predict_peak_memory
-from placer.measure.pipeline import Pipeline, pipelined_plan, placed, tag
+from placer.measure.pipeline import Pipeline, per_micro_batch, pipelined_plan, placed, tag
 from placer.measure.prepare import PreparedGraph, check_feeds, prepare
 from placer.measure.schedule import Schedule, build_schedule
 from placer.measure.training import TrainingSpec
@@ -437,12 +437,7 @@ class PlacedExecutor:
         """The step's input tensors by name: each micro-batch's under its own names."""
         if self.pipeline is None:
             return check_feeds(self.graph, dict(feeds))
-        M = self.pipeline.micro_batches
-        per = [feeds] * M if isinstance(feeds, Mapping) else list(feeds)
-        if len(per) != M:
-            raise PlacerError(f"the pipelined step takes {M} micro-batches' inputs, not {len(per)}; "
-                              f"give one mapping per micro-batch (or one for all)")
-        checked = [check_feeds(self.graph, dict(f)) for f in per]
+        checked = [check_feeds(self.graph, dict(f)) for f in per_micro_batch(feeds, self.pipeline.micro_batches)]
         return {tag(name, k): value for k, tensors in enumerate(checked) for name, value in tensors.items()}
 
     @property

@@ -25,7 +25,7 @@ step in it that can run goes first.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from placer.errors import PlacerError
@@ -60,6 +60,16 @@ class Pipeline:
 def tag(name: str, k: int) -> str:
     """`name` in micro-batch `k`."""
     return f"{name}#{k}"
+
+
+def per_micro_batch(feeds: Mapping | Sequence[Mapping], micro_batches: int) -> list[Mapping]:
+    """One mapping of inputs per micro-batch: `feeds` when it is one per micro-batch, else `feeds`
+    for every one of them."""
+    per = [feeds] * micro_batches if isinstance(feeds, Mapping) else list(feeds)
+    if len(per) != micro_batches:
+        raise PlacerError(f"the pipelined step takes {micro_batches} micro-batches' inputs, not {len(per)}; "
+                          f"give one mapping per micro-batch (or one for all)")
+    return per
 
 
 def phase_of(step: Step) -> int:

@@ -1,7 +1,10 @@
 """`ConcurrentSessions`: ONNX Runtime sessions of one placement, run together, one thread per device.
 
 Each device's thread runs its sessions in their order, each as soon as its inputs exist (ORT
-releases the GIL while it runs, so the devices really run at once). Tensors pass between sessions
+releases the GIL while it runs, so the devices really run at once). A pipelined step feeds M
+micro-batches: each thread runs its sessions for micro-batch 0, then 1, ..., so device d works on
+micro-batch k+1 while the next device works on k (`placer.measure.pipeline`); a hand-over is
+dropped once its last reader has run, so only the micro-batches in flight hold theirs. Tensors pass between sessions
 as `OrtValue`s: between CPU devices a hand-over, no copy; a CUDA session binds its inputs and
 outputs (`IOBinding`), so a tensor stays on its GPU and ORT copies it where another GPU reads it;
 a CPU session gets a host copy of a GPU tensor. Built once per placement (or split model), run many
@@ -28,6 +31,7 @@ from placer.devices import Device
 from placer.errors import PlacerError
 from placer.measure.affinity import pin_this_thread
 from placer.measure.executor import ExecutionFailure, KernelError, OutOfMemory, StepTimeout
+from placer.measure.pipeline import tag
 
 # How often a waiting thread looks at the abort flag and the deadline.
 _POLL_S = 0.05
@@ -55,6 +59,7 @@ class Interval:
     device: str
     start: float
     end: float
+    micro_batch: int = 0
 
 
 class _Slot:
@@ -66,11 +71,15 @@ class _Slot:
 
 
 class _Job:
-    """One step in flight, shared by the device threads."""
+    """One step in flight, shared by the device threads; tensors are keyed per micro-batch."""
 
-    def __init__(self, values: dict[str, ort.OrtValue], crossing: set[str], deadline: float, n: int) -> None:
-        self.values = values
-        self.slots = {t: _Slot() for t in crossing}
+    def __init__(self, feeds: list[dict[str, ort.OrtValue]], constants: dict[str, ort.OrtValue],
+                 crossing: set[str], readers: dict[str, int], deadline: float, n: int) -> None:
+        self.feeds = feeds             # one mapping per micro-batch
+        self.constants = constants
+        self.micro_batches = len(feeds)
+        self.slots = {(t, k): _Slot() for k in range(self.micro_batches) for t in crossing}
+        self.unread = {(t, k): n for k in range(self.micro_batches) for t, n in readers.items()}
         self.deadline = deadline
         self.abort = threading.Event()
         self.errors: list[BaseException] = []
@@ -78,6 +87,25 @@ class _Job:
         self.remaining = n
         self.lock = threading.Lock()
         self.finished = threading.Event()
+
+    def given(self, tensor: str, k: int) -> ort.OrtValue | None:
+        """A constant or micro-batch `k`'s feed; None for what a piece makes."""
+        value = self.constants.get(tensor)
+        return value if value is not None else self.feeds[k].get(tensor)
+
+    def value(self, tensor: str, k: int) -> ort.OrtValue | None:
+        """`tensor` of micro-batch `k`: given, or as its piece made it (once it has run)."""
+        value = self.given(tensor, k)
+        return value if value is not None else self.slots[tensor, k].value
+
+    def release(self, tensors: Sequence[str], k: int) -> None:
+        """A piece of micro-batch `k` has run on `tensors`: drop those it was the last reader of."""
+        with self.lock:
+            for t in tensors:
+                if (t, k) in self.unread:
+                    self.unread[t, k] -= 1
+                    if self.unread[t, k] == 0:
+                        self.slots[t, k].value = None
 
     def fail(self, exc: BaseException) -> None:
         with self.lock:
@@ -112,6 +140,8 @@ class ConcurrentSessions:
         made = {t for p in self.pieces for t in p.outputs}
         # slots for what a piece makes and another reads; the rest is a feed or a constant
         self._crossing = made & ({t for p in self.pieces for t in p.inputs} | set(self.outputs))
+        # how many pieces read each hand-over that is no graph output (kept to the step's end)
+        self._readers = {t: sum(t in p.inputs for p in self.pieces) for t in self._crossing - set(self.outputs)}
         self._by_device: dict[str, list[Piece]] = {}
         for p in self.pieces:
             self._by_device.setdefault(p.device.name, []).append(p)
@@ -120,18 +150,20 @@ class ConcurrentSessions:
         self._broken: str | None = None
         self.intervals: list[Interval] = []   # of the last step, for profiles and tests
 
-    def run(self, feeds: Mapping[str, ort.OrtValue | np.ndarray], timeout_s: float | None = None
-            ) -> dict[str, ort.OrtValue]:
-        """One step: graph output name -> `OrtValue` (on the device that made it)."""
+    def run(self, feeds: Mapping[str, ort.OrtValue | np.ndarray] | Sequence[Mapping[str, ort.OrtValue | np.ndarray]],
+            timeout_s: float | None = None) -> dict[str, ort.OrtValue]:
+        """One step: graph output name -> `OrtValue` (on the device that made it). A sequence of
+        mappings is a pipelined step, one per micro-batch: micro-batch k's outputs are named
+        ``<output>#k`` (an output that is a constant once, by its name)."""
         if self._broken:
             raise PlacerError(f"this engine cannot run again: {self._broken}; build a new one")
         if not self._threads:
             self._threads = [_DeviceThread(pieces, self._cores.get(name)) for name, pieces in self._by_device.items()]
-        values = {**self.constants, **{k: v if isinstance(v, ort.OrtValue)
-                                       else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
-                                       for k, v in feeds.items()}}
+        pipelined = not isinstance(feeds, Mapping)
+        per = [{k: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+                for k, v in f.items()} for f in (feeds if pipelined else [feeds])]
         limit = timeout_s if timeout_s is not None else float("inf")
-        job = _Job(values, self._crossing, time.perf_counter() + limit, len(self._threads))
+        job = _Job(per, self.constants, self._crossing, self._readers, time.perf_counter() + limit, len(self._threads))
         for t in self._threads:
             t.jobs.put(job)
         if not job.finished.wait(None if timeout_s is None else timeout_s + _POLL_S):
@@ -146,7 +178,10 @@ class ConcurrentSessions:
         errors = [e for e in job.errors if not isinstance(e, _Aborted)]
         if errors:
             raise errors[0]
-        return {t: values[t] if t in values else job.slots[t].value for t in self.outputs}
+        results = [{t: job.value(t, k) for t in self.outputs} for k in range(len(per))]
+        if not pipelined:
+            return results[0]
+        return {t if t in self.constants else tag(t, k): v for k, r in enumerate(results) for t, v in r.items()}
 
     def close(self) -> None:
         """Stop the device threads (idempotent)."""
@@ -188,23 +223,9 @@ class _DeviceThread:
             if job is None:
                 return
             try:
-                for piece in self.pieces:
-                    inputs = {t: self._receive(job, t, piece) for t in piece.inputs}
-                    if job.abort.is_set():
-                        raise _Aborted()
-                    if time.perf_counter() > job.deadline:
-                        raise StepTimeout(f"step exceeded its time limit on {self.device.name} "
-                                          f"(before {piece.name})")
-                    start = time.perf_counter()
-                    outputs = _run_piece(piece, inputs)
-                    end = time.perf_counter()
-                    with job.lock:
-                        job.intervals.append(Interval(piece.name, self.device.name, start, end))
-                    for t, value in zip(piece.outputs, outputs):
-                        slot = job.slots.get(t)
-                        if slot is not None:
-                            slot.value = value
-                            slot.ready.set()
+                for k in range(job.micro_batches):   # micro-batch order: the next device takes over k
+                    for piece in self.pieces:
+                        self._run(job, piece, k)
             except (ExecutionFailure, _Aborted) as exc:
                 job.fail(exc)
             except BaseException as exc:  # noqa: BLE001 - reported to the caller of run()
@@ -212,12 +233,32 @@ class _DeviceThread:
             finally:
                 job.done()
 
-    def _receive(self, job: _Job, tensor: str, piece: Piece) -> ort.OrtValue:
-        """A feed or constant at once; another piece's tensor once it exists (a host copy of a
-        GPU tensor for a CPU session)."""
-        value = job.values.get(tensor)
+    def _run(self, job: _Job, piece: Piece, k: int) -> None:
+        """`piece` on micro-batch `k`, once its inputs exist; its outputs handed over."""
+        inputs = {t: self._receive(job, t, k) for t in piece.inputs}
+        if job.abort.is_set():
+            raise _Aborted()
+        if time.perf_counter() > job.deadline:
+            raise StepTimeout(f"step exceeded its time limit on {self.device.name} (before {piece.name}"
+                              + (f" of micro-batch {k})" if job.micro_batches > 1 else ")"))
+        start = time.perf_counter()
+        outputs = _run_piece(piece, inputs)
+        end = time.perf_counter()
+        with job.lock:
+            job.intervals.append(Interval(piece.name, self.device.name, start, end, k))
+        for t, value in zip(piece.outputs, outputs):
+            slot = job.slots.get((t, k))
+            if slot is not None:
+                slot.value = value
+                slot.ready.set()
+        job.release(piece.inputs, k)
+
+    def _receive(self, job: _Job, tensor: str, k: int) -> ort.OrtValue:
+        """A feed or constant at once; another piece's tensor of micro-batch `k` once it exists
+        (a host copy of a GPU tensor for a CPU session)."""
+        value = job.given(tensor, k)
         if value is None:
-            slot = job.slots[tensor]
+            slot = job.slots[tensor, k]
             while not slot.ready.wait(_POLL_S):
                 if job.abort.is_set():
                     raise _Aborted()

@@ -17,6 +17,7 @@ from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.measure.measurer import ExecutorRun, MeasureProtocol, RealMeasurer, random_feeds
+from placer.measure.pipeline import Pipeline
 from placer.measure.prepare import PreparedGraph, check_feeds
 from placer.placement import Placement
 from placer.runtime.placed import Folding, OrtPlacement
@@ -33,14 +34,16 @@ def check_objective(objective: str) -> None:
 
 class OrtMeasurer:
     """Measures placements of `graph` on `devices` in ONNX Runtime (a `Measurer`). `feeds` may
-    override some inputs; the rest are random from `seed`, as `RealMeasurer`'s."""
+    override some inputs; the rest are random from `seed`, as `RealMeasurer`'s. With `pipeline`,
+    a step is a pipelined step of its micro-batches, each fed the same inputs."""
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(),
                  feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
-                 prepared: PreparedGraph | None = None) -> None:
+                 prepared: PreparedGraph | None = None, pipeline: Pipeline | None = None) -> None:
         check_objective(protocol.objective)
         self.graph = graph
+        self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
         self.device_objs = as_devices(devices)
         self.devices = [d.name for d in self.device_objs]
         self.protocol = protocol
@@ -50,15 +53,17 @@ class OrtMeasurer:
         self.feeds = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v.numpy())) for k, v in given.items()}
 
     def protocol_record(self) -> dict:
-        """What every measurement records of how it was measured: the protocol, the devices, the engine."""
+        """What every measurement records of how it was measured: the protocol, the devices, the
+        engine, the micro-batches."""
         return {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs],
-                "engine": ENGINE, "onnxruntime": ort.__version__}
+                "engine": ENGINE, "onnxruntime": ort.__version__,
+                **(self.pipeline.to_dict() if self.pipeline is not None else {})}
 
     def open(self, placement: Placement) -> ExecutorRun:
         """Build `placement`'s sessions once, ready to be stepped (a `PlacementRun`); raises
         PlacerError (an invalid placement) or ExecutionFailure (e.g. over a memory cap)."""
-        return ExecutorRun(OrtPlacement(self.graph, placement, self.device_objs, folding=self.folding),
-                           self.feeds, self.protocol.timeout_s)
+        return ExecutorRun(OrtPlacement(self.graph, placement, self.device_objs, folding=self.folding,
+                                        pipeline=self.pipeline), self.feeds, self.protocol.timeout_s)
 
     # the torch engine's warm-ups, statistics and failed measurements, over this engine's runs
     measure = RealMeasurer.measure
@@ -72,13 +77,10 @@ def measurer_for(engine: str, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(), feeds: dict[str, np.ndarray] | None = None,
                  seed: int = 0, prepared: PreparedGraph | None = None, training=None, pipeline=None):
     """The measurer of `engine` ("torch": `RealMeasurer`, "onnxruntime": `OrtMeasurer`); the
-    onnxruntime engine refuses the training objective and a pipelined step in one line."""
+    onnxruntime engine refuses the training objective in one line."""
     if engine not in ENGINES:
         raise PlacerError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     if engine == ENGINE:
-        check_objective(protocol.objective)
-        if pipeline is not None and pipeline.pipelined:
-            raise PlacerError("--micro-batches runs on the torch engine; drop --engine onnxruntime")
-        return OrtMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared)
+        return OrtMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared, pipeline=pipeline)
     return RealMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared, training=training,
                         pipeline=pipeline)

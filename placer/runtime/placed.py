@@ -6,6 +6,9 @@ the whole bound model, nothing cut, nothing folded, as a user would run it. Peak
 is accounted before anything is built, as placer's torch engine does (`placer.measure.memory`):
 the constants each of the device's sessions holds (a session keeps its own copy) plus the largest
 set of live tensors under the device's schedule; a device over its cap is `OutOfMemory` at once.
+A pipelined step (`pipeline`) runs the same sessions on each of its micro-batches, and the live
+tensors are those of the micro-batches in flight, accounted as the torch engine does: its program
+unrolled over the micro-batches, each device in micro-batch order (`placer.measure.pipeline`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from placer.graph.opgraph import OpGraph
 from placer.measure.affinity import core_sets
 from placer.measure.executor import OutOfMemory, cpu_threads
 from placer.measure.memory import predict_peak_memory
+from placer.measure.pipeline import Pipeline, per_micro_batch, placed
 from placer.measure.prepare import PreparedGraph, prepare
 from placer.measure.schedule import build_schedule
 from placer.measure.walk import Step
@@ -56,11 +60,14 @@ class Folding:
 class OrtPlacement:
     """`graph` under `placement` on `devices` as ONNX Runtime sessions; `run(feeds)` is one step.
 
-    `profile_prefix` turns ORT's profiler on in every session (files named from it)."""
+    `profile_prefix` turns ORT's profiler on in every session (files named from it); with
+    `pipeline` a step is a pipelined step of its micro-batches."""
 
     def __init__(self, graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None,
-                 *, folding: Folding | None = None, profile_prefix: str | None = None) -> None:
+                 *, folding: Folding | None = None, profile_prefix: str | None = None,
+                 pipeline: Pipeline | None = None) -> None:
         self.graph = graph
+        self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
         self.devices = as_devices(devices if devices is not None else placement.devices)
         by_name = {d.name: d for d in self.devices}
         self.assignment = check_placement(graph, placement, by_name)
@@ -101,20 +108,26 @@ class OrtPlacement:
             return self.folding.values[name]
         return self.graph.initializer_array(name)
 
-    def run(self, feeds: Mapping[str, ort.OrtValue | np.ndarray], timeout_s: float | None = None
+    def run(self, feeds: Mapping[str, ort.OrtValue | np.ndarray] | Sequence[Mapping], timeout_s: float | None = None
             ) -> dict[str, ort.OrtValue]:
-        """One step on `feeds` (every graph input): output name -> `OrtValue`."""
-        return self.engine.run(feeds, timeout_s)
+        """One step on `feeds` (every graph input): output name -> `OrtValue`. Pipelined, `feeds`
+        is one mapping per micro-batch (or one for all of them) and micro-batch k's outputs are
+        named ``<output>#k``."""
+        per = per_micro_batch(feeds, self.pipeline.micro_batches if self.pipeline is not None else 1)
+        return self.engine.run(per if self.pipeline is not None else per[0], timeout_s)
 
-    def run_arrays(self, feeds: Mapping[str, np.ndarray], timeout_s: float | None = None) -> dict[str, np.ndarray]:
+    def run_arrays(self, feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+                   timeout_s: float | None = None) -> dict[str, np.ndarray]:
         """`run`, with the outputs as numpy arrays."""
         return {k: v.numpy() for k, v in self.run(feeds, timeout_s).items()}
 
     def _accounted(self) -> dict[str, int]:
         """Bytes per device: its sessions' constants plus the peak of live tensors."""
         graph, folded = self.graph, self.folding.values
+        names: dict[str, str] = {}   # a micro-batch's tensor -> its tensor in the model
 
         def size(t: str) -> int:
+            t = names.get(t, t)
             if t in folded:
                 return int(folded[t].nbytes)
             info = graph.tensors.get(t)
@@ -124,8 +137,13 @@ class OrtPlacement:
                       graph.nodes[n].outputs) for p in self.partitions for n in p.nodes]
         steps.sort(key=_position(graph))
         consts = set(graph.initializers) | set(folded)
-        schedule = build_schedule(steps, self.assignment, [d.name for d in self.devices], consts,
-                                  {i.name for i in graph.inputs}, [o.name for o in graph.outputs])
+        devices = [d.name for d in self.devices]
+        where, feeds, outputs = self.assignment, {i.name for i in graph.inputs}, [o.name for o in graph.outputs]
+        if self.pipeline is not None:
+            steps, where, unrolled = placed(steps, where, outputs, consts, self.pipeline, devices)
+            names, outputs = unrolled.names, unrolled.outputs
+            feeds = feeds | {new for new, old in names.items() if old in feeds}
+        schedule = build_schedule(steps, where, devices, consts, feeds, outputs)
         live = {d: m.peak - m.resident for d, m in predict_peak_memory(schedule, size).items()}
         held = {d.name: 0 for d in self.devices}
         for part in self.partitions:

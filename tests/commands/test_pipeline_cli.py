@@ -76,8 +76,39 @@ def test_measure_reports_the_whole_step_and_the_throughput(chain, capsys):
     assert "micro-batches/s  (4 per step, 1f1b)" in capsys.readouterr().out
 
 
+def test_onnxruntime_runs_and_measures_the_pipelined_step(chain, tmp_path, capsys):
+    """--engine onnxruntime: each micro-batch's outputs as ORT on the whole model gives them, its
+    inputs `name#k` or random from --seed + k; measure reports the whole step and the throughput."""
+    import onnxruntime as ort
+
+    from placer.measure.measurer import random_feeds
+
+    path, stages = chain
+    x = np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", **{"x#1": x})
+    assert main(["run", "--graph", str(path), "--placement", str(stages), "--engine", "onnxruntime",
+                 "--micro-batches", "3", "--seed", "5", "--inputs", str(tmp_path / "in.npz"),
+                 "--outputs", str(tmp_path / "out.npz")]) == 0
+    out = np.load(tmp_path / "out.npz")
+    assert sorted(out.files) == ["y#0", "y#1", "y#2"]
+    whole = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for k, inputs in enumerate([random_feeds(load_graph(path), 5), {"x": x}, random_feeds(load_graph(path), 7)]):
+        np.testing.assert_allclose(out[f"y#{k}"], whole.run(None, inputs)[0], rtol=1e-5, atol=1e-6)
+    capsys.readouterr()
+    assert main(["measure", "--graph", str(path), "--placement", str(stages), "--engine", "onnxruntime",
+                 "--micro-batches", "4", "--warmup", "0", "--repeats", "1", "--json"]) == 0
+    m = json.loads(capsys.readouterr().out)
+    assert m["ok"] and m["protocol"]["engine"] == "onnxruntime" and m["protocol"]["micro_batches"] == 4
+    assert m["throughput_per_s"] == pytest.approx(4 / m["step_time"])
+    assert main(["measure", "--graph", str(path), "--placement", str(stages), "--engine", "onnxruntime",
+                 "--warmup", "0", "--repeats", "1", "--json"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert all(m["peak_memory"][d] > one["peak_memory"][d] for d in one["peak_memory"])   # 4 micro-batches' inputs
+
+
 @pytest.mark.parametrize("args, message", [(["--micro-batches", "0"], "--micro-batches must be"),
-                                           (["--micro-batches", "2", "--engine", "onnxruntime"], "torch engine")])
+                                           (["--micro-batches", "2", "--engine", "onnxruntime", "--objective", "training"],
+                                            "the training objective runs on the torch engine")])
 def test_a_bad_pipeline_is_one_line(chain, capsys, args, message):
     path, stages = chain
     assert main(["measure", "--graph", str(path), "--placement", str(stages), *args]) == 2

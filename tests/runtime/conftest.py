@@ -83,6 +83,18 @@ def assert_same(got: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> 
         np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
+def gather_model() -> onnx.ModelProto:
+    """y = Tanh(Gather(table, ids)) over a 10-row table: an id out of range is a kernel error."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    table = numpy_helper.from_array(np.ones((10, 4), dtype=np.float32), "table")
+    return helper.make_model(helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"), helper.make_node("Tanh", ["e"], ["y"], name="t")],
+        "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [table]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
 def shape_model() -> onnx.ModelProto:
     """a = Relu(x); flat = Reshape(Neg(x), [batch of a, -1]): the target shape reads `a` only
     through Shape, so it is known before the step and whoever reshapes need not wait for `a`."""

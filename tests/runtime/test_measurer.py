@@ -13,7 +13,7 @@ from placer.placement import Placement
 from placer.runtime.measurer import OrtMeasurer, measurer_for
 from testgraphs import branches
 
-from .conftest import CPUS, random_placement
+from .conftest import CPUS, gather_model, random_placement
 
 QUICK = MeasureProtocol(warmup=1, repeats=3, timeout_s=10)
 
@@ -38,15 +38,7 @@ def test_over_a_memory_cap_is_a_failed_measurement_not_an_exception(graph):
 
 
 def test_a_kernel_error_is_a_failed_measurement_naming_the_partition():
-    from onnx import TensorProto, helper, numpy_helper
-
-    table = numpy_helper.from_array(np.ones((10, 4), dtype=np.float32), "table")
-    model = helper.make_model(helper.make_graph(
-        [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"), helper.make_node("Tanh", ["e"], ["y"], name="t")],
-        "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], [table]),
-        opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    g = load_graph(model)
+    g = load_graph(gather_model())
     m = OrtMeasurer(g, CPUS[:2], QUICK, feeds={"ids": np.array([1, 2, 99])}).measure(
         Placement(["cpu:0", "cpu:1"], {"embed": "cpu:0", "t": "cpu:1"}, g.sha256))
     assert not m.ok and m.failure == "kernel_error" and "partition 0 failed on cpu:0" in m.reason
