@@ -136,8 +136,6 @@ def run(args: argparse.Namespace) -> int:
     if pipeline.pipelined and args.workers:
         raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
     check_engine_args(args)
-    if args.engine != "torch" and args.workers:
-        raise PlacerError("--workers measures in the torch engine; drop --engine onnxruntime or --workers")
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
     # Real measurement, for the rewards unless they are simulated, and in every mode for the
     # side-by-side confirmation at the end: the reported figures are real measurements.
@@ -147,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     cost = _cost_model(args, graph, devices, confirm)
     # Real rewards are paired: each batch in interleaved rounds with the best single device
     measurer = _paired(args, graph, confirm, cost, run_dir) if plan.reward != "simulated" else None
-    pool = pool_from_args(args, graph, devices, protocol, training)   # --workers: many placements measured at once
+    pool = pool_from_args(args, graph, devices, protocol, training, args.engine)   # --workers: many placements measured at once
     measurer = pool if pool is not None else measurer
     simulator = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline) \
         if plan.reward != "real" else None

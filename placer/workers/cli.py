@@ -19,9 +19,10 @@ def add_worker_args(parser: argparse.ArgumentParser) -> None:
                             "instead of starting a local Ray runtime; each node runs workers on its own devices")
 
 
-def pool_from_args(args: argparse.Namespace, graph, devices, protocol, training=None):
+def pool_from_args(args: argparse.Namespace, graph, devices, protocol, training=None, engine: str = "torch"):
     """The `RayMeasurer` that --workers asks for, started and calibrated (None without --workers);
-    `training`: the `TrainingSpec` each worker times training steps with (--objective training)."""
+    `training`: the `TrainingSpec` each worker times training steps with (--objective training);
+    `engine`: what each worker measures in (--engine)."""
     if args.ray_address and not args.workers:
         raise PlacerError("--ray-address needs --workers N")
     if args.workers is None:
@@ -36,7 +37,7 @@ def pool_from_args(args: argparse.Namespace, graph, devices, protocol, training=
 
     check_gpu_names(devices)
     spec = RealSpec([str(d) for d in devices], graph=graph, protocol=protocol, seed=args.seed,
-                    training=training)
+                    training=training, engine=engine)
     print(f"starting {args.workers} worker{'s' if args.workers != 1 else ''} on {args.ray_address or 'a local Ray runtime'}, "
           f"each with {', '.join(str(d) for d in devices)} ...")
     pool = RayMeasurer(spec, args.workers, args.ray_address)

@@ -3,7 +3,7 @@
 A spec names the devices one worker owns (the placement's device list), says which resources
 that takes (cores to pin, GPUs for Ray's `num_gpus`), how long one placement may take before
 the worker counts as hung, and builds the measurer inside the actor. `RealSpec` is what
-`placer train --workers` uses; tests subclass `WorkerSpec` with deterministic measurers.
+`placer train --workers` uses (in either engine); tests subclass `WorkerSpec` with deterministic measurers.
 """
 
 from __future__ import annotations
@@ -62,13 +62,15 @@ class WorkerSpec:
 
 @dataclass
 class RealSpec(WorkerSpec):
-    """A `RealMeasurer` of `graph` (shapes bound, sent once to every worker) on the devices; on the
-    training objective each worker times training steps with `training`'s loss, targets and optimizer."""
+    """A real measurer of `graph` (shapes bound, sent once to every worker) on the devices, in
+    `engine` (torch: `RealMeasurer`, onnxruntime: `OrtMeasurer`); on the training objective each
+    worker times training steps with `training`'s loss, targets and optimizer."""
 
     graph: OpGraph | None = None
     protocol: MeasureProtocol | None = None
     seed: int = 0
     training: TrainingSpec | None = None
+    engine: str = "torch"
 
     def __post_init__(self) -> None:
         if self.protocol is None:
@@ -81,6 +83,7 @@ class RealSpec(WorkerSpec):
         self.timeout_s = steps * self.protocol.timeout_s + 60.0
 
     def build(self) -> Measurer:
-        from placer.measure.measurer import RealMeasurer
+        from placer.runtime.measurer import measurer_for
 
-        return RealMeasurer(self.graph, self.devices, protocol=self.protocol, seed=self.seed, training=self.training)
+        return measurer_for(self.engine, self.graph, self.devices, self.protocol, seed=self.seed,
+                            training=self.training)

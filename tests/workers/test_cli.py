@@ -46,6 +46,15 @@ def test_train_measures_training_steps_on_workers(model_file, tmp_path, capsys):
                             for _, m in measured)
 
 
+def test_train_measures_in_onnxruntime_on_workers(model_file, tmp_path, capsys):
+    code = main(["train", "--graph", str(model_file), "--samples", "4", "--run-dir", str(tmp_path / "run"),
+                 "--workers", "2", "--engine", "onnxruntime", *FAST])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    measured = torch.load(tmp_path / "run" / FILENAME, weights_only=False)["cache"]["entries"]
+    assert measured and all(m["protocol"]["engine"] == "onnxruntime" for _, m in measured)
+
+
 @pytest.mark.parametrize("extra, message", [
     (["--workers", "1", "--ray-address", "127.0.0.1:1"], "no Ray cluster answers at 127.0.0.1:1"),
     (["--workers", "1", "--ray-address", "ray://head"], "--ray-address takes HOST:PORT"),
