@@ -125,3 +125,26 @@ def machine_note() -> str:
     import torch
 
     return f"{cores} cores, load average {load:.2f}, torch {torch.__version__}"
+
+
+class SessionRun:
+    """A plain `InferenceSession` of the whole model as a `PlacementRun`: what a user would run."""
+
+    def __init__(self, model_bytes: bytes, threads: int, feeds: dict) -> None:
+        import onnxruntime as ort
+
+        from placer.devices import parse_device
+        from placer.runtime.sessions import session_options
+
+        options = session_options(parse_device("cpu"), threads)
+        self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+        self.feeds = feeds
+        self.peak_memory: dict[str, int] = {}
+
+    def step(self) -> float:
+        start = time.perf_counter()
+        self.session.run(None, self.feeds)
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.session = None

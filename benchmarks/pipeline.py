@@ -5,13 +5,15 @@ For each model and each M (micro-batches per step) on two 1-thread virtual CPU d
 single device, the whole machine as one device (every core), `pipeline_dp`, `pipeline_balanced`,
 `pipeline_params` and the policy's greedy placement (trained in the profiled simulator on the
 pipelined step, warm-started from `pipeline_dp`), all measured in the same interleaved rounds.
-Each row gives the step, the throughput (micro-batches/s), the ratio to the best single 1-thread
-device and to the whole machine, the simulated step and its bubble (idle share of the devices the
-placement uses) beside the textbook (p-1)/(m+p-1).
+Each row gives the step (median over the rounds), the throughput (micro-batches/s), the speedup over
+the best single 1-thread device and over the whole machine (paired over the same rounds: the median
+of the per-round ratios, with its 95% interval; "~" marks a speedup tied with 1), the simulated step
+and its bubble (idle share of the devices the placement uses) beside the textbook (p-1)/(m+p-1).
 
     python benchmarks/pipeline.py [--quick] [--models resnet50 transformer inception_v3]
                                   [--micro-batches 1 4 8] [--rounds R] [--samples N] [--no-learn]
                                   [--objective inference|training] [--schedule 1f1b|gpipe] [--out F.json]
+    python benchmarks/pipeline.py --simulated --models resnet50 transformer inception_v3 rnnlm nmt --micro-batches 8
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _bench import interleaved, machine_note, median, save_json, zoo_graph
+from _bench import machine_note, save_json, zoo_graph
 from placer.devices import parse_devices
+from placer.measure.intervals import TIED, speedup_verdict
 from placer.measure.lower_bound import lower_bound
 from placer.measure.measurer import MeasureProtocol, RealMeasurer
 from placer.measure.pipeline import Pipeline
 from placer.measure.profiled import ProfiledCostModel
+from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.measure.simulator import SimulatedMeasurer
 from placer.measure.training import TrainingSpec
 from placer.measure.training_costs import TrainingStepCosts
@@ -83,20 +87,22 @@ def run_model(model: str, micro_batches: list[int], rounds: int, samples: int | 
         sim = SimulatedMeasurer(graph, names, cost, training=training, pipeline=pipeline)
         measurer = RealMeasurer(graph, devices, protocol, training=training, pipeline=pipeline)
         whole = RealMeasurer(graph, parse_devices("cpu"), protocol, training=training, pipeline=pipeline)
-        runs = {name: measurer.open(p) for name, p in chosen.items()}
-        runs["whole machine"] = whole.open(Placement.single_device(list(graph.nodes), "cpu"))
-        try:
-            times = interleaved({name: run.step for name, run in runs.items()}, rounds)
-        finally:
-            for run in runs.values():
-                run.close()
-        step = {name: median(t) for name, t in times.items()}
-        best_single = min(step[f"single {d}"] for d in names)
+        candidates = [Candidate(name, lambda p=p: measurer.open(p)) for name, p in chosen.items()]
+        candidates.append(Candidate("whole machine",
+                                    lambda: whole.open(Placement.single_device(list(graph.nodes), "cpu"))))
+        result = measure_in_rounds(candidates, RoundsProtocol(warmup=1, min_rounds=rounds, max_rounds=rounds,
+                                                              max_seconds=3600))
+        step = {name: got.step_time for name, got in result.measurements.items() if got.ok}
+        for name, got in result.measurements.items():
+            if not got.ok:
+                print(f"{model:<13} {m:>3} {name:<18} failed: {got.failure} {got.reason}", flush=True)
+        single = min((f"single {d}" for d in names if f"single {d}" in step), key=step.get)
         bound = lower_bound(graph, names, cost, training, pipeline).value
         for name, seconds in step.items():
             row = {"model": model, "micro_batches": m, "placement": name, "objective": objective,
-                   "step_s": seconds, "throughput_per_s": m / seconds, "vs_best_single": best_single / seconds,
-                   "vs_whole_machine": step["whole machine"] / seconds, "bound_s": bound}
+                   "step_s": seconds, "throughput_per_s": m / seconds, "rounds": result.rounds, "bound_s": bound,
+                   "vs_best_single": _speedup(result, name, single),
+                   "vs_whole_machine": _speedup(result, name, "whole machine")}
             if name in chosen:
                 assign = [names.index(chosen[name].nodes[n]) for n in graph.nodes]
                 simulated = sim.simulator.simulate(assign)
@@ -108,11 +114,50 @@ def run_model(model: str, micro_batches: list[int], rounds: int, samples: int | 
     return rows
 
 
+def simulated_table(models: list[str], micro_batches: list[int], samples: int | None, objective: str,
+                    schedule: str, small: bool) -> int:
+    """Each placement's simulated pipelined step, and pipeline_dp's over it (above 1: faster than
+    pipeline_dp). Exact figures: the simulator is deterministic."""
+    devices = parse_devices(DEVICES)
+    names = [d.name for d in devices]
+    training = TrainingSpec() if objective == "training" else None
+    print(f"# the profiled simulator; devices {DEVICES}; {objective}; learner: {samples} simulated samples")
+    print(f"{'model':<13} {'M':>3} {'placement':<18} {'sim ms':>9} {'pipeline_dp / it':>16} {'bound ms':>9}")
+    for model in models:
+        graph = zoo_graph(model, **(SMALL.get(model, {}) if small else {}))
+        cost = ProfiledCostModel.for_graph(graph, devices, training=training)
+        for m in micro_batches:
+            pipeline = Pipeline(m, schedule)
+            sim = SimulatedMeasurer(graph, names, cost, training=training, pipeline=pipeline)
+            steps = {name: sim.measure(p).step_time for name, p in
+                     placements(graph, names, cost, pipeline, training, samples).items()}
+            bound = lower_bound(graph, names, cost, training, pipeline).value
+            for name, seconds in steps.items():
+                print(f"{model:<13} {m:>3} {name:<18} {seconds * 1e3:9.2f} {steps['pipeline_dp'] / seconds:16.3f} "
+                      f"{bound * 1e3:9.2f}", flush=True)
+    return 0
+
+
+def _speedup(result, name: str, reference: str) -> dict | None:
+    """`reference`'s time over `name`'s, paired over the rounds, with its interval and verdict."""
+    ratio = result.ratio(reference, name)
+    return None if ratio is None else {**ratio.to_dict(), "verdict": speedup_verdict(ratio)}
+
+
+def _cell(speedup: dict | None) -> str:
+    """'1.72x [1.70, 1.74]', with ' ~' when tied with 1."""
+    if speedup is None:
+        return "-"
+    tied = " ~" if speedup["verdict"] == TIED else ""
+    return f"{speedup['value']:.2f}x [{speedup['low']:.2f}, {speedup['high']:.2f}]{tied}"
+
+
 def print_row(r: dict) -> None:
     sim = (f"{r['simulated_s'] * 1e3:9.2f} {r['bubble']:6.3f} {r['textbook_bubble']:6.3f}" if "simulated_s" in r
            else f"{'-':>9} {'-':>6} {'-':>6}")
     print(f"{r['model']:<13} {r['micro_batches']:>3} {r['placement']:<18} {r['step_s'] * 1e3:9.2f} "
-          f"{r['throughput_per_s']:8.2f} {r['vs_best_single']:7.3f} {r['vs_whole_machine']:7.3f}  {sim}", flush=True)
+          f"{r['throughput_per_s']:8.2f} {_cell(r['vs_best_single']):>22} {_cell(r['vs_whole_machine']):>22}  {sim}",
+          flush=True)
 
 
 def main() -> int:
@@ -120,20 +165,25 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer rounds and learning samples (the README table)")
     parser.add_argument("--models", nargs="+", default=["resnet50", "transformer", "inception_v3"])
     parser.add_argument("--micro-batches", nargs="+", type=int, default=[1, 4, 8])
-    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 10; --quick 5)")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 10; --quick 6; at least 6)")
     parser.add_argument("--samples", type=int, default=None,
                         help="simulated samples the learner trains for (default 2000; --quick 500)")
     parser.add_argument("--no-learn", action="store_true", help="leave the learned placement out")
     parser.add_argument("--objective", choices=("inference", "training"), default="inference")
     parser.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
     parser.add_argument("--small", action="store_true", help="small model options: checks the script runs")
+    parser.add_argument("--simulated", action="store_true",
+                        help="the profiled simulator only: each placement's simulated step against pipeline_dp's")
     parser.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
-    rounds = args.rounds or (5 if args.quick else 10)
     samples = None if args.no_learn else (args.samples or (500 if args.quick else 2000))
+    if args.simulated:
+        return simulated_table(args.models, args.micro_batches, samples, args.objective, args.schedule, args.small)
+    rounds = max(6, args.rounds or (6 if args.quick else 10))   # 6: the fewest a 95% interval needs
     print(f"# {machine_note()}; devices {DEVICES}; {args.objective}"
           + (f", {args.schedule}" if args.objective == "training" else "") + f"; {rounds} interleaved rounds")
-    print(f"{'model':<13} {'M':>3} {'placement':<18} {'step ms':>9} {'mb/s':>8} {'x1dev':>7} {'xwhole':>7}  "
+    print(f"{'model':<13} {'M':>3} {'placement':<18} {'step ms':>9} {'mb/s':>8} {'x best 1 device':>22} "
+          f"{'x whole machine':>22}  "
           f"{'sim ms':>9} {'bubble':>6} {'(p-1)/(m+p-1)':>6}")
     rows = []
     for model in args.models:

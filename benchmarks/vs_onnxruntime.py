@@ -16,41 +16,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 import onnxruntime as ort
 
 import graphs
-from _bench import machine_note, zoo_graph
+from _bench import SessionRun, machine_note, zoo_graph
 from placer.measure.intervals import TIED, verdict
 from placer.measure.measurer import MeasureProtocol, RealMeasurer, random_feeds
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
 from placer.runtime.measurer import OrtMeasurer
-from placer.runtime.sessions import session_options
 
 TARGET = 1.05   # the onnxruntime engine's single device over a plain session
-
-
-class SessionRun:
-    """A plain `InferenceSession` of the whole model as a `PlacementRun`: what a user would run."""
-
-    def __init__(self, model_bytes: bytes, threads: int, feeds: dict[str, np.ndarray]) -> None:
-        from placer.devices import parse_device
-
-        options = session_options(parse_device("cpu"), threads)
-        self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
-        self.feeds = feeds
-        self.peak_memory: dict[str, int] = {}
-
-    def step(self) -> float:
-        start = time.perf_counter()
-        self.session.run(None, self.feeds)
-        return time.perf_counter() - start
-
-    def close(self) -> None:
-        self.session = None
 
 
 def main() -> int:
