@@ -147,6 +147,14 @@ def test_placer_compare_in_onnxruntime_measures_every_row_there(tmp_path, monkey
     assert list(rows) == ["single:cpu:0", "single:cpu:1", "m_etf", "control", "whole_machine"]
     assert all(r["status"] == "ok" and r["measurement"]["protocol"]["engine"] == "onnxruntime" for r in rows.values())
     assert data["info"]["engine"] == "onnxruntime"
+    # the pipelined step there too, the whole machine's session included
+    assert main([*args, "--engine", "onnxruntime", "--micro-batches", "4", "--json", "--out", str(tmp_path / "p")]) == 0
+    piped = json.loads(capsys.readouterr().out)
+    assert piped["micro_batches"] == 4 and [r["name"] for r in piped["rows"]] == list(rows)
+    for row in piped["rows"]:
+        assert row["status"] == "ok" and row["throughput_per_s"] == pytest.approx(4 / row["step_time_s"])
+        assert row["measurement"]["protocol"]["engine"] == "onnxruntime"
+        assert row["measurement"]["protocol"]["micro_batches"] == 4
     assert main([*args, "--engine", "onnxruntime", "--objective", "training", "--out", str(tmp_path / "t")]) == 2
     assert "torch engine" in capsys.readouterr().err
 
@@ -159,12 +167,12 @@ def test_placer_compare_of_a_pipelined_step_reports_throughput(tmp_path, monkeyp
                  "--micro-batches", "4", "--out", str(tmp_path / "p")]) == 0
     out = capsys.readouterr().out
     assert "micro-batches/s" in out and "4 micro-batches pipelined" in out
-    assert "onnxruntime: not compared on a pipelined step" in out
     data = json.loads((tmp_path / "p" / "compare.json").read_text())
-    assert data["micro_batches"] == 4
+    assert data["micro_batches"] == 4 and {"whole_machine", "onnxruntime"} <= {r["name"] for r in data["rows"]}
     for row in data["rows"]:
         assert row["throughput_per_s"] == pytest.approx(4 / row["step_time_s"])
-        assert row["measurement"]["protocol"]["micro_batches"] == 4   # every row, the whole machine too
+        # every row, the whole machine and ONNX Runtime's session too (the micro-batches one after another)
+        assert row["measurement"]["protocol"]["micro_batches"] == 4
 
 
 def test_a_single_device_far_off_its_prediction_is_noted(capsys):

@@ -147,6 +147,17 @@ def test_a_pipelined_run_learns_measures_and_compares_the_pipelined_step(model_f
                  "--run-dir", str(tmp_path / "w"), *QUIET]) == 2
 
 
+def test_a_pipelined_run_in_onnxruntime_confirms_the_pipelined_step_there(model_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model_file), "--engine", "onnxruntime", "--reward", "simulated",
+                 "--micro-batches", "4", "--samples", "4", "--warmup", "0", "--repeats", "1", "--run-dir", str(run),
+                 *QUIET]) == 0
+    protocol = Placement.load(run / "placement.json").measurement["protocol"]
+    assert protocol["engine"] == "onnxruntime" and protocol["micro_batches"] == 4
+    assert json.loads((run / "summary.json").read_text())["simulator"]["protocol"]["micro_batches"] == 4
+
+
 def test_a_run_in_onnxruntime_profiles_learns_and_confirms_there(model_file, tmp_path, monkeypatch, capsys):
     """--engine onnxruntime: the profile is ONNX Runtime's, the confirmation and the closing
     comparison run every placement in it; the training objective is refused in one line."""
