@@ -130,13 +130,13 @@ def machine_note() -> str:
 class SessionRun:
     """A plain `InferenceSession` of the whole model as a `PlacementRun`: what a user would run."""
 
-    def __init__(self, model_bytes: bytes, threads: int, feeds: dict) -> None:
+    def __init__(self, model_bytes: bytes, threads: int, feeds: dict, spinning: bool = True) -> None:
         import onnxruntime as ort
 
         from placer.devices import parse_device
         from placer.runtime.sessions import session_options
 
-        options = session_options(parse_device("cpu"), threads)
+        options = session_options(parse_device("cpu"), threads, spinning=spinning)
         self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
         self.feeds = feeds
         self.peak_memory: dict[str, int] = {}

@@ -4,7 +4,8 @@ learned placement, against the best single device, measured side by side (interl
 For each model and each M (micro-batches per step) on two 1-thread virtual CPU devices: each
 single device, the whole machine as one device (every core), `pipeline_dp`, `pipeline_balanced`,
 `pipeline_params` and the policy's greedy placement (trained in the profiled simulator on the
-pipelined step, warm-started from `pipeline_dp`), all measured in the same interleaved rounds.
+pipelined step, warm-started from the fastest baseline there, as `placer train` is), all measured in
+the same interleaved rounds.
 Each row gives the step (median over the rounds), the throughput (micro-batches/s), the speedup over
 the best single 1-thread device and over the whole machine (paired over the same rounds: the median
 of the per-round ratios, with its 95% interval; "~" marks a speedup tied with 1), the simulated step
@@ -45,15 +46,17 @@ SMALL = {"transformer": dict(seq_len=8, layers=2, vocab=100), "rnnlm": dict(batc
 
 
 def learned(graph, names, cost, pipeline, training, samples: int) -> Placement:
-    """The policy's greedy placement after `samples` simulated pipelined steps, warm-started from
-    pipeline_dp's placement (what it has to beat)."""
+    """The policy's greedy placement after `samples` simulated pipelined steps, warm-started as
+    `placer train --micro-batches M` is: from the baseline fastest on the simulated pipelined step
+    (the pipeline partitioners among them)."""
     from placer.graph.grouping import group_graph
     from placer.policy.hparams import Hyperparameters
     from placer.policy.trainer import train
     from placer.policy.warm_start import plan_warm_start
 
     costs = TrainingStepCosts(graph, names, cost, training) if training is not None else cost
-    warm = plan_warm_start(graph, names, costs, {}, group_graph(graph, None, len(names)), "pipeline_dp")
+    warm = plan_warm_start(graph, names, costs, {}, group_graph(graph, None, len(names)), "best_baseline",
+                           pipeline=pipeline)
     measurer = SimulatedMeasurer(graph, names, cost, training=training, pipeline=pipeline)
     with tempfile.TemporaryDirectory() as run_dir:
         train(graph, measurer, warm.grouping, run_dir, Hyperparameters(), samples=samples, seed=0, warm_start=warm)

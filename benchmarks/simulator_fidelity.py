@@ -6,7 +6,8 @@ real in interleaved rounds (`placer.measure.rounds`: every placement once per ro
 order, so that the machine's drift does not decide the ranking) and simulates the same ones:
 every device alone, every baseline placer, random placements from mostly one device to even
 splits, contiguous topological splits at several cut points, and random placements of the
-learner's groups (plus a learned placement with --include-rl). Prints each pair and the figures
+learner's groups, a ladder from m-SCT's placement to one device (plus a learned placement with
+--include-rl). Prints each pair and the figures
 that matter: Spearman rank correlation (does the simulator order placements as reality does?),
 the mean absolute relative error |simulated - measured| / measured (and the same of each step
 over the first device's alone, paired in the same rounds, which a machine's drift between the
@@ -41,8 +42,10 @@ from _bench import save_json  # noqa: E402
 
 
 def varied_placements(graph, devices, cost, seed: int = 0, n_random: int = 12, n_splits: int = 6,
-                      n_group_random: int = 8) -> list[tuple[str, object]]:
-    """(label, Placement) pairs: baselines, biased random, topological splits, random over groups."""
+                      n_group_random: int = 8, n_ladder: int = 7) -> list[tuple[str, object]]:
+    """(label, Placement) pairs: baselines, biased random, topological splits, random over groups,
+    and a ladder from m-SCT's placement to one device (a growing share of its other devices' nodes
+    moved to the first), whose steps spread between the two even where random placements bunch."""
     from placer.errors import PlacerError
     from placer.placement import Placement
     from placer.placers import PLACERS
@@ -81,6 +84,14 @@ def varied_placements(graph, devices, cost, seed: int = 0, n_random: int = 12, n
             for n in g:
                 assign[index[n]] = d
         make(f"groups{i}", assign)
+    anchor = dict(out).get("m_sct")
+    if anchor is not None:
+        spread = [i for i, n in enumerate(names) if anchor.nodes[n] != devices[0]]
+        order = rng.permutation(spread)
+        for k in range(1, n_ladder + 1):
+            moved = set(order[: len(order) * k // (n_ladder + 1)].tolist())
+            make(f"ladder{k}/{n_ladder + 1}", [0 if i in moved else devices.index(anchor.nodes[n])
+                                              for i, n in enumerate(names)])
     return out
 
 
