@@ -81,3 +81,33 @@ def test_a_failing_placement_is_a_measured_failure_beside_the_reference(tmp_path
     machine.open = open_or_fail
     failed, ok = PairedMeasurer(machine, _placement(0), ROUNDS).measure_many([bad, _placement(1)])
     assert not failed.ok and failed.failure == "kernel_error" and ok.ok
+
+
+def test_a_large_batch_is_measured_in_chunks_never_holding_more_than_max_open_placements(tmp_path):
+    from placer.measure.paired_measurer import MAX_OPEN
+
+    class Counting(Machine):
+        """Counts the placements open at once (each open run holds an engine's memory)."""
+
+        def __init__(self):
+            super().__init__()
+            self.open_now = self.most_open = 0
+
+        def open(self, placement):
+            run, machine = super().open(placement), self
+            machine.open_now += 1
+            machine.most_open = max(machine.most_open, machine.open_now)
+            inner_close = run.close
+
+            def close():
+                machine.open_now -= 1
+                inner_close()
+
+            run.close = close
+            return run
+
+    machine = Counting()
+    batch = [_placement(i % 5) for i in range(3 * MAX_OPEN + 1)]
+    got = PairedMeasurer(machine, _placement(0), ROUNDS, anchor_file=tmp_path / "anchor.json").measure_many(batch)
+    assert machine.most_open == MAX_OPEN + 1 and machine.open_now == 0   # a chunk and its reference
+    assert [m.step_time for m in got] == pytest.approx([max(4 - i % 5, 2 * (i % 5)) * 1e-3 for i in range(len(batch))])
