@@ -231,7 +231,7 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
     singles = [r for r in rows if r.placer == "single" and r.step_time is not None]
     best = min(singles, key=lambda r: r.step_time) if singles else None
     ok = [r for r in rows if r.step_time is not None]
-    fastest = min(ok, key=lambda r: r.step_time) if ok else None
+    fastest = min(ok, key=partial(_paired_order, speedup, best)) if ok else None
     whole = next((r for r in ok if r.name == WHOLE_MACHINE), None)
     for row in ok:
         if best is not None:
@@ -272,6 +272,16 @@ def _with_control(rows: list[CompareRow]) -> list[CompareRow]:
                          note=f"{twin.name} measured a second time, as a check of the measurement")
     placed = max(i for i, r in enumerate(rows) if r.opener is None) + 1
     return rows[:placed] + [control] + rows[placed:]
+
+
+def _paired_order(speedup, reference: CompareRow | None, row: CompareRow) -> float:
+    """A sort key, fastest first: the row's paired speedup over `reference` (the best single device),
+    negated; its own median without one. Medians taken apart carry the machine's drift between
+    rounds (m-SCT and random search swapped places between two runs by their medians, their paired
+    ratios to one device apart by 8%)."""
+    if reference is None:
+        return row.step_time
+    return -speedup(row, reference).value
 
 
 def _speedup(result: RoundsResult | None, row: CompareRow, reference: CompareRow) -> Interval:
@@ -324,13 +334,15 @@ def _what_to_use(comparison: Comparison, speedup) -> list[str]:
 
 def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow | None) -> list[dict[str, Any]]:
     """What a user asks of a comparison, each a paired speedup with its verdict (tied inside the
-    interval): the learned placement (else the best placer's) against the best baseline placer, the
-    best single device, the whole machine as one device and ONNX Runtime."""
+    interval): the run's placement (`learned`, its placement.json; else the best placer's) against
+    the best baseline placer (by paired speedup over the best single device), the best single
+    device, the whole machine as one device and ONNX Runtime."""
     ok = [r for r in rows if r.step_time is not None]
     placers = [r for r in ok if r.placer not in ("learned", "single", CONTROL) and r.opener is None]
-    best_placer = min(placers, key=lambda r: r.step_time) if placers else None
+    best_placer = min(placers, key=partial(_paired_order, speedup, best_single)) if placers else None
     learned = [r for r in ok if r.placer == "learned"]
-    subject = next((r for r in learned if r.name == "learned_greedy"), learned[0] if learned else best_placer)
+    # the run's placement.json, what `placer apply` takes: the placement a user gets from the run
+    subject = next((r for r in learned if r.name == "learned"), learned[0] if learned else best_placer)
     if subject is None:
         return []
     references = [(best_placer, "the best baseline placer"), (best_single, "the best single device")] + \

@@ -145,12 +145,36 @@ def test_a_real_comparison_runs_in_rounds_with_a_control_row_that_agrees_with_it
     assert "control: single:cpu:0 measured twice" in format_table(result)
     # the headline: the best placer against the best single device, paired, with a verdict
     placers = [r for r in result.rows if r.placer in ("m_etf", "random")]
-    best = min(placers, key=lambda r: r.step_time)
+    best = max(placers, key=lambda r: r.vs_best_single.value)   # by paired speedup, not by median
     headline = {v["reference"]: v for v in result.verdicts}
     assert set(headline) == {"single:cpu:0"} and headline["single:cpu:0"]["subject"] == best.name
     expected = "faster" if best.vs_best_single.low > 1 else "slower" if best.vs_best_single.high < 1 else "tied"
     assert headline["single:cpu:0"]["verdict"] == expected
     assert f"{best.name} vs single:cpu:0 (the best single device)" in format_table(result)
+
+
+def test_the_headline_is_the_runs_placement_against_the_baseline_fastest_by_paired_speedup():
+    from placer.measure.intervals import Interval
+    from placer.measure.measurement import Measurement
+    from placer.placers.compare import headline_verdicts
+
+    def row(name, placer, median):
+        return CompareRow(name, placer, True, 0.0, measurement=Measurement(ok=True, step_time=median))
+
+    single, a, b = row("single:cpu:0", "single", 0.20), row("a", "m_sct", 0.150), row("b", "m_etf", 0.155)
+    learned, greedy = row("learned", "learned", 0.152), row("learned_greedy", "learned", 0.149)
+    # b's median is the slower (it ran in slow minutes), its paired speedup over one device the larger
+    paired = {("a", "single:cpu:0"): 1.30, ("b", "single:cpu:0"): 1.40, ("learned", "b"): 1.01,
+              ("learned", "single:cpu:0"): 1.41}
+
+    def speedup(r, ref):
+        v = paired.get((r.name, ref.name), ref.step_time / r.step_time)
+        return Interval(v, v * 0.99, v * 1.01, 20)
+
+    verdicts = {v["reference"]: v for v in headline_verdicts([single, a, b, learned, greedy], speedup, single)}
+    assert set(verdicts) == {"b", "single:cpu:0"}
+    assert all(v["subject"] == "learned" for v in verdicts.values())   # placement.json, what `apply` takes
+    assert verdicts["b"]["verdict"] == "tied" and verdicts["single:cpu:0"]["verdict"] == "faster"
 
 
 def test_rows_within_the_noise_of_the_fastest_are_tied_and_others_are_not(dag):
