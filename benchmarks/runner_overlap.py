@@ -4,7 +4,7 @@
 one plain session on one thread (one of the devices) and on two (the whole machine, its idle pool
 threads not spinning), measured in interleaved rounds. The target: at least 1.6x the single device.
 
-    python benchmarks/runner_overlap.py [--depth 6] [--width 512] [--batch 64] [--max-rounds 40]
+    python benchmarks/runner_overlap.py [--depth 6] [--width 1024] [--batch 256] [--max-rounds 20]
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ class RunnerRun:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=6, help="MatMul+Relu layers per branch")
-    parser.add_argument("--width", type=int, default=512)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--max-rounds", type=int, default=40)
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--max-rounds", type=int, default=20)
     args = parser.parse_args()
     model = branches(2, depth=args.depth, width=args.width, batch=args.batch)
     graph = load_graph(model)
