@@ -92,7 +92,7 @@ def _speedup(interval) -> str:
 
 
 def _verdict_line(v: dict[str, Any]) -> str:
-    """'learned_greedy vs m_sct (the best baseline placer): 1.03x [0.99, 1.06], tied'."""
+    """'learned vs m_sct (the best baseline placer): 1.03x [0.99, 1.06], tied (the interval holds 1)'."""
     i = v["speedup"]
     figure = f"{i['value']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i["n"] >= 2 else f"{i['value']:.2f}x"
     said = {"faster": "faster", "slower": "slower",

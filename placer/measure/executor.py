@@ -104,6 +104,13 @@ def cpu_threads(device: Device, devices: list[Device]) -> int:
     return max(1, cores // max(1, n_cpu))
 
 
+def threads_and_cores(devices: list[Device]) -> tuple[dict[str, int | None], dict[str, frozenset[int]]]:
+    """Each device's intra-op threads (`cpu_threads`; None on a GPU) and the cores its worker is
+    pinned to (`placer.measure.affinity.core_sets`), as every engine sets its devices up."""
+    threads = {d.name: cpu_threads(d, devices) if d.kind == "cpu" else None for d in devices}
+    return threads, core_sets(devices, threads)
+
+
 @dataclass
 class StepProfile:
     """Per-step timings of one run (seconds, node name -> duration) and which device ran it."""
@@ -341,8 +348,7 @@ class PlacedExecutor:
         self._consts = {d.name: self._load_constants(d) for d in self.devices}
         if self.plan is not None:
             self._own_parameters(self.plan)
-        self._threads = {d.name: cpu_threads(d, self.devices) if d.kind == "cpu" else None for d in self.devices}
-        self._cores = core_sets(self.devices, self._threads)
+        self._threads, self._cores = threads_and_cores(self.devices)
         self._workers: list[_Worker] = []
         self._active = [d for d in self.devices if self.schedule.per_device[d.name].steps]
         self._broken: str | None = None

@@ -23,8 +23,7 @@ import onnxruntime as ort
 from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.measure.affinity import core_sets
-from placer.measure.executor import OutOfMemory, cpu_threads
+from placer.measure.executor import OutOfMemory, threads_and_cores
 from placer.measure.memory import predict_peak_memory
 from placer.measure.pipeline import Pipeline, per_micro_batch, placed
 from placer.measure.prepare import PreparedGraph, prepare
@@ -85,8 +84,7 @@ class OrtPlacement:
         # spinning): only the plain single session keeps ORT's default.
         spinning = whole
         types = value_types(graph) if not whole else {}
-        threads = {d.name: cpu_threads(d, self.devices) if d.kind == "cpu" else None for d in self.devices}
-        cores = core_sets(self.devices, threads)   # the torch engine's: each virtual CPU device its own
+        threads, cores = threads_and_cores(self.devices)   # the torch engine's: each virtual CPU device its own cores
         pieces = []
         for part in self.partitions:
             device = by_name[part.device]

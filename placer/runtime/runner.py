@@ -21,8 +21,7 @@ import onnxruntime as ort
 from placer.annotate.chain import load_split_index
 from placer.devices import Device, as_devices, parse_device
 from placer.errors import PlacerError
-from placer.measure.affinity import core_sets
-from placer.measure.executor import cpu_threads
+from placer.measure.executor import threads_and_cores
 from placer.runtime.engine import ConcurrentSessions, Piece
 from placer.runtime.sessions import build_session, session_options
 
@@ -50,8 +49,7 @@ class SplitRunner:
             raise PlacerError(f"no stage of {folder} makes the outputs {lost}; write the split again with "
                               "placer apply --split")
         spinning = len(stages) == 1   # see placer.runtime.placed: only a lone session keeps ORT's default
-        threads = {d.name: cpu_threads(d, self.devices) if d.kind == "cpu" else None for d in self.devices}
-        cores = core_sets(self.devices, threads)
+        threads, cores = threads_and_cores(self.devices)
         pieces = []
         for stage in stages:
             device = by_name[rename.get(stage["device"], stage["device"])]
