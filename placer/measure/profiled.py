@@ -171,11 +171,13 @@ class ProfiledCostModel:
             raise PlacerError(f"profiling failed on every device ({profile.failures}); "
                               "check the graph runs with placer measure --device cpu")
         if calibration is not None and not missing:
-            from placer.measure.calibration import check_and_calibrate
+            from placer.measure.calibration import PIPELINED_MICRO_BATCHES, check_and_calibrate
+            from placer.measure.pipeline import Pipeline
 
-            measurer = measurer_for(engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
-                                    prepared=profile_kwargs.get("prepared"), training=training)
-            profile = check_and_calibrate(graph, devs, profile, take, measurer, calibration, training)
+            make = partial(measurer_for, engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
+                           prepared=profile_kwargs.get("prepared"), training=training)
+            profile = check_and_calibrate(graph, devs, profile, take, make(), calibration, training,
+                                          pipelined=make(pipeline=Pipeline(PIPELINED_MICRO_BATCHES)))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".tmp{os.getpid()}")

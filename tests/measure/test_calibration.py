@@ -42,10 +42,12 @@ def _profile(graph, scale: float = 1.0) -> Profile:
 
 
 class FakeMeasurer:
-    """Opens a placement as a run whose every step takes what the simulator predicts with `truth`."""
+    """Opens a placement as a run whose every step takes what the simulator predicts with `truth`
+    (with `pipeline`, for a pipelined step)."""
 
-    def __init__(self, graph, truth: ProfiledCostModel):
-        self.graph, self.sim = graph, Simulator(graph, DEVICES, truth)
+    def __init__(self, graph, truth: ProfiledCostModel, pipeline=None):
+        self.graph, self.sim = graph, Simulator(graph, DEVICES, truth, pipeline=pipeline)
+        self.pipeline = pipeline
         self.opened = 0
 
     def open(self, placement):
@@ -200,3 +202,26 @@ def test_a_stale_cached_profile_is_profiled_again_and_said_so(tmp_path, caplog):
     assert not again.from_cache
     assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()][0].startswith(
         "the cached profile is stale")
+
+
+def test_a_pipelined_step_calibrates_contention_where_no_single_step_overlaps():
+    """On a chain no placement of one input keeps both devices busy at once, so the single steps
+    say nothing of contention; the contiguous split's pipelined step does, and the fitted factor
+    then predicts pipelined steps of other micro-batch counts."""
+    from placer.measure.calibration import PIPELINED, PIPELINED_MICRO_BATCHES
+    from placer.measure.pipeline import Pipeline
+
+    graph = make_graph([("in", [], 1e8)] + [(f"c{i}", [f"c{i - 1}" if i else "in"], 1e9) for i in range(8)])
+    profile = _profile(graph)
+    truth = _truth(profile, single=1.0, slowdown=1.3)
+    piped = FakeMeasurer(graph, truth, Pipeline(PIPELINED_MICRO_BATCHES))
+    got = check_and_calibrate(graph, DEVICES, profile, lambda: pytest.fail("retaken"), FakeMeasurer(graph, truth), QUICK,
+                              pipelined=piped)
+    assert PIPELINED in [r["placement"] for r in got.calibration["placements"]] and piped.opened >= 1
+    assert got.calibration["slowdown"][CLASS] == pytest.approx(1.3, abs=1e-3)
+    contiguous = dict(calibration_placements(graph, DEVICES, ProfiledCostModel(profile)))["contiguous"]
+    assign = [DEVICES.index(contiguous.nodes[n]) for n in graph.nodes]
+    eight = Pipeline(8)
+    predicted = Simulator(graph, DEVICES, ProfiledCostModel(got), pipeline=eight).simulate(assign).step_time
+    assert predicted == pytest.approx(Simulator(graph, DEVICES, truth, pipeline=eight).simulate(assign).step_time,
+                                      rel=1e-3)
