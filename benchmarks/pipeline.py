@@ -118,7 +118,7 @@ def run_model(model: str, micro_batches: list[int], rounds: int, samples: int | 
 
 
 def simulated_table(models: list[str], micro_batches: list[int], samples: int | None, objective: str,
-                    schedule: str, small: bool) -> int:
+                    schedule: str, small: bool, search: bool = False) -> int:
     """Each placement's simulated pipelined step, and pipeline_dp's over it (above 1: faster than
     pipeline_dp). Exact figures: the simulator is deterministic."""
     devices = parse_devices(DEVICES)
@@ -138,7 +138,44 @@ def simulated_table(models: list[str], micro_batches: list[int], samples: int | 
             for name, seconds in steps.items():
                 print(f"{model:<13} {m:>3} {name:<18} {seconds * 1e3:9.2f} {steps['pipeline_dp'] / seconds:16.3f} "
                       f"{bound * 1e3:9.2f}", flush=True)
+            if search:
+                dp = PLACERS["pipeline_dp"].place(graph, names, cost if training is None else
+                                                  TrainingStepCosts(graph, names, cost, training), None)
+                found, moves = local_search(graph, names, sim, dp)
+                print(f"{model:<13} {m:>3} {'local search':<18} {found * 1e3:9.2f} {steps['pipeline_dp'] / found:16.3f} "
+                      f"{bound * 1e3:9.2f}  ({moves} improving moves of whole groups from pipeline_dp)", flush=True)
     return 0
+
+
+def local_search(graph, names, sim, start: Placement, max_sweeps: int = 5) -> tuple[float, int]:
+    """The simulated step of a first-improvement local search from `start`: every group of the
+    learner's grouping in turn is moved whole to each other device, a move kept when it makes
+    the step faster; repeated until a sweep keeps none. A check of how far pipeline_dp is from what
+    placements of whole groups can reach: it shows why the learner cannot beat it where it does not."""
+    import numpy as np
+
+    from placer.graph.grouping import group_graph
+
+    nodes = list(graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    groups = [[index[n] for n in g] for g in group_graph(graph, None, len(names)).groups]
+    assign = np.asarray([names.index(start.nodes[n]) for n in nodes])
+    best, moves = sim.simulator.simulate(assign).step_time, 0
+    for _ in range(max_sweeps):
+        kept = 0
+        for members in groups:
+            for d in range(len(names)):
+                trial = assign.copy()
+                trial[members] = d
+                if (trial == assign).all():
+                    continue
+                t = sim.simulator.simulate(trial).step_time
+                if t < best * (1 - 1e-6):
+                    best, assign, kept = t, trial, kept + 1
+        moves += kept
+        if not kept:
+            break
+    return best, moves
 
 
 def _speedup(result, name: str, reference: str) -> dict | None:
@@ -177,11 +214,14 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="small model options: checks the script runs")
     parser.add_argument("--simulated", action="store_true",
                         help="the profiled simulator only: each placement's simulated step against pipeline_dp's")
+    parser.add_argument("--search", action="store_true",
+                        help="with --simulated: also a local search over whole groups from pipeline_dp's placement")
     parser.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = parser.parse_args()
     samples = None if args.no_learn else (args.samples or (500 if args.quick else 2000))
     if args.simulated:
-        return simulated_table(args.models, args.micro_batches, samples, args.objective, args.schedule, args.small)
+        return simulated_table(args.models, args.micro_batches, samples, args.objective, args.schedule, args.small,
+                               args.search)
     rounds = max(6, args.rounds or (6 if args.quick else 10))   # 6: the fewest a 95% interval needs
     print(f"# {machine_note()}; devices {DEVICES}; {args.objective}"
           + (f", {args.schedule}" if args.objective == "training" else "") + f"; {rounds} interleaved rounds")
