@@ -7,7 +7,7 @@ single device, the whole machine as one device (every core), `pipeline_dp`, `pip
 pipelined step, warm-started from the fastest baseline there, as `placer train` is), all measured in
 the same interleaved rounds.
 Each row gives the step (median over the rounds), the throughput (micro-batches/s), the speedup over
-the best single 1-thread device and over the whole machine (paired over the same rounds: the median
+the best single 1-thread device, over the whole machine and over pipeline_dp (paired over the same rounds: the median
 of the per-round ratios, with its 95% interval; "~" marks a speedup tied with 1), the simulated step
 and its bubble (idle share of the devices the placement uses) beside the textbook (p-1)/(m+p-1).
 
@@ -105,7 +105,8 @@ def run_model(model: str, micro_batches: list[int], rounds: int, samples: int | 
             row = {"model": model, "micro_batches": m, "placement": name, "objective": objective,
                    "step_s": seconds, "throughput_per_s": m / seconds, "rounds": result.rounds, "bound_s": bound,
                    "vs_best_single": _speedup(result, name, single),
-                   "vs_whole_machine": _speedup(result, name, "whole machine")}
+                   "vs_whole_machine": _speedup(result, name, "whole machine"),
+                   "vs_pipeline_dp": _speedup(result, name, "pipeline_dp") if "pipeline_dp" in step else None}
             if name in chosen:
                 assign = [names.index(chosen[name].nodes[n]) for n in graph.nodes]
                 simulated = sim.simulator.simulate(assign)
@@ -196,7 +197,8 @@ def print_row(r: dict) -> None:
     sim = (f"{r['simulated_s'] * 1e3:9.2f} {r['bubble']:6.3f} {r['textbook_bubble']:6.3f}" if "simulated_s" in r
            else f"{'-':>9} {'-':>6} {'-':>6}")
     print(f"{r['model']:<13} {r['micro_batches']:>3} {r['placement']:<18} {r['step_s'] * 1e3:9.2f} "
-          f"{r['throughput_per_s']:8.2f} {_cell(r['vs_best_single']):>22} {_cell(r['vs_whole_machine']):>22}  {sim}",
+          f"{r['throughput_per_s']:8.2f} {_cell(r['vs_best_single']):>22} {_cell(r['vs_whole_machine']):>22} "
+          f"{_cell(r['vs_pipeline_dp']):>22}  {sim}",
           flush=True)
 
 
@@ -226,7 +228,7 @@ def main() -> int:
     print(f"# {machine_note()}; devices {DEVICES}; {args.objective}"
           + (f", {args.schedule}" if args.objective == "training" else "") + f"; {rounds} interleaved rounds")
     print(f"{'model':<13} {'M':>3} {'placement':<18} {'step ms':>9} {'mb/s':>8} {'x best 1 device':>22} "
-          f"{'x whole machine':>22}  "
+          f"{'x whole machine':>22} {'x pipeline_dp':>22}  "
           f"{'sim ms':>9} {'bubble':>6} {'(p-1)/(m+p-1)':>6}")
     rows = []
     for model in args.models:
