@@ -54,18 +54,33 @@ def zoo_model_and_inputs(name: str, **options: int):
     return graph, module, feeds, inputs
 
 
-def interleaved(runs: dict[str, Callable[[], object]], rounds: int, warmup: int = 1) -> dict[str, list[float]]:
-    """Time each callable once per round, in turn, so slow drifts of the machine hit all alike."""
+def interleaved(runs: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, seed: int = 0
+                ) -> dict[str, list[float]]:
+    """Time each callable once per round, in a shuffled order (seeded), so slow drifts of the
+    machine hit all alike and none always runs right after the same other one."""
+    import random
+
     for _ in range(warmup):
         for fn in runs.values():
             fn()
+    order = list(runs)
+    shuffle = random.Random(seed).shuffle
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(rounds):
-        for key, fn in runs.items():
+        shuffle(order)
+        for key in order:
             start = time.perf_counter()
-            fn()
+            runs[key]()
             times[key].append(time.perf_counter() - start)
     return times
+
+
+def paired(times: dict[str, list[float]], name: str, reference: str):
+    """`name`'s time over `reference`'s, paired over the rounds of `interleaved`: the median of the
+    per-round ratios with its 95% interval (`placer.measure.intervals`)."""
+    from placer.measure.intervals import paired_ratio
+
+    return paired_ratio(times[name], times[reference])
 
 
 def median(values: list[float]) -> float:
@@ -73,13 +88,16 @@ def median(values: list[float]) -> float:
 
 
 def eager_row(name: str, nodes: int, runner: "ThreadRunner", eager: Callable[[], object],
-              engine: Callable[[], object], rounds: int, width: int = 11) -> float:
+              engine: Callable[[], object], rounds: int, width: int = 11):
     """Time `eager` (on `runner`'s thread) and `engine` interleaved, print the row (model, nodes,
-    both medians in ms, their ratio) and return engine / eager."""
+    both medians in ms, engine / eager paired over the rounds with its 95% interval) and return
+    that ratio (an `Interval`)."""
     times = interleaved({"eager": lambda: runner(eager), "engine": engine}, rounds)
     e, x = median(times["eager"]), median(times["engine"])
-    print(f"{name:14s} {nodes:5d} {e * 1e3:9.2f} {x * 1e3:{width}.2f} {x / e:6.3f}", flush=True)
-    return x / e
+    ratio = paired(times, "engine", "eager")
+    print(f"{name:14s} {nodes:5d} {e * 1e3:9.2f} {x * 1e3:{width}.2f} {ratio.value:6.3f} "
+          f"[{ratio.low:.3f}, {ratio.high:.3f}]", flush=True)
+    return ratio
 
 
 class ThreadRunner:

@@ -17,7 +17,7 @@ import sys
 
 import networkx as nx
 
-from _bench import interleaved, machine_note, median, zoo_graph
+from _bench import interleaved, machine_note, median, paired, zoo_graph
 from placer.graph.opgraph import OpGraph
 from placer.measure.executor import PlacedExecutor
 from placer.measure.measurer import MeasureProtocol, random_feeds
@@ -111,7 +111,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds")
     parser.add_argument("--model", default="inception_v3", help="zoo model (default inception_v3)")
     args = parser.parse_args()
-    rounds = args.rounds or (4 if args.quick else 12)
+    rounds = args.rounds or (6 if args.quick else 16)   # 6: the fewest a 95% interval needs
     print(f"branch parallelism on {args.model}, 2 x 1-thread virtual CPU devices vs 1 x 1-thread; "
           f"{rounds} interleaved rounds; {machine_note()}")
     graph = zoo_graph(args.model)
@@ -138,9 +138,11 @@ def main() -> int:
           f"profiled work {total * 1e3:.1f} ms, on cpu:1 {sum(cost[n] for n, d in nodes.items() if d == 'cpu:1') * 1e3:.1f} ms")
     print(f"serial work outside any branch (stem, joins, head): {serial * 1e3:.1f} ms "
           f"({100 * serial / total:.0f}% of the work)")
+    ratio = paired(times, "two", "one")   # time of two over one, per round
     print(f"one device   {t1 * 1e3:9.2f} ms (median)")
     print(f"two devices  {t2 * 1e3:9.2f} ms (median)")
-    print(f"speedup      {t1 / t2:9.3f}x measured")
+    print(f"speedup      {1 / ratio.value:9.3f}x measured [{1 / ratio.high:.3f}, {1 / ratio.low:.3f}] "
+          f"(one over two, the median of the per-round ratios and its 95% interval)")
     print(f"             {total / sim:9.3f}x this placement simulated with profiled node times, free hand-overs")
     print(f"             {bound:9.3f}x bound of any 2-device placement (work / max(work/2, critical path))")
     print(f"             {machine_parallelism():9.3f}x two 1-thread conv loops vs one, on this machine now")

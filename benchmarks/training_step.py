@@ -50,7 +50,7 @@ def eager_step(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], optimi
 def single_device(models: dict[str, dict], threads: int, rounds: int) -> list[float]:
     """Part 1: the executor's training step over torch eager's, one line per model."""
     print(f"single-device training step vs torch eager, {threads} thread(s), {rounds} interleaved rounds")
-    print(f"{'model':14s} {'nodes':>5s} {'eager ms':>9s} {'placer ms':>9s} {'ratio':>6s}")
+    print(f"{'model':14s} {'nodes':>5s} {'eager ms':>9s} {'placer ms':>9s} {'ratio [95%]':>6s}")
     runner = ThreadRunner(threads)
     ratios = []
     for name, opts in models.items():
@@ -62,7 +62,9 @@ def single_device(models: dict[str, dict], threads: int, rounds: int) -> list[fl
         with PlacedExecutor(graph, placement, [f"cpu[threads={threads}]"], training=spec) as executor:
             ratios.append(eager_row(name, len(graph.nodes), runner, eager, lambda: executor.run(feeds), rounds, 9))
     runner.close()
-    print(f"worst ratio {max(ratios):.3f} (target <= 1.15); ratio = placer / eager, medians")
+    worst = max(ratios, key=lambda r: r.value)
+    print(f"worst ratio {worst.value:.3f} [{worst.low:.3f}, {worst.high:.3f}] (target <= 1.15); ratio = placer / eager, "
+          f"the median of the per-round ratios with its 95% interval")
     return ratios
 
 
@@ -78,22 +80,35 @@ def two_cpus(name: str, samples: int) -> dict:
         return json.loads((run / "compare" / "compare.json").read_text())
 
 
+def _speedup(row: dict | None) -> str:
+    """A row's speedup over the best single device, paired over the comparison's rounds: '1.47x [1.44, 1.50]'."""
+    got = (row or {}).get("speedup_vs_best_single_interval")
+    return f"{got['value']:.2f}x [{got['low']:.2f}, {got['high']:.2f}]" if got else "-"
+
+
 def placement_table(names: list[str], samples: int) -> None:
-    """Part 2 for each model: best baseline, learned placement, lower bound (measured, ms)."""
+    """Part 2 for each model: best single device, best baseline and the run's placement (medians
+    over the comparison's interleaved rounds, ms, and their speedups over the best single device
+    paired over the same rounds), and the lower bound. The best baseline and the verdict are the
+    comparison's own (`placer compare`)."""
     lines = []
     for name in names:
         data = two_cpus(name, samples)
-        rows = [r for r in data["rows"] if r["step_time_s"] is not None]
-        baselines = [r for r in rows if r["placer"] != "learned"]
-        best = min(baselines, key=lambda r: r["step_time_s"])
-        learned = {r["name"]: r["step_time_s"] for r in rows if r["placer"] == "learned"}
-        lines.append((name, best["name"], best["step_time_s"], learned.get("learned_greedy", learned.get("learned")),
-                      data["best_single_device_step_time_s"], data["lower_bound"]["value"]))
-    print(f"\ntraining step on {TWO_CPUS}, measured side by side ({samples} simulated samples)")
-    print(f"{'model':14s} {'best single':>11s} {'best baseline':>24s} {'learned':>9s} {'lower bound':>11s}")
-    for name, who, best, learned, single, bound in lines:
-        print(f"{name:14s} {single * 1e3:11.1f} {who:>14s} {best * 1e3:9.1f} "
-              f"{learned * 1e3 if learned else float('nan'):9.1f} {bound * 1e3:11.1f}")
+        rows = {r["name"]: r for r in data["rows"] if r["step_time_s"] is not None}
+        verdict = next(v for v in data["verdicts"] if v["what"] == "the best baseline placer")
+        lines.append((name, data["best_single_device_step_time_s"], rows[verdict["reference"]],
+                      rows.get(verdict["subject"]), data["lower_bound"]["value"], verdict))
+    print(f"\ntraining step on {TWO_CPUS}, measured side by side ({samples} simulated samples); "
+          f"speedups over the best single device, paired, with 95% intervals")
+    print(f"{'model':14s} {'best single':>11s} {'best baseline':>18s} {'ms':>8s} {'speedup':>19s} "
+          f"{'learned ms':>10s} {'speedup':>19s} {'lower bound':>11s}")
+    for name, single, best, learned, bound, verdict in lines:
+        ms = f"{learned['step_time_s'] * 1e3:10.1f}" if learned else f"{'-':>10s}"
+        got = verdict["speedup"]
+        print(f"{name:14s} {single * 1e3:11.1f} {best['name']:>18s} {best['step_time_s'] * 1e3:8.1f} "
+              f"{_speedup(best):>19s} {ms} {_speedup(learned):>19s} {bound * 1e3:11.1f}   "
+              f"{verdict['subject']} over {best['name']}: {got['value']:.2f}x [{got['low']:.2f}, {got['high']:.2f}] "
+              f"({verdict['verdict']})")
 
 
 def main() -> int:
@@ -112,7 +127,7 @@ def main() -> int:
         models = {m: MODELS.get(m, {}) for m in args.models.split(",")}
     print(machine_note())
     if not args.skip_single:
-        single_device(models, args.threads, args.rounds or (3 if args.quick else 7))
+        single_device(models, args.threads, args.rounds or (6 if args.quick else 10))
     if not args.skip_placement:
         names = args.placement_models.split(",") if args.placement_models else (["rnnlm"] if args.quick else PLACED)
         placement_table(names, args.samples or (200 if args.quick else 1000))
