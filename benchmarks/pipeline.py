@@ -133,16 +133,14 @@ def simulated_table(models: list[str], micro_batches: list[int], samples: int | 
         for m in micro_batches:
             pipeline = Pipeline(m, schedule)
             sim = SimulatedMeasurer(graph, names, cost, training=training, pipeline=pipeline)
-            steps = {name: sim.measure(p).step_time for name, p in
-                     placements(graph, names, cost, pipeline, training, samples).items()}
+            chosen = placements(graph, names, cost, pipeline, training, samples)
+            steps = {name: sim.measure(p).step_time for name, p in chosen.items()}
             bound = lower_bound(graph, names, cost, training, pipeline).value
             for name, seconds in steps.items():
                 print(f"{model:<13} {m:>3} {name:<18} {seconds * 1e3:9.2f} {steps['pipeline_dp'] / seconds:16.3f} "
                       f"{bound * 1e3:9.2f}", flush=True)
             if search:
-                dp = PLACERS["pipeline_dp"].place(graph, names, cost if training is None else
-                                                  TrainingStepCosts(graph, names, cost, training), None)
-                found, moves = local_search(graph, names, sim, dp)
+                found, moves = local_search(graph, names, sim, chosen["pipeline_dp"])
                 print(f"{model:<13} {m:>3} {'local search':<18} {found * 1e3:9.2f} {steps['pipeline_dp'] / found:16.3f} "
                       f"{bound * 1e3:9.2f}  ({moves} improving moves of whole groups from pipeline_dp)", flush=True)
     return 0

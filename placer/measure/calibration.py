@@ -150,10 +150,11 @@ def check_and_calibrate(graph: OpGraph, devices: Sequence[Device | str], profile
     for attempt in range(protocol.retakes + 1):
         raw = ProfiledCostModel(profile)   # the profile's own single-device steps, no contention
         placements = calibration_placements(graph, names, raw, protocol.seed)
-        candidates = [Candidate(label, partial(measurer.open, p)) for label, p in placements]
-        if pipelined is not None and len(names) > 1:
-            candidates.append(Candidate(PIPELINED, partial(pipelined.open, dict(placements)["contiguous"])))
-        result = measure_in_rounds(candidates, protocol.rounds)
+        # with a pipelined measurer: the contiguous split also as a pipelined step (two devices or more)
+        piped = [(PIPELINED, dict(placements)["contiguous"])] if pipelined is not None and len(names) > 1 else []
+        result = measure_in_rounds([Candidate(label, partial(measurer.open, p)) for label, p in placements] +
+                                   [Candidate(label, partial(pipelined.open, p)) for label, p in piped],
+                                   protocol.rounds)
         measured = {label: m.step_time for label, m in result.measurements.items() if m.ok}
         singles = _class_medians({d: measured.get(f"single:{d}") for d in names}, classes)
         off = {c: singles[c] / _class_step(profile, classes, c) - 1.0 for c in singles}
@@ -170,10 +171,8 @@ def check_and_calibrate(graph: OpGraph, devices: Sequence[Device | str], profile
                 f"not to be trusted (a busy machine? --refresh-profile on a quieter one)")
         log.warning(flag)
     calibrated = replace(profile, calibration={"single_step_times": singles})
-    piped = pipelined.pipeline if pipelined is not None and PIPELINED in measured else None
-    if piped is not None:
-        placements = placements + [(PIPELINED, dict(placements)["contiguous"])]
-    slowdown, handover, rows = _fit(graph, names, calibrated, placements, measured, classes, training, piped)
+    slowdown, handover, rows = _fit(graph, names, calibrated, placements + piped, measured, classes, training,
+                                    pipelined.pipeline if piped else None)
     record = {"single_step_times": singles, "slowdown": slowdown, "handover_s": handover, "off": off, "retakes": attempt,
               "placements": rows, "rounds": result.rounds, "capped": result.capped,
               "protocol": protocol.to_dict()}
