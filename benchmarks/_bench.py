@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import graphs
-from placer.measure.loading import load_graph
+from placer.kernels.loading import load_graph
 from placer.graph.opgraph import OpGraph
 
 
@@ -152,7 +152,7 @@ class SessionRun:
         import onnxruntime as ort
 
         from placer.devices import parse_device
-        from placer.runtime.sessions import session_options
+        from placer.engines.onnxruntime.sessions import session_options
 
         options = session_options(parse_device("cpu"), threads, spinning=spinning)
         self.session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])

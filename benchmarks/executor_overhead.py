@@ -12,7 +12,7 @@ import sys
 import torch
 
 from _bench import ThreadRunner, eager_row, machine_note, zoo_model_and_inputs
-from placer.measure.executor import PlacedExecutor
+from placer.engines.torch.executor import PlacedExecutor
 from placer.placement import Placement
 
 # (name, options): options shared by the export and the eager model so the weights are the same

@@ -41,8 +41,8 @@ def run_one(graph, n_devices: int, seed: int, budgets: list[int], cost_model: st
     """Train to each budget in turn and score the policy, its samples and random search there."""
     from placer.graph.grouping import group_graph
     from placer.devices import parse_devices
-    from placer.measure.lower_bound import lower_bound
-    from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer
+    from placer.costmodel.lower_bound import lower_bound
+    from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer
     from placer.placers.random_search import random_search_curve
     from placer.policy.hparams import Hyperparameters
     from placer.policy.trainer import train
@@ -53,7 +53,7 @@ def run_one(graph, n_devices: int, seed: int, budgets: list[int], cost_model: st
     if cost_model == "analytic":
         cost = AnalyticCostModel(names)
     else:
-        from placer.measure.profiled import ProfiledCostModel
+        from placer.costmodel.profiled import ProfiledCostModel
 
         cost = ProfiledCostModel.for_graph(graph, devices)
     hp = Hyperparameters()
@@ -85,8 +85,8 @@ def throughput(graph, n_devices: int, samples: int = 2000) -> float:
     logging): a run from scratch, which does not settle within `samples`."""
     from placer.devices import parse_devices
     from placer.graph.grouping import group_graph
-    from placer.measure.profiled import ProfiledCostModel
-    from placer.measure.simulator import SimulatedMeasurer
+    from placer.costmodel.profiled import ProfiledCostModel
+    from placer.costmodel.simulator import SimulatedMeasurer
     from placer.policy.hparams import Hyperparameters
     from placer.policy.trainer import train
 

@@ -19,10 +19,10 @@ import networkx as nx
 
 from _bench import interleaved, machine_note, median, paired, zoo_graph
 from placer.graph.opgraph import OpGraph
-from placer.measure.executor import PlacedExecutor
+from placer.engines.torch.executor import PlacedExecutor
 from placer.measure.measurer import MeasureProtocol, random_feeds
-from placer.measure.prepare import prepare
-from placer.measure.profile import profile_graph
+from placer.kernels.prepare import prepare
+from placer.costmodel.profile import profile_graph
 from placer.placement import Placement
 
 DEVICES = ["cpu:0[threads=1]", "cpu:1[threads=1]"]

@@ -27,14 +27,14 @@ from pathlib import Path
 from _bench import machine_note, save_json, zoo_graph
 from placer.devices import parse_devices
 from placer.measure.intervals import TIED, speedup_verdict
-from placer.measure.lower_bound import lower_bound
+from placer.costmodel.lower_bound import lower_bound
 from placer.measure.measurer import MeasureProtocol, RealMeasurer
-from placer.measure.pipeline import Pipeline
-from placer.measure.profiled import ProfiledCostModel
+from placer.program.pipeline import Pipeline
+from placer.costmodel.profiled import ProfiledCostModel
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
-from placer.measure.simulator import SimulatedMeasurer
-from placer.measure.training import TrainingSpec
-from placer.measure.training_costs import TrainingStepCosts
+from placer.costmodel.simulator import SimulatedMeasurer
+from placer.program.training import TrainingSpec
+from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
 from placer.placers import PLACERS
 

@@ -1,4 +1,4 @@
-"""Does the deployable runner (`placer.runtime.load`) overlap independent work? A two-branch graph
+"""Does the deployable runner (`placer.engines.onnxruntime.load`) overlap independent work? A two-branch graph
 (x -> two chains of MatMul+Relu -> Concat), split with one branch per device (`placer apply
 --split`), run by the runner on two 1-thread devices, against ONNX Runtime on the whole model in
 one plain session on one thread (one of the devices) and on two (the whole machine, its idle pool
@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from _bench import SessionRun, machine_note  # noqa: E402
 from testgraphs import branches  # noqa: E402
 
-import placer.runtime  # noqa: E402
+import placer.engines.onnxruntime  # noqa: E402
 from placer.annotate.split import write_split  # noqa: E402
 from placer.measure.intervals import speedup_words  # noqa: E402
-from placer.measure.loading import load_graph  # noqa: E402
+from placer.kernels.loading import load_graph  # noqa: E402
 from placer.measure.measurer import random_feeds  # noqa: E402
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds  # noqa: E402
 from placer.placement import Placement  # noqa: E402
@@ -37,7 +37,7 @@ class RunnerRun:
     """The split model in the runner, as a `PlacementRun` (one step per call)."""
 
     def __init__(self, folder: Path, feeds: dict) -> None:
-        self.runner = placer.runtime.load(folder, devices=DEVICES)
+        self.runner = placer.engines.onnxruntime.load(folder, devices=DEVICES)
         self.feeds = feeds
         self.peak_memory: dict[str, int] = {}
 

@@ -1,7 +1,7 @@
 """How well the simulator, fed with profiled and calibrated costs, predicts real step times.
 
 Profiles the graph on the devices (cached; a fresh profile is checked and calibrated on
-whole-graph steps, `placer.measure.calibration`), then measures a few dozen varied placements for
+whole-graph steps, `placer.costmodel.calibration`), then measures a few dozen varied placements for
 real in interleaved rounds (`placer.measure.rounds`: every placement once per round, in a shuffled
 order, so that the machine's drift does not decide the ranking) and simulates the same ones:
 every device alone, every baseline placer, random placements from mostly one device to even
@@ -133,12 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     from placer.commands.compare import learned_rows
     from placer.devices import default_devices, parse_devices
     from placer.graph.load import parse_input_shapes
-    from placer.measure.loading import load_graph
-    from placer.measure.lower_bound import check_bound, lower_bound
+    from placer.kernels.loading import load_graph
+    from placer.costmodel.lower_bound import check_bound, lower_bound
     from placer.measure.measurer import RealMeasurer
-    from placer.measure.profiled import ProfiledCostModel
+    from placer.costmodel.profiled import ProfiledCostModel
     from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
-    from placer.measure.simulator import Simulator
+    from placer.costmodel.simulator import Simulator
 
     graph = load_graph(resolve(args.graph), parse_input_shapes(args.input_shape))
     devs = parse_devices(args.devices) if args.devices else default_devices()

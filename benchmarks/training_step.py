@@ -23,8 +23,8 @@ import torch
 
 from _bench import ThreadRunner, eager_row, machine_note, zoo_model_and_inputs, zoo_path
 from placer.cli import main as placer
-from placer.measure.executor import PlacedExecutor
-from placer.measure.training import TrainingSpec
+from placer.engines.torch.executor import PlacedExecutor
+from placer.program.training import TrainingSpec
 from placer.placement import Placement
 
 # (name, options): options shared by the export and the eager model so the weights are the same

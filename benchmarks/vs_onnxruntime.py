@@ -26,7 +26,7 @@ from placer.measure.intervals import TIED, verdict
 from placer.measure.measurer import MeasureProtocol, RealMeasurer, random_feeds
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
-from placer.runtime.measurer import OrtMeasurer
+from placer.engines.onnxruntime.measurer import OrtMeasurer
 
 TARGET = 1.05   # the onnxruntime engine's single device over a plain session
 
@@ -82,8 +82,8 @@ def _mark(ratio, label: str) -> str:
 
 def _max_diff(graph, engines, alone, session, feeds) -> float:
     """Largest difference of any output between the three (they run the same model on the same inputs)."""
-    from placer.measure.executor import PlacedExecutor
-    from placer.runtime.placed import OrtPlacement
+    from placer.engines.torch.executor import PlacedExecutor
+    from placer.engines.onnxruntime.placed import OrtPlacement
 
     expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
     with OrtPlacement(graph, alone, engines["ort engine"].device_objs) as placed:

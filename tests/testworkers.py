@@ -12,7 +12,7 @@ from typing import Any
 
 from placer.graph.opgraph import OpGraph
 from placer.measure.measurement import Measurement
-from placer.measure.simulator import SimulatedMeasurer
+from placer.costmodel.simulator import SimulatedMeasurer
 from placer.placement import Placement
 from placer.workers.spec import WorkerNeeds, WorkerSpec
 

@@ -1,5 +1,5 @@
 """Read a split model's index, and run its stages one after another in ONNX Runtime (the plain
-reference; `placer.runtime.load` runs them concurrently, with sessions built once)."""
+reference; `placer.engines.onnxruntime.load` runs them concurrently, with sessions built once)."""
 
 from __future__ import annotations
 

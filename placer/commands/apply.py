@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.annotate.write import ORT_SETTING, apply_placement, ort_layer_settings, save_model
     from placer.errors import PlacerError
     from placer.graph.load import parse_input_shapes, read_model
-    from placer.measure.loading import load_graph
+    from placer.kernels.loading import load_graph
     from placer.placement import Placement
 
     if not args.output and not args.split:

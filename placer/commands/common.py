@@ -34,7 +34,7 @@ def add_engine_arg(parser: argparse.ArgumentParser) -> None:
 def check_engine_args(args: argparse.Namespace) -> None:
     """Refuse, before any work, what the chosen engine cannot do (a training step in ONNX Runtime)."""
     if getattr(args, "engine", "torch") == "onnxruntime":
-        from placer.runtime.measurer import check_objective
+        from placer.engines.onnxruntime.measurer import check_objective
 
         check_objective(getattr(args, "objective", "inference"))
 
@@ -43,7 +43,7 @@ def load_graph_from_args(args: argparse.Namespace):
     """The `OpGraph` named by --graph (a zoo name is exported on first use), shapes bound."""
     from graphs import resolve
     from placer.graph.load import parse_input_shapes
-    from placer.measure.loading import load_graph
+    from placer.kernels.loading import load_graph
 
     return load_graph(resolve(args.graph), parse_input_shapes(args.input_shape))
 
@@ -112,7 +112,7 @@ def check_writable(path, option: str, *, folder: bool = False) -> Path:
 
 def add_objective_args(parser: argparse.ArgumentParser) -> None:
     """--objective and the training step's --loss, --targets, --optimizer."""
-    from placer.measure.training import LOSS_HELP
+    from placer.program.training import LOSS_HELP
 
     parser.add_argument("--objective", choices=("inference", "training"), default="inference",
                         help="what one step is: the forward pass (default), or a training step "
@@ -125,7 +125,7 @@ def add_objective_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
-    """--micro-batches and --schedule: a pipelined step (`placer.measure.pipeline`)."""
+    """--micro-batches and --schedule: a pipelined step (`placer.program.pipeline`)."""
     parser.add_argument("--micro-batches", type=int, default=1, metavar="M",
                         help="push M micro-batches through the placement per step, several in flight (the model "
                              "is the per-micro-batch graph; default 1: one input, no pipelining)")
@@ -136,7 +136,7 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
 
 def pipeline_from_args(args: argparse.Namespace):
     """The `Pipeline` of --micro-batches and --schedule (M = 1: no pipelining)."""
-    from placer.measure.pipeline import Pipeline
+    from placer.program.pipeline import Pipeline
 
     return Pipeline(getattr(args, "micro_batches", 1), getattr(args, "schedule", "1f1b"))
 
@@ -148,7 +148,7 @@ def training_spec_from_args(args: argparse.Namespace, graph):
     import numpy as np
     import torch
 
-    from placer.measure.training import Loss, OptimizerSpec, TrainingSpec
+    from placer.program.training import Loss, OptimizerSpec, TrainingSpec
 
     targets = {}
     if args.targets:

@@ -1,5 +1,5 @@
 """`placer compare`: every baseline placer, and optionally a learned placement, measured side by
-side on the real devices in one run. The comparison itself is `placer.placers.compare`; here are
+side on the real devices in one run. The comparison itself is `placer.evaluate.compare`; here are
 the arguments, what a training run's folder holds, and where the results go (`compare_report`)."""
 
 from __future__ import annotations
@@ -65,10 +65,10 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Profile, place, measure, print the table and save it."""
-    from placer.commands.compare_report import comparison_json, format_table, write_outputs
+    from placer.evaluate.report import comparison_json, format_table, write_outputs
     from placer.measure.measurer import MeasureProtocol
-    from placer.measure.profiled import ProfiledCostModel
-    from placer.placers.compare import check_placer_names
+    from placer.costmodel.profiled import ProfiledCostModel
+    from placer.evaluate.compare import check_placer_names
 
     placers = [p.strip() for p in args.placers.split(",") if p.strip()]
     check_placer_names(placers)
@@ -107,9 +107,9 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     with `training` (the protocol's objective is then training) every placement on the training
     step, with `pipeline` on the pipelined step."""
     from placer.placers import caps_from_devices
-    from placer.runtime.measurer import measurer_for
-    from placer.placers.compare import baseline_rows, compare
-    from placer.placers.user_baselines import user_baseline_rows
+    from placer.engines.onnxruntime.measurer import measurer_for
+    from placer.evaluate.compare import baseline_rows, compare
+    from placer.evaluate.user_baselines import user_baseline_rows
 
     names = [d.name for d in devices]
     caps = caps_from_devices(devices)
@@ -163,7 +163,7 @@ def learned_rows(graph, run_dir, devices: list[str]):
     file) as the row "learned" and, when the run saved it, the policy's own greedy placement as
     "learned_greedy": the one that shows what the policy learned."""
     from placer.placement import Placement
-    from placer.placers.compare import learned_row
+    from placer.evaluate.compare import learned_row
 
     run_dir = Path(run_dir)
     files = {"learned": run_dir / "placement.json" if run_dir.is_dir() else run_dir}

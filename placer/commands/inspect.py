@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 def _profiled_control_flow(path: str, graph) -> dict[str, dict[str, int]]:
     """What the profile at `path` records each control-flow node did, checked to be of `graph`."""
     from placer.errors import PlacerError
-    from placer.measure.profile import Profile
+    from placer.costmodel.profile import Profile
 
     profile = Profile.load(path)
     if profile.graph_sha256 not in (None, graph.sha256):

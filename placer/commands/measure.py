@@ -43,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
     from placer.commands.common import (load_graph_from_args, pipeline_from_args, placement_from_args,
                                         training_spec_from_args)
     from placer.measure.measurer import MeasureProtocol
-    from placer.measure.prepare import prepare
-    from placer.runtime.measurer import measurer_for
+    from placer.kernels.prepare import prepare
+    from placer.engines.onnxruntime.measurer import measurer_for
 
     check_engine_args(args)
     if args.profile:
@@ -68,11 +68,11 @@ def run(args: argparse.Namespace) -> int:
         profile_protocol = MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout,
                                            objective=args.objective)
         if args.engine == "onnxruntime":
-            from placer.runtime.profile import profile_graph_ort
+            from placer.engines.onnxruntime.profile import profile_graph_ort
 
             profile = profile_graph_ort(graph, devices, profile_protocol, feeds=feeds, seed=args.seed, prepared=prepared)
         else:
-            from placer.measure.profile import profile_graph
+            from placer.costmodel.profile import profile_graph
 
             profile = profile_graph(graph, devices, feeds=feeds, seed=args.seed, prepared=prepared,
                                     protocol=profile_protocol, training=training)

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.commands.common import (load_graph_from_args, pipeline_from_args, placement_from_args,
                                         training_spec_from_args)
     from placer.commands.measure import devices_for, read_inputs
-    from placer.measure.executor import ExecutionFailure, PlacedExecutor
+    from placer.engines.torch.executor import ExecutionFailure, PlacedExecutor
     from placer.measure.measurer import random_feeds
 
     check_engine_args(args)
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
                  for k in range(pipeline.micro_batches)]
     try:
         if args.engine == "onnxruntime":
-            # the engine placer.runtime.load runs split models with: the partitions' sessions at once
-            from placer.runtime.placed import OrtPlacement
+            # the engine placer.engines.onnxruntime.load runs split models with: the partitions' sessions at once
+            from placer.engines.onnxruntime.placed import OrtPlacement
 
             with OrtPlacement(graph, placement, devices, pipeline=pipeline) as placed:
                 outputs = placed.run_arrays(feeds, timeout_s=args.timeout)

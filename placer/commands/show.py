@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.annotate.summary import cross_device_bytes, summarize
     from placer.commands.common import load_graph_from_args, training_spec_from_args
     from placer.errors import PlacerError
-    from placer.measure.executor import accounted_memory
+    from placer.engines.torch.executor import accounted_memory
     from placer.placement import Placement
 
     if args.output:

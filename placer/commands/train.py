@@ -112,8 +112,8 @@ def run(args: argparse.Namespace) -> int:
     from placer.commands.common import (devices_from_args, load_graph_from_args, pipeline_from_args,
                                         training_spec_from_args)
     from placer.graph.grouping import group_graph
-    from placer.measure.simulator import SimulatedMeasurer
-    from placer.measure.training_costs import TrainingStepCosts
+    from placer.costmodel.simulator import SimulatedMeasurer
+    from placer.costmodel.training_costs import TrainingStepCosts
     from placer.placers import caps_from_devices
     from placer.policy.trainer import train
     from placer.policy.warm_start import plan_warm_start
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
     from placer.measure.measurer import MeasureProtocol
-    from placer.runtime.measurer import measurer_for
+    from placer.engines.onnxruntime.measurer import measurer_for
 
     training = training_spec_from_args(args, graph)
     pipeline = pipeline_from_args(args)   # --micro-batches: every step, real or simulated, is pipelined
@@ -225,7 +225,7 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
     """Every baseline placer, random search with the run's samples, and the run's placements,
     measured side by side now: the figures that say whether learning beat the heuristics."""
     from placer.commands.compare import comparison_for_run
-    from placer.commands.compare_report import format_table, write_outputs
+    from placer.evaluate.report import format_table, write_outputs
     from placer.measure.rounds import RoundsProtocol
 
     print("measuring every baseline placer and the learned placements side by side ...")
@@ -254,11 +254,11 @@ def _paired(args: argparse.Namespace, graph, real, cost, run_dir: Path):
 
 def _cost_model(args: argparse.Namespace, graph, devices, real):
     """The --cost-model costs: profiled on these devices (cached) or analytic."""
-    from placer.measure.simulator import AnalyticCostModel
+    from placer.costmodel.simulator import AnalyticCostModel
 
     if args.cost_model == "analytic":
         return AnalyticCostModel([d.name for d in devices])
-    from placer.measure.profiled import ProfiledCostModel
+    from placer.costmodel.profiled import ProfiledCostModel
 
     started = time.monotonic()
     costs = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, engine=args.engine,

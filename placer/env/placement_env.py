@@ -47,12 +47,12 @@ class PlacementEnv(gym.Env):
         if mode not in MODES:
             raise PlacerError(f"unknown environment mode {mode!r}; use one of {', '.join(MODES)}")
         if isinstance(graph, (str, os.PathLike)):
-            from placer.measure.loading import load_graph
+            from placer.kernels.loading import load_graph
 
             graph = load_graph(graph, input_shapes)
         if measurer is None:
             from placer.devices import default_devices
-            from placer.measure.simulator import SimulatedMeasurer
+            from placer.costmodel.simulator import SimulatedMeasurer
 
             measurer = SimulatedMeasurer(graph, devices if devices is not None else default_devices())
         self.graph = graph

@@ -135,7 +135,7 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     `input_shapes` binds inputs' dynamic dimensions (see `parse_input_shapes`). Every tensor of
     the result has a static shape and dtype; problems a user can fix are `PlacerError`.
     `run_model` finishes shapes inference cannot find (data-dependent ones) with one real run,
-    `is_supported` says which ops have a kernel (see `placer.measure.loading.load_graph`, which
+    `is_supported` says which ops have a kernel (see `placer.kernels.loading.load_graph`, which
     passes placer's own); without them such shapes are an error and every op is assumed to run."""
     if isinstance(path_or_model, onnx.ModelProto):
         original, source = path_or_model, "the model"

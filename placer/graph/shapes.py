@@ -247,7 +247,7 @@ def example_feeds(inputs: Iterable[TensorInfo], seed: int = 0) -> dict[str, np.n
     return feeds
 
 
-# run_model(model, feeds, outputs=[...]) -> {name: array}, as `placer.measure.reference.run_model`.
+# run_model(model, feeds, outputs=[...]) -> {name: array}, as `placer.kernels.reference.run_model`.
 ModelRunner = Callable[..., Mapping[str, Any]]
 
 
@@ -259,7 +259,7 @@ def complete_shapes(model: onnx.ModelProto, missing: list[str], inputs: list[Ten
     if run_model is None:
         raise PlacerError(f"shape inference leaves {len(missing)} tensors without a static shape ({shown}) and "
                           "no interpreter was given to finish them with a real run; export the model with "
-                          "static shapes, or load it with placer.measure.loading.load_graph")
+                          "static shapes, or load it with placer.kernels.loading.load_graph")
     log.info("shape inference left %d tensors unknown; finishing them with one real run", len(missing))
     try:
         values = run_model(model, example_feeds(inputs), outputs=list(missing))

@@ -1,5 +1,5 @@
 """Which device kinds can run each node: the caller says which ops have a kernel (placer's
-kernel table lives above this package, in `placer.measure.kernels`); without it every
+kernel table lives above this package, in `placer.kernels`); without it every
 standard-domain op is assumed to run on both the CPU and CUDA."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from placer.graph.structure import STANDARD_DOMAINS, canonical_domain
 # The torch kernels run wherever torch runs; a kind is lost only where no kernel exists.
 ALL_KINDS = frozenset({"cpu", "cuda"})
 
-# is_supported(op_type, opset, domain) -> whether a kernel exists, as `placer.measure.kernels.is_supported`.
+# is_supported(op_type, opset, domain) -> whether a kernel exists, as `placer.kernels.is_supported`.
 KernelTable = Callable[[str, int, str], bool]
 
 

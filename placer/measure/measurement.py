@@ -52,7 +52,7 @@ class Measurer(Protocol):
 class PlacementRun(Protocol):
     """One placement made ready to run (built once: parameters loaded, workers started), then
     stepped many times. `step` runs one step on the measurer's inputs and returns its seconds, or
-    raises `placer.measure.executor.ExecutionFailure`. Engines (placer's torch executor, ONNX
+    raises `placer.engines.torch.executor.ExecutionFailure`. Engines (placer's torch executor, ONNX
     Runtime) give the same object, so the rounds do not know which one they hold."""
 
     def step(self) -> float: ...

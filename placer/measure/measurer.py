@@ -19,12 +19,12 @@ import torch
 from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.measure.backward import training_prepared
-from placer.measure.executor import ExecutionFailure, PlacedExecutor
+from placer.engines.torch.backward import training_prepared
+from placer.engines.torch.executor import ExecutionFailure, PlacedExecutor
 from placer.measure.measurement import INVALID, KERNEL_ERROR, Measurement
-from placer.measure.pipeline import Pipeline
-from placer.measure.prepare import PreparedGraph, check_feeds, prepare, to_tensor
-from placer.measure.training import TrainingSpec
+from placer.program.pipeline import Pipeline
+from placer.kernels.prepare import PreparedGraph, check_feeds, prepare, to_tensor
+from placer.program.training import TrainingSpec
 from placer.placement import Placement
 
 log = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ class RealMeasurer:
     """Measures placements of `graph` on `devices` for real (a `Measurer`). With the protocol's
     objective "training", a step is a training step with `training`'s loss and optimizer
     (default: `TrainingSpec()`). With `pipeline`, a step is a pipelined step of its micro-batches
-    (`placer.measure.pipeline`), each fed the same inputs."""
+    (`placer.program.pipeline`), each fed the same inputs."""
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(),

@@ -14,7 +14,7 @@ from placer.placers.heft import heft
 from placer.placers.m_etf import m_etf
 from placer.placers.m_sct import m_sct
 from placer.placers.metis import metis
-from placer.placers.pipeline import pipeline_balanced, pipeline_dp, pipeline_params
+from placer.placers.partitioners import pipeline_balanced, pipeline_dp, pipeline_params
 from placer.placers.random_search import random_search, random_search_curve
 from placer.placers.simple import random_placement, round_robin, single_device
 from placer.placers.topo import m_topo, memory_greedy

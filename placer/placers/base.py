@@ -14,10 +14,10 @@ from typing import Protocol, TypeVar
 from placer.devices import Device, device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
-from placer.measure.costmodel import CostModel
-from placer.measure.sim_program import SimProgram
-from placer.measure.training import TrainingSpec
-from placer.measure.training_costs import TrainingStepCosts
+from placer.costmodel.protocol import CostModel
+from placer.costmodel.sim_program import SimProgram
+from placer.program.training import TrainingSpec
+from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
 
 Caps = dict[str, int]
@@ -48,7 +48,7 @@ def node_memory(node: OpNode) -> int:
 class MemoryBook:
     """The memory the cap-respecting placers budget, device by device, as nodes are placed.
 
-    It follows the executor's accounting (`placer.measure.memory`) in placement order: a device
+    It follows the executor's accounting (`placer.program.memory`) in placement order: a device
     holds each weight and graph input its nodes read (once, for the whole step), each output its
     nodes make, and a copy of each tensor its nodes read from another device. An output (and its
     copies) is freed once every node that reads it has been placed; graph outputs stay.
@@ -58,7 +58,7 @@ class MemoryBook:
     The real measurement has the last word: an over-cap placement fails as out-of-memory.
 
     On the training objective (`cost` a `TrainingStepCosts`) a node brings every step of the
-    training step that runs on its device (`placer.measure.sim_program`): its forward, backward,
+    training step that runs on its device (`placer.costmodel.sim_program`): its forward, backward,
     loss terms, accumulations and updates, with their tensors and gradients, and the optimizer
     state of the parameters it updates. There, freeing in placement order is no bound (a forward
     tensor is kept until its backward), so every cap-respecting placer checks its result with
@@ -162,13 +162,13 @@ def _touched_tensors(graph: OpGraph, program: SimProgram | None
 
 def executor_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]:
     """Per-device peak the executor predicts for `placement` (the accounting that refuses an
-    over-cap placement before running: `placer.measure.memory`), without preparing kernels.
+    over-cap placement before running: `placer.program.memory`), without preparing kernels.
 
     Every node counts as a step; the executor folds constant subgraphs out of its steps, so
     this is a little above its own figure, never below."""
-    from placer.measure.memory import predict_peak_memory
-    from placer.measure.schedule import build_schedule
-    from placer.measure.walk import Step
+    from placer.program.memory import predict_peak_memory
+    from placer.program.schedule import build_schedule
+    from placer.program.walk import Step
 
     steps = [Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()]
     schedule = build_schedule(steps, placement.nodes, list(placement.devices), set(graph.initializers),
@@ -186,7 +186,7 @@ def over_caps(graph: OpGraph, placement: Placement, caps: Caps | None,
     if training is None:
         peaks = executor_peak_memory(graph, placement)
     else:
-        from placer.measure.executor import accounted_memory
+        from placer.engines.torch.executor import accounted_memory
 
         peaks = {d: e.peak for d, e in accounted_memory(graph, placement, training=training).items()}
     return [d for d, cap in caps.items() if d in peaks and peaks[d] > cap]

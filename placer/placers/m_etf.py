@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from placer.graph.opgraph import OpGraph
-from placer.measure.costmodel import CostModel
+from placer.costmodel.protocol import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps, make_placement, require_cost, require_devices
 from placer.placers.scheduling import ScheduleState, schedule_within_caps

@@ -13,7 +13,7 @@ node first only if that node is urgent, i.e. would start no earlier on any other
 from __future__ import annotations
 
 from placer.graph.opgraph import OpGraph
-from placer.measure.costmodel import CostModel
+from placer.costmodel.protocol import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps, make_placement, require_cost, require_devices
 from placer.placers.m_etf import etf_schedule

@@ -12,7 +12,7 @@ import logging
 import numpy as np
 
 from placer.graph.opgraph import OpGraph
-from placer.measure.costmodel import CostModel
+from placer.costmodel.protocol import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps, make_placement, require_devices
 

@@ -16,10 +16,10 @@ import numpy as np
 from placer.errors import PlacerError
 from placer.graph.grouping import Grouping, group_graph
 from placer.graph.opgraph import OpGraph
-from placer.measure.costmodel import CostModel
+from placer.costmodel.protocol import CostModel
 from placer.measure.measurement import INVALID
-from placer.measure.simulator import Simulator, simulate_batch
-from placer.measure.training_costs import TrainingStepCosts
+from placer.costmodel.simulator import Simulator, simulate_batch
+from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
 from placer.placers.base import (Caps, human_bytes, make_placement, over_caps, require_cost, require_devices,
                                  training_of)
@@ -88,7 +88,7 @@ def random_search(graph: OpGraph, devices: list[str], cost: CostModel | None = N
                   *, seed: int = 0, samples: int = 1000, grouping: Grouping | None = None,
                   pipeline=None) -> Placement:
     """The fastest in the simulator of `samples` uniformly random group placements (seeded); with
-    `pipeline`, scored on the pipelined step (`placer.measure.pipeline`)."""
+    `pipeline`, scored on the pipelined step (`placer.program.pipeline`)."""
     search = _Search(graph, devices, cost, caps, seed, samples, grouping, pipeline)
     best = search.best(samples)
     if best is None:

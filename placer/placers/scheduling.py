@@ -12,7 +12,7 @@ import math
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.measure.costmodel import CostModel
+from placer.costmodel.protocol import CostModel
 from collections.abc import Callable
 
 from placer.placers.base import Caps, MemoryBook, does_not_fit, within_caps

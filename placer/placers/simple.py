@@ -8,7 +8,7 @@ import numpy as np
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.measure.costmodel import CostModel
+from placer.costmodel.protocol import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps, make_placement, require_devices
 

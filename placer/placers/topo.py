@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from placer.graph.opgraph import OpGraph
-from placer.measure.costmodel import CostModel
+from placer.costmodel.protocol import CostModel
 from placer.placement import Placement
 from placer.placers.base import (Caps, MemoryBook, does_not_fit, make_placement, node_memory, require_devices,
                                  within_caps)

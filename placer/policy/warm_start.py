@@ -16,7 +16,7 @@ import torch
 from placer.errors import PlacerError
 from placer.graph.grouping import Grouping, align
 from placer.graph.opgraph import OpGraph
-from placer.measure.costmodel import CostModel
+from placer.costmodel.protocol import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps
 from placer.policy.seq2seq import Seq2SeqPolicy
@@ -61,10 +61,10 @@ def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: C
     """Run the baseline placers (or the one `choice` names), keep the fastest under `cost` (the
     simulator with `caps`, on the pipelined step with `pipeline`), and align `grouping` with its
     placement; with `pipeline`, the pipeline partitioners are candidates too."""
-    from placer.measure.simulator import Simulator
+    from placer.costmodel.simulator import Simulator
     from placer.placers import PLACERS
     from placer.placers.base import training_of
-    from placer.placers.compare import baseline_rows
+    from placer.evaluate.compare import baseline_rows
 
     pipelined = pipeline is not None and pipeline.pipelined
     names = (WARM_START_PLACERS + (PIPELINE_PLACERS if pipelined else ())) if choice == "best_baseline" else (choice,)

@@ -22,9 +22,9 @@ from placer.errors import PlacerError
 from placer.measure.measurement import Measurement
 from placer.placement import Placement
 from placer.workers.actor import MeasuringWorker
-from placer.workers.calibration import off_median
+from placer.workers.outliers import off_median
 from placer.workers.ownership import mismatches, split_cores
-from placer.workers.runtime import connect, require_ray, room
+from placer.workers.ray_cluster import connect, require_ray, room
 from placer.workers.spec import WorkerSpec
 
 START_TIMEOUT_S = 300.0   # to start a worker: schedule it, send it the graph, build its measurer

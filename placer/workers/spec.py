@@ -17,7 +17,7 @@ from placer.measure.measurement import Measurer
 if TYPE_CHECKING:   # torch comes with them: a simulated worker need not load it
     from placer.graph.opgraph import OpGraph
     from placer.measure.measurer import MeasureProtocol
-    from placer.measure.training import TrainingSpec
+    from placer.program.training import TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class RealSpec(WorkerSpec):
         self.timeout_s = steps * self.protocol.timeout_s + 60.0
 
     def build(self) -> Measurer:
-        from placer.runtime.measurer import measurer_for
+        from placer.engines.onnxruntime.measurer import measurer_for
 
         return measurer_for(self.engine, self.graph, self.devices, self.protocol, seed=self.seed,
                             training=self.training)

@@ -16,7 +16,7 @@ from placer.annotate.chain import run_split
 from placer.annotate.read import read_placement
 from placer.cli import main
 from placer.graph.load import load_graph
-from placer.measure.executor import PlacedExecutor
+from placer.engines.torch.executor import PlacedExecutor
 from placer.measure.measurer import MeasureProtocol, RealMeasurer, random_feeds
 from placer.placement import FORMAT
 
@@ -99,7 +99,7 @@ def test_stored_gpu_placement_resolves_and_runs_on_this_gpu(tmp_path):
 
 def test_a_placement_learned_by_the_trainer_applies_and_reads_back(tmp_path, rnnlm):
     from placer.graph.grouping import group_graph
-    from placer.measure.simulator import SimulatedMeasurer
+    from placer.costmodel.simulator import SimulatedMeasurer
     from placer.policy.hparams import Hyperparameters
     from placer.policy.trainer import train
 

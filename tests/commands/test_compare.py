@@ -181,7 +181,7 @@ def test_a_single_device_far_off_its_prediction_is_noted(capsys):
 
     from placer.commands.compare import _warn_if_profile_drifted
     from placer.measure.measurement import Measurement
-    from placer.placers.compare import CompareRow
+    from placer.evaluate.compare import CompareRow
 
     def row(name, measured, predicted):
         return CompareRow(name, "single", True, 0.0, measurement=Measurement(ok=True, step_time=measured),

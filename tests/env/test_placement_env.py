@@ -13,7 +13,7 @@ import placer.env
 from placer.devices import parse_devices
 from placer.env import ENV_ID, PlacementEnv
 from placer.errors import PlacerError
-from placer.measure.simulator import SimulatedMeasurer
+from placer.costmodel.simulator import SimulatedMeasurer
 from placer.placement import Placement
 
 DEVICES = ["cpu:0", "cpu:1"]

@@ -28,7 +28,7 @@ def nonzero_model() -> onnx.ModelProto:
 
 
 def test_data_dependent_shape_is_finished_by_one_real_run():
-    from placer.measure.reference import run_model
+    from placer.kernels.reference import run_model
 
     graph = load_graph(nonzero_model(), {"x": (3, 4)}, run_model=run_model)
     x = example_feeds(graph.inputs)["x"]

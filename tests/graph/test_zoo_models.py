@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from placer.graph.shapes import example_feeds
-from placer.measure.loading import load_graph   # with the kernel table: every op must have a kernel
+from placer.kernels.loading import load_graph   # with the kernel table: every op must have a kernel
 
 from .conftest import ort_shapes
 

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-import placer.measure.affinity as affinity
+import placer.engines.affinity as affinity
 from placer.devices import parse_devices
 from placer.graph.load import load_graph
-from placer.measure.executor import PlacedExecutor
+from placer.engines.torch.executor import PlacedExecutor
 from placer.placement import Placement
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -53,7 +53,7 @@ def test_devices_wanting_more_cores_than_there_are_share_them_and_it_is_said_onc
     monkeypatch.setattr(affinity, "_warned", False)
     n = len(os.sched_getaffinity(0))
     devices = parse_devices(",".join(f"cpu:{k}[threads=1]" for k in range(n + 1)))
-    with caplog.at_level(logging.WARNING, logger="placer.measure.affinity"):
+    with caplog.at_level(logging.WARNING, logger="placer.engines.affinity"):
         for _ in range(2):
             with PlacedExecutor(graph, _split(graph, devices), devices) as ex:
                 assert all(c == sorted(os.sched_getaffinity(0)) for c in ex.worker_cores().values())

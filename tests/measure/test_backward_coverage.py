@@ -22,10 +22,10 @@ from onnx import helper, numpy_helper
 from onnx.backend.test.loader import load_model_tests
 
 from placer.graph.structure import canonical_domain
-from placer.measure.kernels import bind_node, host_inputs
-from placer.measure.kernels.dtypes import to_torch
-from placer.measure.kernels.registry import opset_versions
-from placer.measure.training import NO_BACKWARD
+from placer.kernels import bind_node, host_inputs
+from placer.kernels.dtypes import to_torch
+from placer.kernels.registry import opset_versions
+from placer.program.training import NO_BACKWARD
 
 CASES_PER_OP = 3        # node cases checked per op: a seeded sample
 ENTRIES = 3             # entries of each input compared with central differences

@@ -12,12 +12,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "placers"))
 from placer_testkit import make_graph  # noqa: E402
 
-from placer.measure.calibration import CalibrationProtocol, calibration_placements, check_and_calibrate  # noqa: E402
-from placer.measure.lower_bound import lower_bound  # noqa: E402
-from placer.measure.profile import Profile, TransferStat  # noqa: E402
-from placer.measure.profiled import ProfiledCostModel  # noqa: E402
+from placer.costmodel.calibration import CalibrationProtocol, calibration_placements, check_and_calibrate  # noqa: E402
+from placer.costmodel.lower_bound import lower_bound  # noqa: E402
+from placer.costmodel.profile import Profile, TransferStat  # noqa: E402
+from placer.costmodel.profiled import ProfiledCostModel  # noqa: E402
 from placer.measure.rounds import RoundsProtocol  # noqa: E402
-from placer.measure.simulator import Simulator  # noqa: E402
+from placer.costmodel.simulator import Simulator  # noqa: E402
 
 DEVICES = ["cpu:0", "cpu:1"]
 CLASS = "cpu[threads=1]"
@@ -163,7 +163,7 @@ def test_a_slow_hand_over_between_devices_is_fitted_too():
 
 
 def test_a_cached_profile_the_devices_no_longer_match_is_stale():
-    from placer.measure.calibration import stale_by
+    from placer.costmodel.calibration import stale_by
 
     graph = _graph()
     calibrated = check_and_calibrate(graph, DEVICES, _profile(graph), lambda: pytest.fail("retaken"),
@@ -197,7 +197,7 @@ def test_a_stale_cached_profile_is_profiled_again_and_said_so(tmp_path, caplog):
     data = json.loads(first.path.read_text())
     data["calibration"]["single_step_times"] = {c: t / 10 for c, t in data["calibration"]["single_step_times"].items()}
     first.path.write_text(json.dumps(data))
-    with caplog.at_level(logging.WARNING, logger="placer.measure.profiled"):
+    with caplog.at_level(logging.WARNING, logger="placer.costmodel.profiled"):
         again = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, calibration=quick, check_cached=True)
     assert not again.from_cache
     assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()][0].startswith(
@@ -208,8 +208,8 @@ def test_a_pipelined_step_calibrates_contention_where_no_single_step_overlaps():
     """On a chain no placement of one input keeps both devices busy at once, so the single steps
     say nothing of contention; the contiguous split's pipelined step does, and the fitted factor
     then predicts pipelined steps of other micro-batch counts."""
-    from placer.measure.calibration import PIPELINED, PIPELINED_MICRO_BATCHES
-    from placer.measure.pipeline import Pipeline
+    from placer.costmodel.calibration import PIPELINED, PIPELINED_MICRO_BATCHES
+    from placer.program.pipeline import Pipeline
 
     graph = make_graph([("in", [], 1e8)] + [(f"c{i}", [f"c{i - 1}" if i else "in"], 1e9) for i in range(8)])
     profile = _profile(graph)

@@ -1,5 +1,5 @@
 """ONNX backend conformance: the node tests of `onnx.backend.test` for every supported op, and its
-small stored models, run on the CPU through placer's own backend (`placer.measure.onnx_backend`).
+small stored models, run on the CPU through placer's own backend (`placer.kernels.onnx_backend`).
 
 A test is collected when every op of its model has a kernel; the few that still fail are
 marked xfail below, each with its reason. Whole categories are left out only where torch itself
@@ -16,8 +16,8 @@ import onnx
 import onnx.backend.test
 from onnx.backend.test.loader import load_model_tests
 
-from placer.measure.kernels import unsupported_ops
-from placer.measure.onnx_backend import TorchKernelsBackend
+from placer.kernels import unsupported_ops
+from placer.kernels.onnx_backend import TorchKernelsBackend
 
 # Categories outside the kernels' scope, by test-name pattern, with why.
 _EXCLUDED = {

@@ -9,9 +9,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "placers"))
 from placer_testkit import LinearCost, make_graph  # noqa: E402
 
-from placer.measure.contention import contention_extra, fit_slowdown, overlap_seconds  # noqa: E402
-from placer.measure.lower_bound import check_bound, lower_bound  # noqa: E402
-from placer.measure.simulator import Simulator, simulate_batch  # noqa: E402
+from placer.costmodel.contention import contention_extra, fit_slowdown, overlap_seconds  # noqa: E402
+from placer.costmodel.lower_bound import check_bound, lower_bound  # noqa: E402
+from placer.costmodel.simulator import Simulator, simulate_batch  # noqa: E402
 
 
 class SlowCost(LinearCost):

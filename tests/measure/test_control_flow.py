@@ -17,11 +17,11 @@ from placer.annotate.chain import run_split
 from placer.annotate.split import write_split
 from placer.cli import main
 from placer.graph.summary import format_summary, summarize
-from placer.measure.executor import PlacedExecutor
-from placer.measure.loading import load_graph
+from placer.engines.torch.executor import PlacedExecutor
+from placer.kernels.loading import load_graph
 from placer.measure.measurer import MeasureProtocol
-from placer.measure.prepare import prepare
-from placer.measure.profile import Profile, profile_graph
+from placer.kernels.prepare import prepare
+from placer.costmodel.profile import Profile, profile_graph
 from placer.placement import Placement
 
 from .test_training_exports import _placer_run

@@ -10,8 +10,8 @@ import torch
 
 from placer.devices import parse_device
 from placer.errors import PlacerError
-from placer.measure.executor import KernelError, OutOfMemory, PlacedExecutor, StepTimeout, cpu_threads
-from placer.measure.prepare import prepare
+from placer.engines.torch.executor import KernelError, OutOfMemory, PlacedExecutor, StepTimeout, cpu_threads
+from placer.kernels.prepare import prepare
 from placer.placement import Placement
 
 from .conftest import onnxruntime_outputs
@@ -208,7 +208,7 @@ def test_outputs_made_only_of_constants_are_returned():
 def test_unsupported_ops_are_all_reported_before_anything_runs():
     from onnx import TensorProto, helper
 
-    from placer.measure.loading import load_graph
+    from placer.kernels.loading import load_graph
 
     # string ops: outside what a torch runtime can hold, so the test keeps its meaning as kernels grow
     nodes = [helper.make_node("StringNormalizer", ["x"], ["n"], name="normalize", case_change_action="LOWER"),

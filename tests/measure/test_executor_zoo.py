@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from placer.graph.load import load_graph
-from placer.measure.executor import PlacedExecutor
+from placer.engines.torch.executor import PlacedExecutor
 from placer.measure.measurer import random_feeds
-from placer.measure.prepare import prepare
+from placer.kernels.prepare import prepare
 from placer.placement import Placement
 
 from .conftest import onnxruntime_outputs

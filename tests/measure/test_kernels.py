@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
 
 from placer.errors import PlacerError
-from placer.measure.kernels import (bind_node, check_supported, host_inputs, is_supported,
+from placer.kernels import (bind_node, check_supported, host_inputs, is_supported,
                                     supported_ops, unsupported_ops)
-from placer.measure.reference import run_model
+from placer.kernels.reference import run_model
 
 ISSUE_OPS = """Conv ConvTranspose BatchNormalization InstanceNormalization LayerNormalization Relu
 LeakyRelu PRelu Sigmoid HardSigmoid HardSwish Tanh Clip Erf Gelu Softmax LogSoftmax MaxPool

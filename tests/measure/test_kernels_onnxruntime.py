@@ -12,8 +12,8 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from placer.measure.kernels import rnn as rnn_kernels
-from placer.measure.reference import run_model
+from placer.kernels import rnn as rnn_kernels
+from placer.kernels.reference import run_model
 
 ort = pytest.importorskip("onnxruntime")
 

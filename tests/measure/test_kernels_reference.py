@@ -1,4 +1,4 @@
-"""`placer.measure.reference`: the sequential interpreter over the kernels."""
+"""`placer.kernels.reference`: the sequential interpreter over the kernels."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from placer.errors import PlacerError
-from placer.measure.reference import run_model, tensor_shapes
+from placer.kernels.reference import run_model, tensor_shapes
 
 
 def _dynamic_model() -> onnx.ModelProto:
@@ -119,7 +119,7 @@ def test_bfloat16_and_float8_tensors_cross_the_numpy_boundary_as_ml_dtypes():
 
 
 def test_local_functions_are_inlined_and_checked_by_their_bodies():
-    from placer.measure.kernels import unsupported_ops
+    from placer.kernels import unsupported_ops
 
     body = [helper.make_node("Mul", ["a", "a"], ["sq"]), helper.make_node("Add", ["sq", "a"], ["out"])]
     fn = helper.make_function("local", "SquarePlus", ["a"], ["out"], body,

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import pytest
 
-from placer.measure.reference import run_model
+from placer.kernels.reference import run_model
 
 ort = pytest.importorskip("onnxruntime")
 

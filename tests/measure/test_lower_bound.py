@@ -7,8 +7,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "placers"))
 from placer_testkit import LinearCost, make_graph  # noqa: E402
 
-from placer.measure.lower_bound import lower_bound  # noqa: E402
-from placer.measure.simulator import AnalyticCostModel, Simulator  # noqa: E402
+from placer.costmodel.lower_bound import lower_bound  # noqa: E402
+from placer.costmodel.simulator import AnalyticCostModel, Simulator  # noqa: E402
 
 
 def test_a_chain_cannot_beat_its_length_at_the_fastest_device():

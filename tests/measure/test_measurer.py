@@ -93,7 +93,7 @@ def test_bad_protocol_is_refused():
 
 
 def test_a_training_protocol_measures_training_steps_and_an_inference_one_refuses_a_loss(branchy):
-    from placer.measure.training import TrainingSpec
+    from placer.program.training import TrainingSpec
 
     _, graph = branchy
     placement = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])

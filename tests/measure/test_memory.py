@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from placer.graph.load import load_graph
-from placer.measure.executor import accounted_memory
-from placer.measure.memory import predict_peak_memory
-from placer.measure.training import OptimizerSpec, TrainingSpec, trained_parameters
-from placer.measure.schedule import build_schedule
-from placer.measure.walk import Step
+from placer.engines.torch.executor import accounted_memory
+from placer.program.memory import predict_peak_memory
+from placer.program.training import OptimizerSpec, TrainingSpec, trained_parameters
+from placer.program.schedule import build_schedule
+from placer.program.walk import Step
 from placer.placement import Placement
 from testgraphs import branches
 

@@ -14,11 +14,11 @@ import torch
 
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
-from placer.measure.executor import OutOfMemory, PlacedExecutor, accounted_memory
+from placer.engines.torch.executor import OutOfMemory, PlacedExecutor, accounted_memory
 from placer.measure.measurer import random_feeds
-from placer.measure.pipeline import Pipeline
-from placer.measure.prepare import prepare
-from placer.measure.training import TrainingSpec
+from placer.program.pipeline import Pipeline
+from placer.kernels.prepare import prepare
+from placer.program.training import TrainingSpec
 from placer.placement import Placement
 from testgraphs import branches
 

@@ -7,9 +7,9 @@ import math
 
 from dataclasses import replace
 
-import placer.measure.profile as profile_module
+import placer.costmodel.profile as profile_module
 from placer.measure.measurer import MeasureProtocol
-from placer.measure.profile import Profile, TransferStat, profile_graph
+from placer.costmodel.profile import Profile, TransferStat, profile_graph
 
 
 def test_every_node_is_timed_on_every_device_and_folded_nodes_cost_nothing(branchy):
@@ -91,7 +91,7 @@ def test_rounds_alternate_between_identical_devices_and_the_median_takes_every_r
 
 
 def test_a_training_profile_times_every_backward_and_update_step(branchy):
-    from placer.measure.training import OptimizerSpec, TrainingSpec
+    from placer.program.training import OptimizerSpec, TrainingSpec
 
     _, graph = branchy
     profile = profile_graph(graph, ["cpu:0", "cpu:1"], transfer_sizes=(4096,),
@@ -138,7 +138,7 @@ def _clock():
 
 
 def test_rounds_go_on_until_the_medians_settle_and_the_profile_records_how_many(branchy, monkeypatch):
-    from placer.measure.profile import Settle
+    from placer.costmodel.profile import Settle
 
     _, graph = branchy
     # noisy first rounds, then steady: the median of the node sum settles after a few more rounds
@@ -151,7 +151,7 @@ def test_rounds_go_on_until_the_medians_settle_and_the_profile_records_how_many(
 
 
 def test_a_profile_that_never_settles_stops_at_the_cap_and_says_so(branchy, monkeypatch):
-    from placer.measure.profile import Settle
+    from placer.costmodel.profile import Settle
 
     _, graph = branchy
     _fake_node_times(monkeypatch, [1.0] + [float(i) for i in range(1, 40)])   # a steady climb

@@ -4,11 +4,11 @@ from dataclasses import replace
 import pytest
 
 from placer.devices import parse_devices
-import placer.measure.profile as profile_module
-from placer.measure.lower_bound import lower_bound
+import placer.costmodel.profile as profile_module
+from placer.costmodel.lower_bound import lower_bound
 from placer.measure.measurer import MeasureProtocol
-from placer.measure.profiled import ProfiledCostModel, cache_key
-from placer.measure.simulator import SimulatedMeasurer, Simulator
+from placer.costmodel.profiled import ProfiledCostModel, cache_key
+from placer.costmodel.simulator import SimulatedMeasurer, Simulator
 from placer.placement import Placement
 
 DEVICES = "cpu:0[threads=1],cpu:1[threads=1]"
@@ -54,7 +54,7 @@ def test_the_cache_key_changes_with_the_device_classes_not_their_indices_or_orde
 
 
 def test_the_cache_key_records_the_objective_with_its_loss_and_optimizer(branchy, tmp_path):
-    from placer.measure.training import Loss, OptimizerSpec, TrainingSpec
+    from placer.program.training import Loss, OptimizerSpec, TrainingSpec
 
     _, graph = branchy
     devices = parse_devices(DEVICES)
@@ -135,7 +135,7 @@ def test_the_simulator_predicts_the_same_single_device_step_on_identical_devices
 
 
 def test_a_training_profile_drives_the_training_simulator_and_its_lower_bound(branchy, tmp_path):
-    from placer.measure.training import TrainingSpec
+    from placer.program.training import TrainingSpec
 
     _, graph = branchy
     cost = ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK,

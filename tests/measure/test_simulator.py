@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from placer.devices import parse_device
 from placer.graph.load import load_graph
 from placer.measure.measurement import INVALID, OOM
-from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator, simulate_batch
+from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator, simulate_batch
 from placer.placement import Placement
 
 DEVICES = ["cpu:0", "cpu:1"]

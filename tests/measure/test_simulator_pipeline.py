@@ -10,10 +10,10 @@ import onnx
 import pytest
 
 from placer.graph.load import load_graph
-from placer.measure.lower_bound import lower_bound
-from placer.measure.pipeline import Pipeline
-from placer.measure.simulator import AnalyticCostModel, Simulator, SimulatedMeasurer, simulate_batch
-from placer.measure.training import TrainingSpec
+from placer.costmodel.lower_bound import lower_bound
+from placer.program.pipeline import Pipeline
+from placer.costmodel.simulator import AnalyticCostModel, Simulator, SimulatedMeasurer, simulate_batch
+from placer.program.training import TrainingSpec
 from testgraphs import branches
 
 DEPTH = 8

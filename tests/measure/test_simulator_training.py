@@ -8,13 +8,13 @@ from onnx import helper
 
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
-from placer.measure.lower_bound import lower_bound
-from placer.measure.profile import Profile
-from placer.measure.profiled import ProfiledCostModel
-from placer.measure.sim_program import training_program
-from placer.measure.simulator import (BACKWARD_FACTOR, AnalyticCostModel, SimulatedMeasurer, Simulator,
+from placer.costmodel.lower_bound import lower_bound
+from placer.costmodel.profile import Profile
+from placer.costmodel.profiled import ProfiledCostModel
+from placer.costmodel.sim_program import training_program
+from placer.costmodel.simulator import (BACKWARD_FACTOR, AnalyticCostModel, SimulatedMeasurer, Simulator,
                                       simulate_batch)
-from placer.measure.training import OptimizerSpec, TrainingSpec
+from placer.program.training import OptimizerSpec, TrainingSpec
 from placer.placement import Placement
 
 from .test_simulator import ACT, WEIGHT, _model, _weight, chain, fork

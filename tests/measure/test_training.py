@@ -9,8 +9,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
-from placer.measure.prepare import prepare
-from placer.measure.training import Loss, OptimizerSpec, apply_update, trained_parameters
+from placer.kernels.prepare import prepare
+from placer.program.training import Loss, OptimizerSpec, apply_update, trained_parameters
 from .conftest import make_model
 
 

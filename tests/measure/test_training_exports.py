@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from placer.cli import main
-from placer.measure.loading import load_graph
+from placer.kernels.loading import load_graph
 from placer.placement import Placement
 
 

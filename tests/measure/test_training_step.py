@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from placer.graph.load import load_graph
-from placer.measure.executor import PlacedExecutor
+from placer.engines.torch.executor import PlacedExecutor
 from placer.measure.measurer import random_feeds
-from placer.measure.prepare import prepare
-from placer.measure.training import Loss, OptimizerSpec, TrainingSpec, host_read_inputs, trained_parameters
+from placer.kernels.prepare import prepare
+from placer.program.training import Loss, OptimizerSpec, TrainingSpec, host_read_inputs, trained_parameters
 from placer.placement import Placement
 
 from .test_executor_zoo import NAMES, SLOW, SMALL
@@ -332,7 +332,7 @@ def test_training_peak_counts_saved_activations_gradients_and_optimizer_state(op
 
 
 def test_an_over_cap_training_placement_is_out_of_memory_before_it_runs():
-    from placer.measure.executor import OutOfMemory
+    from placer.engines.torch.executor import OutOfMemory
 
     graph = _mul_relu_graph()
     placement = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])
@@ -348,7 +348,7 @@ def test_a_weight_with_many_readers_sums_its_gradients_as_they_arrive():
     of them are ever alive (all four until the end cost rnnlm's decoder a page fault per page)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from placer.measure.walk import last_uses
+    from placer.program.walk import last_uses
 
     from .conftest import make_model
 

@@ -1,9 +1,9 @@
-"""`placer.measure.walk`: the last-use rule and the one interpreter loop the reference, the
+"""`placer.program.walk`: the last-use rule and the one interpreter loop the reference, the
 executor's workers and the simulator share."""
 
 from __future__ import annotations
 
-from placer.measure.walk import Step, last_uses, walk
+from placer.program.walk import Step, last_uses, walk
 
 # x, w -> a -> b (with w) -> d; a -> c; b also makes an output nobody reads ("spare")
 STEPS = [Step("A", "Relu", ("x",), ("a",)),

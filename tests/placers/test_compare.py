@@ -4,10 +4,10 @@ import json
 import pytest
 from placer_testkit import random_dag
 
-from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
+from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
 from placer.placers import PLACERS
-from placer.commands.compare_report import format_table, write_outputs
-from placer.placers.compare import CompareRow, baseline_rows, compare
+from placer.evaluate.report import format_table, write_outputs
+from placer.evaluate.compare import CompareRow, baseline_rows, compare
 
 DEVICES = ["cpu:0", "cpu:1"]
 
@@ -156,7 +156,7 @@ def test_a_real_comparison_runs_in_rounds_with_a_control_row_that_agrees_with_it
 def test_the_headline_is_the_runs_placement_against_the_baseline_fastest_by_paired_speedup():
     from placer.measure.intervals import Interval
     from placer.measure.measurement import Measurement
-    from placer.placers.compare import headline_verdicts
+    from placer.evaluate.compare import headline_verdicts
 
     def row(name, placer, median):
         return CompareRow(name, placer, True, 0.0, measurement=Measurement(ok=True, step_time=median))

@@ -25,9 +25,9 @@ from placer.annotate.write import apply_placement
 from placer.errors import PlacerError
 from placer.graph.grouping import group_graph
 from placer.graph.summary import format_summary, summarize, to_json
-from placer.measure.executor import PlacedExecutor
-from placer.measure.loading import load_graph
-from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer
+from placer.engines.torch.executor import PlacedExecutor
+from placer.kernels.loading import load_graph
+from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer
 from placer.placement import Placement
 from placer.placers import PLACERS, executor_peak_memory
 

@@ -15,10 +15,10 @@ from placer_testkit import random_dag
 
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
-from placer.measure.pipeline import Pipeline
-from placer.measure.simulator import AnalyticCostModel, Simulator
+from placer.program.pipeline import Pipeline
+from placer.costmodel.simulator import AnalyticCostModel, Simulator
 from placer.placers import PLACERS
-from placer.placers.pipeline import pipeline_balanced, pipeline_dp, pipeline_params, stages
+from placer.placers.partitioners import pipeline_balanced, pipeline_dp, pipeline_params, stages
 
 
 def contiguous(n: int, D: int, every_device: bool):

@@ -6,7 +6,7 @@ from placer_testkit import LinearCost, make_graph, random_dag
 
 from placer.errors import PlacerError
 from placer.graph.grouping import group_graph
-from placer.measure.simulator import AnalyticCostModel, Simulator, simulate_batch
+from placer.costmodel.simulator import AnalyticCostModel, Simulator, simulate_batch
 from placer.placers import random_search, random_search_curve, single_device
 from placer.placers.base import executor_peak_memory
 

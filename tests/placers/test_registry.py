@@ -2,8 +2,8 @@ import pytest
 from placer_testkit import random_dag
 
 from placer.errors import PlacerError
-from placer.measure.lower_bound import lower_bound
-from placer.measure.simulator import AnalyticCostModel, Simulator
+from placer.costmodel.lower_bound import lower_bound
+from placer.costmodel.simulator import AnalyticCostModel, Simulator
 from placer.placers import PLACERS, book_peak_memory
 from placer.placers.base import executor_peak_memory
 

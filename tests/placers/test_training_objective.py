@@ -7,15 +7,15 @@ from onnx import TensorProto, helper, numpy_helper
 
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
-from placer.measure.executor import accounted_memory
-from placer.measure.sim_program import training_program
-from placer.measure.simulator import AnalyticCostModel, Simulator
-from placer.measure.training import OptimizerSpec, TrainingSpec
-from placer.measure.training_costs import TrainingStepCosts
+from placer.engines.torch.executor import accounted_memory
+from placer.costmodel.sim_program import training_program
+from placer.costmodel.simulator import AnalyticCostModel, Simulator
+from placer.program.training import OptimizerSpec, TrainingSpec
+from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
 from placer.placers import PLACERS, random_search
 from placer.placers.base import MemoryBook, over_caps
-from placer.placers.compare import baseline_rows
+from placer.evaluate.compare import baseline_rows
 
 DEVICES = ["cpu:0", "cpu:1", "cuda:0"]
 

@@ -13,7 +13,7 @@ from placer.graph.grouping import Grouping, group_graph
 from placer.graph.load import load_graph
 from testgraphs import branches
 from placer.graph.opgraph import OpGraph
-from placer.measure.simulator import SimulatedMeasurer
+from placer.costmodel.simulator import SimulatedMeasurer
 
 
 @dataclass

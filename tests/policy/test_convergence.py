@@ -13,7 +13,7 @@ import pytest
 
 from placer.graph.grouping import group_graph
 from placer.graph.load import load_graph
-from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
+from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
 from placer.placers.random_search import random_search_curve
 from placer.policy.hparams import Hyperparameters
 from placer.policy.run_state import CONVERGED_ENTROPY

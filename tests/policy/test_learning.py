@@ -13,7 +13,7 @@ import torch
 from placer.errors import PlacerError
 from placer.graph.grouping import group_graph
 from placer.graph.load import load_graph
-from placer.measure.simulator import SimulatedMeasurer
+from placer.costmodel.simulator import SimulatedMeasurer
 from placer.placement import Placement
 from placer.policy.checkpoint import FILENAME
 from placer.policy.hparams import Hyperparameters
@@ -180,7 +180,7 @@ def test_a_run_stopped_mid_batch_saves_and_resumes_exactly_where_it_stopped(prob
 def test_the_side_by_side_confirmation_decides_and_a_single_device_wins_ties_or_better(tmp_path, make_branches):
     """Training finds a split faster than one device; measured again where transfers turn out
     to be very slow, the split loses, and the run's answer is the single device."""
-    from placer.measure.simulator import AnalyticCostModel
+    from placer.costmodel.simulator import AnalyticCostModel
 
     graph = load_graph(make_branches(4, 2))
     devices = ["cpu:0", "cpu:1"]

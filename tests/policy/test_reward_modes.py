@@ -14,7 +14,7 @@ from placer.errors import PlacerError
 from placer.graph.grouping import group_graph
 from placer.graph.load import load_graph
 from placer.measure.measurer import MeasureProtocol, RealMeasurer
-from placer.measure.simulator import AnalyticCostModel, SimulatedMeasurer
+from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer
 from placer.placement import Placement
 from placer.policy.checkpoint import FILENAME
 from placer.policy.hparams import Hyperparameters

@@ -12,7 +12,7 @@ import pytest
 
 from testworkers import DEVICES, SimSpec
 from placer.errors import PlacerError
-from placer.measure.simulator import SimulatedMeasurer
+from placer.costmodel.simulator import SimulatedMeasurer
 from placer.placement import Placement
 from placer.workers import NoWorkersLeft, RayMeasurer
 from placer.workers.ownership import split_cores
@@ -116,7 +116,7 @@ def test_more_workers_than_the_cluster_holds_is_refused_before_starting(graph):
 
 
 def test_calibration_names_the_worker_off_the_median():
-    from placer.workers.calibration import off_median
+    from placer.workers.outliers import off_median
 
     times = {"worker-0": {"cpu:0": 0.100, "cpu:1": 0.100}, "worker-1": {"cpu:0": 0.104, "cpu:1": 0.101},
              "worker-2": {"cpu:0": 0.115, "cpu:1": 0.099}, "worker-3": {"cpu:0": None, "cpu:1": 0.050}}

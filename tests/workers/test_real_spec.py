@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from placer.measure.measurer import MeasureProtocol, RealMeasurer
-from placer.measure.training import OptimizerSpec, TrainingSpec
+from placer.program.training import OptimizerSpec, TrainingSpec
 from placer.placement import Placement
 from placer.workers import RayMeasurer, RealSpec
 

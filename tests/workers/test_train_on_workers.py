@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from placer.graph.grouping import group_graph
-from placer.measure.simulator import SimulatedMeasurer
+from placer.costmodel.simulator import SimulatedMeasurer
 from placer.policy.checkpoint import FILENAME
 from placer.policy.hparams import Hyperparameters
 from placer.policy.trainer import train

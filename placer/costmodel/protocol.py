@@ -1,0 +1,30 @@
+"""`CostModel`: predicted time of each op on each device and of each transfer between devices.
+
+The simulator and the cost-aware placers read time only through this protocol, so an analytic
+model (deterministic, for tests) and a profiled one (measured on the real devices) plug in alike.
+`training_step_time` prices the steps a training step adds to the forward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from placer.graph.opgraph import OpNode
+
+
+class CostModel(Protocol):
+    devices: list[str]   # device names this model knows
+
+    def op_time(self, node: OpNode, device: str) -> float:
+        """Seconds `node` takes on `device` (inf where it cannot run there)."""
+        ...
+
+    def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
+        """Seconds to move `nbytes` from `src` to `dst` (0 when they are the same device)."""
+        ...
+
+    def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
+        """Seconds of a training step's `step` (`kind`: backward, loss, accumulate or update;
+        `placer.engines.torch.backward` names them) on `device`: `node` is the forward node whose
+        device runs it, `nbytes` the gradient (or loss output) bytes it reads."""
+        ...

@@ -1,0 +1,593 @@
+"""`PlacedExecutor`: runs one step of an `OpGraph` under a `Placement` on real devices.
+
+One worker thread per device runs that device's nodes in a static topological order and waits
+only for the tensors it reads from other devices. Design:
+
+- *Schedule* (`placer.program.schedule`): computed once per placement; for each device its steps,
+  the remote tensors each step needs first, the outputs other devices read (published after the
+  producing step) and the tensors dropped after their last local use.
+- *Walk* (`placer.program.walk`): a worker runs its steps with the same interpreter loop as the
+  reference interpreter and the simulator; its own parts are the kernel call, receiving a tensor
+  on its first read (`_Inbox`) and publishing one after the step that makes it.
+- *Constants*: parameters and folded shape/constant subgraphs (`placer.kernels.prepare`) are put
+  on each device that reads them once, when the executor is built; small integer tensors that
+  kernels read on the host (shapes, axes) stay on the CPU so no kernel ever syncs a GPU for them.
+- *Virtual CPU devices* `cpu:K` share the process's memory: a tensor crossing between two of them
+  is handed over, not copied. Each worker is pinned to its own cores (`placer.engines.affinity`)
+  and sets its own intra-op thread count
+  (`torch.set_num_threads` inside the worker thread: OpenMP's thread count is per thread), so
+  two single-thread workers really run on two cores at once.
+- *CUDA*: each device has its own stream; a crossing tensor carries an event recorded on the
+  producer's stream, and the consumer's stream waits on it before a non-blocking copy.
+- *Failures*: an over-cap placement raises `OutOfMemory` when the executor is built (predicted
+  from tensor lifetimes, before anything is allocated); a kernel failure raises `KernelError`;
+  workers check a deadline between nodes and raise `StepTimeout`. The first failing worker
+  aborts the others.
+
+Training step (`training=TrainingSpec(...)`): a step is any callable with named inputs and
+outputs (`walk.Step`), so the backward pass is more steps in the same list
+(`placer.engines.torch.backward`): each forward step on a gradient path also returns its autograd
+record ``saved:<node>``; then a loss step per loss output on that output's device, the VJP of
+each node on the node's device in reverse topological order reading ``grad:<tensor>`` names,
+``accumulate:`` steps where a tensor has several readers, and the ``update:`` of each parameter
+on the device of its last contributor. `build_schedule` derives the crossings (gradients flow
+back over the same edges) and frees the same way (a record dies after its backward step), and a
+worker finds a backward step's callable where it finds a kernel (`step_functions`). Memory of
+gradients and optimizer state is accounted; a record keeps its node's inputs and outputs alive
+until its backward step (an upper bound: torch saves a subset), and an update is in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from placer.devices import Device, as_devices
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.engines.affinity import core_sets, pin_this_thread
+from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
+from placer.engines.torch.backward import TrainingPlan, plan_training, training_prepared
+from placer.program.memory import MemoryEstimate, predict_peak_memory
+from placer.program.pipeline import Pipeline, per_micro_batch, pipelined_plan, placed, tag
+from placer.kernels.prepare import PreparedGraph, check_feeds, prepare
+from placer.program.schedule import Schedule, build_schedule
+from placer.program.training import TrainingSpec
+from placer.program.walk import Step, walk
+from placer.placement import Placement
+
+log = logging.getLogger(__name__)
+
+# Integer tensors up to this many elements that only feed host inputs stay on the CPU.
+_HOST_MAX_NUMEL = 4096
+# How often a waiting worker looks at the abort flag and the deadline.
+_POLL_S = 0.05
+
+
+class ExecutionFailure(Exception):
+    """A step that could not complete; `failure` is a `Measurement.failure` reason."""
+
+    failure = KERNEL_ERROR
+
+    def __init__(self, message: str, peak_memory: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.peak_memory = peak_memory or {}   # device -> bytes, where known
+
+
+class OutOfMemory(ExecutionFailure):
+    failure = OOM
+
+
+class StepTimeout(ExecutionFailure):
+    failure = TIMEOUT
+
+
+class KernelError(ExecutionFailure):
+    failure = KERNEL_ERROR
+
+
+def cpu_threads(device: Device, devices: list[Device]) -> int:
+    """Intra-op threads of a CPU device: its `threads` option, else its share of the cores."""
+    if device.threads:
+        return device.threads
+    if device.index is None:
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n_cpu = sum(d.kind == "cpu" for d in devices)
+    return max(1, cores // max(1, n_cpu))
+
+
+def threads_and_cores(devices: list[Device]) -> tuple[dict[str, int | None], dict[str, frozenset[int]]]:
+    """Each device's intra-op threads (`cpu_threads`; None on a GPU) and the cores its worker is
+    pinned to (`placer.engines.affinity.core_sets`), as every engine sets its devices up."""
+    threads = {d.name: cpu_threads(d, devices) if d.kind == "cpu" else None for d in devices}
+    return threads, core_sets(devices, threads)
+
+
+@dataclass
+class StepProfile:
+    """Per-step timings of one run (seconds, node name -> duration) and which device ran it."""
+
+    node_times: dict[str, float] = field(default_factory=dict)
+    node_device: dict[str, str] = field(default_factory=dict)
+
+
+class _Slot:
+    """A tensor published by its producer for the devices that read it."""
+
+    __slots__ = ("ready", "value", "event")
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.value: torch.Tensor | None = None
+        self.event = None   # torch.cuda.Event recorded after the producing kernel
+
+
+class _Job:
+    """One step in flight: shared by the workers while they run it."""
+
+    def __init__(self, feeds: dict[str, torch.Tensor], crossing: set[str], deadline: float,
+                 n_workers: int, profile: StepProfile | None) -> None:
+        self.feeds = feeds
+        self.slots = {t: _Slot() for t in crossing}
+        self.deadline = deadline
+        self.abort = threading.Event()
+        self.results: dict[str, torch.Tensor] = {}
+        self.errors: list[BaseException] = []
+        self.remaining = n_workers
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.profile = profile
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            self.errors.append(exc)
+        self.abort.set()
+
+    def worker_done(self) -> None:
+        with self.lock:
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.finished.set()
+
+
+class _Worker:
+    """The thread that runs one device's schedule, step after step, for every job it is given."""
+
+    def __init__(self, executor: PlacedExecutor, device: Device, threads: int | None) -> None:
+        self.device = device
+        self.name = device.name
+        self.threads = threads
+        self.cores = executor._cores.get(device.name)
+        self.is_cuda = device.kind == "cuda"
+        self.torch_device = torch.device(device.torch_device)
+        self.jobs: queue.Queue[_Job | None] = queue.Queue()
+        self.ready = threading.Event()
+        self.stream = None
+        self.threads_in_use = 0
+        sched = executor.schedule.per_device[device.name]
+        self.schedule = sched
+        self.kernels = [executor.step_functions[s.name] for s in sched.steps]
+        self.mode = torch.inference_mode if executor.training is None else torch.enable_grad
+        self.feeds = list(sched.feeds)
+        self.outputs = list(sched.outputs)
+        self.consts = executor._consts[device.name]
+        self.thread = threading.Thread(target=self._loop, name=f"placer-{device.name}", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        self.native_id = threading.get_native_id()
+        if self.cores:
+            pin_this_thread(self.cores)   # before any OpenMP thread starts: they inherit the mask
+        if self.device.kind == "cpu" and self.threads:
+            # per-thread: OpenMP keeps the thread count in each thread's own state
+            torch.set_num_threads(self.threads)
+        self.threads_in_use = torch.get_num_threads()
+        if self.is_cuda:
+            torch.cuda.set_device(self.torch_device)
+            self.stream = torch.cuda.Stream(device=self.torch_device)
+        self.ready.set()
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            try:
+                with self.mode():
+                    if self.is_cuda:
+                        with torch.cuda.stream(self.stream):
+                            self._run(job)
+                        self.stream.synchronize()
+                    else:
+                        self._run(job)
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller of run()
+                job.fail(self._classify(exc))
+            finally:
+                job.worker_done()
+
+    def _classify(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, ExecutionFailure):
+            return exc
+        if self.is_cuda and isinstance(exc, torch.cuda.OutOfMemoryError):
+            return OutOfMemory(f"{self.name} ran out of memory: {str(exc).splitlines()[0]}")
+        return exc
+
+    def _run(self, job: _Job) -> None:
+        env = _Inbox(self, job)
+        env.update(self.consts)
+        for t in self.feeds:
+            env[t] = self._to_device(job.feeds[t])
+        sched, deadline, abort = self.schedule, job.deadline, job.abort
+        run_step = self._run_kernel if job.profile is None else self._timed(job.profile)
+        clock = time.perf_counter
+        for i in walk(sched.steps, sched.frees, env, run_step):
+            for t in sched.publish[i]:
+                self._publish(job, t, env[t])
+            if abort.is_set():
+                return
+            if clock() > deadline:
+                raise StepTimeout(f"step exceeded its time limit on {self.name} (after node {sched.steps[i].name!r})")
+        for t in self.outputs:
+            job.results[t] = env[t]
+
+    def _run_kernel(self, i: int, inputs: list[torch.Tensor | None]) -> list[torch.Tensor]:
+        """Step i's kernel on its inputs; a failure names the node."""
+        try:
+            return self.kernels[i](inputs)
+        except Exception as exc:
+            name = self.schedule.steps[i].name
+            if self.is_cuda and isinstance(exc, torch.cuda.OutOfMemoryError):
+                raise OutOfMemory(f"{self.name} ran out of memory in node {name!r}") from exc
+            raise KernelError(f"node {name!r} failed on {self.name}: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+    def _timed(self, profile: StepProfile) -> Callable[[int, list[torch.Tensor | None]], list[torch.Tensor]]:
+        """`_run_kernel` that records each node's duration (CUDA nodes synchronised) into `profile`."""
+        clock = time.perf_counter
+
+        def run_step(i: int, inputs: list[torch.Tensor | None]) -> list[torch.Tensor]:
+            start = clock()
+            outputs = self._run_kernel(i, inputs)
+            if self.is_cuda:
+                self.stream.synchronize()
+            name = self.schedule.steps[i].name
+            profile.node_times[name] = clock() - start
+            profile.node_device[name] = self.name
+            return outputs
+        return run_step
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.device == self.torch_device:
+            return tensor
+        return tensor.to(self.torch_device, non_blocking=True)
+
+    def _publish(self, job: _Job, tensor: str, value: torch.Tensor) -> None:
+        slot = job.slots[tensor]
+        if self.is_cuda:
+            slot.event = torch.cuda.Event()
+            slot.event.record(self.stream)
+        slot.value = value
+        slot.ready.set()
+
+    def _receive(self, job: _Job, tensor: str) -> torch.Tensor:
+        slot = job.slots[tensor]
+        while not slot.ready.wait(_POLL_S):
+            if job.abort.is_set():
+                raise _Aborted()
+            if time.perf_counter() > job.deadline:
+                raise StepTimeout(f"step exceeded its time limit on {self.name} (waiting for {tensor!r})")
+        value = slot.value
+        if value.device == self.torch_device:
+            return value     # virtual CPU devices share memory: a hand-over, no copy
+        if slot.event is not None:
+            if self.is_cuda:
+                self.stream.wait_event(slot.event)
+            else:
+                slot.event.synchronize()
+        copy = value.to(self.torch_device, non_blocking=self.is_cuda)
+        if self.is_cuda and value.is_cuda:
+            # the source block must not be reused before this stream's copy has read it
+            value.record_stream(self.stream)
+        return copy
+
+
+class _Inbox(dict):
+    """A worker's tensors by name; one it does not hold yet comes from the device producing it."""
+
+    def __init__(self, worker: _Worker, job: _Job) -> None:
+        super().__init__()
+        self.worker, self.job = worker, job
+
+    def __missing__(self, tensor: str) -> torch.Tensor:
+        value = self[tensor] = self.worker._receive(self.job, tensor)
+        return value
+
+
+class _Aborted(Exception):
+    """Another worker failed; this one stops without adding an error of its own."""
+
+
+class PlacedExecutor:
+    """Runs `graph` under `placement` on `devices`, one worker thread per device holding nodes.
+
+    Build it once per placement (parameters are loaded then), call `run(feeds)` for each step,
+    and `close()` it (or use it as a context manager) to stop its threads. With `training`, a
+    step is a training step (`placer.engines.torch.backward`): forward, loss, backward, update; `run`
+    then gives the loss, each trained parameter's gradient and its updated value.
+    """
+
+    def __init__(self, graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None,
+                 *, prepared: PreparedGraph | None = None, training: TrainingSpec | None = None,
+                 pipeline: Pipeline | None = None) -> None:
+        self.graph = graph
+        self.devices = as_devices(devices if devices is not None else placement.devices)
+        by_name = {d.name: d for d in self.devices}
+        self.assignment = _check_placement(graph, placement, by_name)
+        self.training = training
+        self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
+        self.prepared, self.plan, self.schedule, self._names = _plan(
+            graph, prepared, self.assignment, [d.name for d in self.devices], training, self.pipeline)
+        functions = self.prepared.kernels if self.plan is None else {**self.prepared.kernels, **self.plan.functions}
+        # a micro-batch's step runs its per-micro-batch step's callable
+        self.step_functions = {**{new: functions[old] for new, old in self._names.items() if old in functions},
+                               **functions}
+        used = [d for d in self.devices if d.name in set(self.assignment.values())]
+        self.memory = _accounted(graph, self.prepared, self.plan, self.schedule, training, self._names)
+        over = [(d, self.memory[d.name]) for d in used if d.mem_cap is not None and self.memory[d.name].peak > d.mem_cap]
+        if over:
+            raise OutOfMemory("; ".join(f"{d.name} needs about {_fmt(m.peak)} (peak at {m.peak_step!r}) "
+                                        f"but its cap is {_fmt(d.mem_cap)}" for d, m in over),
+                              peak_memory={d: m.peak for d, m in self.memory.items()})
+        self._measured_peak: dict[str, int] = {}
+        self._consts = {d.name: self._load_constants(d) for d in self.devices}
+        if self.plan is not None:
+            self._own_parameters(self.plan)
+        self._threads, self._cores = threads_and_cores(self.devices)
+        self._workers: list[_Worker] = []
+        self._active = [d for d in self.devices if self.schedule.per_device[d.name].steps]
+        self._broken: str | None = None
+        self._crossing = {t for t, _, _ in self.schedule.crossings}
+        self._direct_outputs = {t for t in self.schedule.outputs if t not in self.schedule.home}
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _load_constants(self, device: Device) -> dict[str, torch.Tensor]:
+        """Parameters and folded values this device reads, moved there once."""
+        sched = self.schedule.per_device[device.name]
+        if device.kind == "cpu":
+            return {t: self.prepared.constant(t) for t in sched.consts}
+        host_only = _host_only_inputs(self.prepared, sched)
+        target = torch.device(device.torch_device)
+        consts = {}
+        try:
+            for t in sched.consts:
+                value = self.prepared.constant(t)
+                keep_on_host = t in host_only and not value.is_floating_point() and value.numel() <= _HOST_MAX_NUMEL
+                consts[t] = value if keep_on_host else value.to(target)
+        except torch.cuda.OutOfMemoryError as exc:
+            raise OutOfMemory(f"{device.name} ran out of memory loading the parameters") from exc
+        return consts
+
+    def _own_parameters(self, plan: TrainingPlan) -> None:
+        """Trained parameters become this executor's own copies (updates must not reach the shared
+        prepared graph), and each update step gets its optimizer over its owner's copy."""
+        for consts in self._consts.values():
+            for p in plan.trained:
+                if p in consts and consts[p] is self.prepared.params[p]:
+                    consts[p] = consts[p].clone()
+        plan.bind_updates(self.training, lambda p: self._consts[plan.owner[p]][p])
+        self.step_functions.update(plan.functions)
+
+    def _start(self) -> None:
+        main_threads = torch.get_num_threads()
+        self._workers = [_Worker(self, d, self._threads[d.name]) for d in self._active]
+        for w in self._workers:
+            w.ready.wait()
+        # workers' set_num_threads also set the default of threads torch creates later; restore it
+        torch.set_num_threads(main_threads)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def run(self, feeds: Mapping[str, object] | Sequence[Mapping[str, object]], timeout_s: float | None = None,
+            profile: StepProfile | None = None) -> dict[str, torch.Tensor]:
+        """Run one step; graph output name -> tensor (on the device that produced it).
+
+        `timeout_s` bounds the step: workers check the deadline between nodes. With `profile`,
+        each node's duration is recorded into it (CUDA nodes are synchronised to be timed).
+        Pipelined, `feeds` is one mapping per micro-batch (or one for all of them) and micro-batch
+        k's outputs are named ``<output>#k`` (`placer.program.pipeline`).
+        """
+        if self._broken:
+            raise PlacerError(f"this executor cannot run again: {self._broken}; build a new one")
+        tensors = self._feeds(feeds)
+        if not self._workers and self._active:
+            self._start()
+        cuda = [d for d in self._active if d.kind == "cuda"]
+        for d in cuda:
+            torch.cuda.reset_peak_memory_stats(d.torch_device)
+        deadline = time.perf_counter() + (timeout_s if timeout_s is not None else float("inf"))
+        job = _Job(tensors, self._crossing, deadline, len(self._workers), profile)
+        for w in self._workers:
+            w.jobs.put(job)
+        if self._workers:
+            wait = None if timeout_s is None else timeout_s + 5.0
+            if not job.finished.wait(wait):
+                job.abort.set()
+                self._broken = "a kernel overran the step's time limit and is still running"
+                raise StepTimeout(f"step exceeded its time limit of {timeout_s:g}s inside a kernel")
+        errors = [e for e in job.errors if not isinstance(e, _Aborted)]
+        if errors:
+            first = errors[0]
+            if isinstance(first, ExecutionFailure):
+                raise first
+            raise KernelError(f"{type(first).__name__}: {first}") from first
+        for d in cuda:
+            self._measured_peak[d.name] = torch.cuda.max_memory_allocated(d.torch_device)
+            if d.mem_cap is not None and self._measured_peak[d.name] > d.mem_cap:
+                raise OutOfMemory(f"{d.name} peaked at {_fmt(self._measured_peak[d.name])}, "
+                                  f"over its cap of {_fmt(d.mem_cap)}")
+        results = job.results
+        for t in self._direct_outputs:
+            results[t] = tensors[t] if t in tensors else self.prepared.constant(t)
+        if self.plan is not None:
+            return self.plan.results(results)
+        return {t: results[t] for t in self.schedule.outputs}
+
+    def _feeds(self, feeds: Mapping[str, object] | Sequence[Mapping[str, object]]) -> dict[str, torch.Tensor]:
+        """The step's input tensors by name: each micro-batch's under its own names."""
+        if self.pipeline is None:
+            return check_feeds(self.graph, dict(feeds))
+        checked = [check_feeds(self.graph, dict(f)) for f in per_micro_batch(feeds, self.pipeline.micro_batches)]
+        return {tag(name, k): value for k, tensors in enumerate(checked) for name, value in tensors.items()}
+
+    @property
+    def peak_memory(self) -> dict[str, int]:
+        """Peak bytes per device: measured on CUDA (after a run), accounted from lifetimes elsewhere."""
+        return {d.name: self._measured_peak.get(d.name, self.memory[d.name].peak) for d in self.devices}
+
+    def worker_threads(self) -> dict[str, int]:
+        """Device -> the intra-op thread count its worker runs with (workers start on first use)."""
+        if not self._workers and self._active:
+            self._start()
+        return {w.name: w.threads_in_use for w in self._workers}
+
+    def worker_cores(self) -> dict[str, list[int]]:
+        """Device -> the cores its worker thread may run on, read from the thread itself."""
+        self.worker_threads()
+        return {w.name: sorted(os.sched_getaffinity(w.native_id)) for w in self._workers}
+
+    @property
+    def predicted_memory(self) -> dict[str, MemoryEstimate]:
+        return dict(self.memory)
+
+    def close(self) -> None:
+        """Stop the worker threads (idempotent)."""
+        for w in self._workers:
+            w.jobs.put(None)
+        for w in self._workers:
+            w.thread.join(timeout=1.0)
+        self._workers = []
+
+    def __enter__(self) -> PlacedExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+def _check_placement(graph: OpGraph, placement: Placement, by_name: dict[str, Device]) -> dict[str, str]:
+    missing = [n for n in graph.nodes if n not in placement.nodes]
+    if missing:
+        raise PlacerError(f"the placement does not place {len(missing)} node(s) of the graph, e.g. "
+                          f"{missing[:3]}; `placer inspect --json` lists the node names")
+    unknown = sorted({d for n, d in placement.nodes.items() if n in graph.nodes and d not in by_name})
+    if unknown:
+        raise PlacerError(f"the placement uses device(s) {unknown} that are not among "
+                          f"{list(by_name)}; add them to --devices or map them with --map")
+    return {n: placement.nodes[n] for n in graph.nodes}
+
+
+def accounted_memory(graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None, *,
+                     prepared: PreparedGraph | None = None, training: TrainingSpec | None = None,
+                     pipeline: Pipeline | None = None) -> dict[str, MemoryEstimate]:
+    """Each device's peak memory under `placement` as the executor accounts it before running
+    (resident constants and live tensors; with `training` also gradients, saved activations and
+    optimizer state; with `pipeline` every micro-batch in flight), without loading or running anything."""
+    devs = as_devices(devices if devices is not None else placement.devices)
+    assignment = _check_placement(graph, placement, {d.name: d for d in devs})
+    pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
+    prepared, plan, schedule, names = _plan(graph, prepared, assignment, [d.name for d in devs], training, pipeline)
+    return _accounted(graph, prepared, plan, schedule, training, names)
+
+
+def _plan(graph: OpGraph, prepared: PreparedGraph | None, assignment: dict[str, str], devices: list[str],
+          training: TrainingSpec | None, pipeline: Pipeline | None = None
+          ) -> tuple[PreparedGraph, TrainingPlan | None, Schedule, dict[str, str]]:
+    """What runs where: the prepared graph, the training plan (None for inference), the schedule,
+    and for a pipelined step each micro-batch's name -> its per-micro-batch name."""
+    if training is None:
+        prepared = prepared if prepared is not None else prepare(graph)
+        if pipeline is None:
+            return prepared, None, _forward_schedule(graph, prepared, assignment, devices), {}
+        steps, where, u = placed(_forward_steps(graph, prepared), assignment, [o.name for o in graph.outputs],
+                                 _shared(prepared), pipeline, devices)
+        return prepared, None, _schedule(graph, prepared, steps, where, devices, u.outputs, u.names), u.names
+    prepared = training_prepared(graph, prepared)
+    plan = plan_training(graph, prepared, assignment, _forward_steps(graph, prepared), training)
+    names: dict[str, str] = {}
+    if pipeline is not None:
+        plan, u = pipelined_plan(plan, pipeline, _shared(prepared), devices)
+        names = u.names
+    return prepared, plan, _schedule(graph, prepared, plan.steps, plan.assignment, devices, plan.outputs, names), names
+
+
+def _shared(prepared: PreparedGraph) -> set[str]:
+    """What every micro-batch reads as it is: parameters and folded constants."""
+    return set(prepared.params) | set(prepared.folded)
+
+
+def _accounted(graph: OpGraph, prepared: PreparedGraph, plan: TrainingPlan | None, schedule: Schedule,
+               training: TrainingSpec | None, names: Mapping[str, str] | None = None) -> dict[str, MemoryEstimate]:
+    """Peak per device from lifetimes; a training step's optimizer state is resident where it updates."""
+    names = names or {}
+
+    def size(name: str) -> int:
+        if plan is not None and name in plan.gradient_of:
+            name = plan.gradient_of[name]   # a gradient is the size of its tensor
+        if prepared.is_constant(name):
+            value = prepared.constant(name)
+            return value.numel() * value.element_size()
+        info = graph.tensors.get(names.get(name, name))
+        return info.nbytes if info is not None else 0
+
+    held = plan.state_bytes(training, size) if plan is not None else None
+    return predict_peak_memory(schedule, size, held)
+
+
+def _forward_steps(graph: OpGraph, prepared: PreparedGraph) -> list[Step]:
+    """The nodes that run every step (folded ones excluded), in topological order."""
+    return [Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()
+            if n.name in prepared.kernels]
+
+
+def _forward_schedule(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str, str],
+                      devices: list[str]) -> Schedule:
+    return _schedule(graph, prepared, _forward_steps(graph, prepared), assignment, devices,
+                     [o.name for o in graph.outputs])
+
+
+def _schedule(graph: OpGraph, prepared: PreparedGraph, steps: list[Step], assignment: dict[str, str],
+              devices: list[str], outputs: list[str], names: Mapping[str, str] | None = None) -> Schedule:
+    inputs = {i.name for i in graph.inputs}
+    feeds = inputs | {new for new, old in (names or {}).items() if old in inputs}   # each micro-batch's inputs
+    return build_schedule(steps, assignment, devices, _shared(prepared), feeds, outputs)
+
+
+def _host_only_inputs(prepared: PreparedGraph, sched) -> set[str]:
+    """Constants that this device's steps read only at host-input positions."""
+    host, data = set(), set()
+    for step in sched.steps:
+        positions = prepared.host_inputs(step.name)
+        for i, t in enumerate(step.inputs):
+            if t:
+                (host if i in positions else data).add(t)
+    return host - data
+
+
+def _fmt(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

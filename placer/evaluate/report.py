@@ -1,0 +1,188 @@
+"""`placer compare`'s output: the comparison as a text table, compare.json, compare.csv, one
+placement file per row and a bar chart compare.png (matplotlib)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from placer.measure.intervals import MIN_EFFECT, Interval, why_tied
+from placer.evaluate.compare import CONTROL_TOLERANCE, Comparison
+
+log = logging.getLogger(__name__)
+
+
+def format_table(comparison: Comparison) -> str:
+    """The comparison as a fixed-width text table (times in ms, memory in MiB), then what it says:
+    the rounds, the control check, what learning is worth, and notes."""
+    devices = comparison.devices
+    has_whole = comparison.row("whole_machine") is not None and comparison.row("whole_machine").step_time
+    pipelined = comparison.micro_batches > 1
+    head = ["placement", "step ms [95%]"] + (["micro-batches/s"] if pipelined else []) + ["vs best 1-dev [95%]"] + \
+           (["vs whole machine"] if has_whole else []) + \
+           ["tied", "/ bound", "predicted"] + [f"peak {d} MiB" for d in devices] + ["find s", "caps", "status"]
+    lines = []
+    for r in comparison.rows:
+        m = r.measurement
+        peaks = [f"{m.peak_memory[d] / 2**20:.1f}" if m is not None and d in m.peak_memory else "-" for d in devices]
+        caps = "-" if not comparison.caps or r.respects_memory is None else \
+            ("respects" if r.respects_memory else "ignores")
+        tied = "-" if r.step_time is None else ("fastest" if r.name == comparison.fastest
+                                                else "tied" if r.tied_with_fastest else "")
+        lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None)] +
+                     ([_num(comparison.throughput(r), 1, 1)] if pipelined else []) + [_speedup(r.vs_best_single)] + ([_speedup(r.vs_whole_machine)] if has_whole else []) +
+                     [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] + peaks +
+                     [_num(r.find_time_s, 1, 3), caps, _short(r.status)])
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+    fmt = lambda cells: "  ".join(str(c).ljust(w) if i in (0, len(cells) - 1) else str(c).rjust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    lb = comparison.lower_bound
+    footer = [f"lower bound {lb.value * 1e3:.2f} ms (critical path {lb.critical_path * 1e3:.2f} ms, "
+              f"load {lb.load * 1e3:.2f} ms by {lb.load_method}); best single device: "
+              f"{comparison.best_single or 'none'}" +
+              (f" at {comparison.best_single_step_time * 1e3:.2f} ms" if comparison.best_single_step_time else "")]
+    if comparison.rounds:
+        r = comparison.rounds
+        footer.append(f"measured in {r['rounds']} interleaved rounds ({r['seconds']:.0f} s), every placement once a "
+                      f"round in a shuffled order; intervals are 95%, 'tied' rows' interval against the fastest holds 1 or they "
+                      f"differ by under {MIN_EFFECT:.0%}"
+                      + (f"; stopped at the {r['capped']} cap" if r["capped"] else ""))
+    if comparison.control:
+        c = comparison.control
+        footer.append(f"control: {c['twin']} measured twice, ratio {c['ratio']['value']:.3f} "
+                      f"[{c['ratio']['low']:.3f}, {c['ratio']['high']:.3f}]: "
+                      + ("agrees" if c["agrees"] else "DISAGREES") + f" (within {CONTROL_TOLERANCE:.0%} asked)")
+    for v in comparison.verdicts:
+        footer.append(_verdict_line(v))
+    if comparison.learning:
+        footer.append(_learning_line(comparison.learning))
+    protocol = comparison.info.get("protocol", {})
+    if pipelined:
+        footer.append(f"step = {comparison.micro_batches} micro-batches pipelined through the placement "
+                      "(the model is the per-micro-batch graph)")
+    if comparison.info.get("engine") == "onnxruntime":
+        footer.append("every row ran in ONNX Runtime (the onnxruntime engine: one session per device partition)")
+    if protocol.get("objective") == "training":
+        footer.append(f"step = training step (forward, loss {protocol.get('loss')}, backward, "
+                      f"{protocol.get('optimizer')} update)")
+    footer += [f"note: {n}" for n in comparison.notes]
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + [""] + footer)
+
+
+def _with_interval(seconds: float | None, interval: dict | None) -> str:
+    """'123.45 [121.0, 125.2]' (ms), or the time alone when there is no interval."""
+    if seconds is None:
+        return "-"
+    if not interval or interval["n"] < 2:
+        return f"{seconds * 1e3:.2f}"
+    return f"{seconds * 1e3:.2f} [{interval['low'] * 1e3:.1f}, {interval['high'] * 1e3:.1f}]"
+
+
+def _speedup(interval) -> str:
+    """'1.32x [1.28, 1.35]', or '1.32x' for an exact (simulated) figure."""
+    if interval is None:
+        return "-"
+    if interval.n < 2:
+        return f"{interval.value:.2f}x"
+    return f"{interval.value:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def _verdict_line(v: dict[str, Any]) -> str:
+    """'learned vs m_sct (the best baseline placer): 1.03x [0.99, 1.06], tied (the interval holds 1)'."""
+    i = v["speedup"]
+    figure = f"{i['value']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i["n"] >= 2 else f"{i['value']:.2f}x"
+    said = {"faster": "faster", "slower": "slower",
+            "tied": f"tied ({why_tied(Interval(**i))})"}[v["verdict"]]
+    return f"{v['subject']} vs {v['reference']} ({v['what']}): {figure}, {said}"
+
+
+def _learning_line(worth: dict[str, Any]) -> str:
+    """'learning is worth: learned X ms vs random search (N samples) Y ms: 1.05x [1.02, 1.08], faster'."""
+    learned, searched = worth["learned_step_time_s"] * 1e3, worth["random_search_step_time_s"] * 1e3
+    interval = worth.get("interval")
+    figure = (f"{interval['value']:.2f}x [{interval['low']:.2f}, {interval['high']:.2f}]"
+              if interval and interval["n"] >= 2 else f"{worth['ratio']:.2f}x")
+    said = {"faster": "the learned placement is faster", "slower": "random search is faster",
+            "tied": f"tied ({why_tied(Interval(**interval))})" if interval else "tied"}.get(worth.get("verdict"), "")
+    return (f"learning is worth: learned {learned:.2f} ms vs random search ({worth['random_search_samples']} "
+            f"samples) {searched:.2f} ms: {figure}" + (f", {said}" if said else ""))
+
+
+def _num(value: float | None, scale: float, digits: int, suffix: str = "") -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value * scale:.{digits}f}{suffix}"
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def write_outputs(comparison: Comparison, out_dir: str | Path, plot: bool = True) -> list[Path]:
+    """compare.json, compare.csv and (with matplotlib) compare.png in `out_dir`; returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "compare.json", out / "compare.csv"]
+    paths[0].write_text(comparison_json(comparison))
+    columns = ["name", "placer", "step_time_s", "spread_s", "speedup_vs_best_single", "tied_with_fastest",
+               "ratio_to_lower_bound",
+               "predicted_step_time_s"] + [f"peak_memory_{d}" for d in comparison.devices] + \
+              ["find_time_s", "respects_memory", "status"]
+    with paths[1].open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        for r in comparison.rows:
+            data = r.to_dict()
+            writer.writerow({**{k: data.get(k) for k in columns if k in data},
+                             **{f"peak_memory_{d}": data["peak_memory"].get(d) for d in comparison.devices}})
+    for r in comparison.rows:
+        if r.placement is not None:
+            (out / "placements").mkdir(exist_ok=True)
+            r.placement.save(out / "placements" / f"{r.name.replace(':', '_')}.json")
+    if plot:
+        try:
+            paths.append(plot_bars(comparison, out / "compare.png"))
+        except ImportError:
+            log.warning("matplotlib is not installed, so no compare.png; pip install matplotlib for the chart")
+    return paths
+
+
+def comparison_json(comparison: Comparison) -> str:
+    """What compare.json holds (format placer.compare/1), ending in a newline."""
+    return json.dumps(comparison.to_dict(), indent=2, default=_json_default) + "\n"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def plot_bars(comparison: Comparison, path: Path) -> Path:
+    """A bar per measured placement (IQR as error bar), lines at the lower bound and best single device."""
+    import matplotlib
+
+    matplotlib.use("Agg")   # files only, no display needed
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in comparison.rows if r.step_time is not None]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(rows) + 2), 4.5))
+    names = [r.name for r in rows]
+    ax.bar(names, [r.step_time * 1e3 for r in rows],
+           yerr=[(r.measurement.spread or 0.0) * 1e3 for r in rows], capsize=3,
+           color=["tab:green" if r.placer == "learned" else "tab:grey" if r.placer == "single" else "tab:blue"
+                  for r in rows])
+    ax.axhline(comparison.lower_bound.value * 1e3, color="tab:red", linestyle="--", label="lower bound")
+    if comparison.best_single_step_time:
+        ax.axhline(comparison.best_single_step_time * 1e3, color="black", linestyle=":", label="best single device")
+    ax.set_ylabel("step time (ms, median; bars: IQR)")
+    ax.set_title(f"{Path(comparison.graph).name or 'graph'} on {', '.join(comparison.devices)}")
+    ax.tick_params(axis="x", rotation=45)
+    plt.setp(ax.get_xticklabels(), ha="right")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,139 @@
+"""The partitioners of pipeline-parallel tools: contiguous stages of the topological order, one
+per device in the given device order, balanced for a pipelined step (`--micro-batches`).
+
+- `pipeline_dp` (PipeDream, Narayanan et al., SOSP 2019): a dynamic program over the
+  topological order minimising the slowest stage, a stage's time being its compute on its device
+  or the transfer of what crosses into it (links are resources of their own), under memory caps;
+  a device may be left empty. Exact on chains (`tests/placers/test_pipeline_placers.py` checks
+  it against brute force).
+- `pipeline_balanced` (GPipe / torchgpipe's ``balance_by_time``): every device a stage, the
+  slowest stage's compute minimised, transfers and memory not considered.
+- `pipeline_params` (DeepSpeed's default ``partition_method="parameters"``): every device a stage,
+  the largest stage's parameter count minimised.
+
+On the training objective the cost model is a `TrainingStepCosts`: a node's time is its forward,
+backward and updates, a crossing tensor's time its copy forward and its gradient back.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from placer.graph.opgraph import OpGraph
+from placer.costmodel.protocol import CostModel
+from placer.placement import Placement
+from placer.placers.base import (Caps, _touched_tensors, does_not_fit, make_placement, require_cost,
+                                 require_devices)
+from placer.costmodel.training_costs import TrainingStepCosts
+
+
+def stages(work: np.ndarray, cut: np.ndarray | None = None, memory: np.ndarray | None = None,
+           caps: list[float] | None = None, every_device: bool = False) -> tuple[list[int], float]:
+    """Contiguous stages of nodes 0..n-1, stage k on device k: (device index per node, the
+    slowest stage's time). `work[v, d]`: node v's time on device d; `cut[i, d]`: the time of
+    moving onto device d what crosses between nodes i-1 and i (a stage of its own); `memory[v]`
+    what node v holds; `caps[d]`. `every_device`: no device left empty.
+
+    best[k, j] is the least slowest stage of nodes 0..j-1 on devices 0..k-1; its last stage
+    starts at some i < j (or device k-1 is empty: i = j), so best[k, j] is the least over i of
+    max(best[k-1, i], work of i..j-1 on k-1, cut[i, k-1]): the PipeDream recurrence.
+    """
+    n, D = work.shape
+    prefix = np.vstack([np.zeros((1, D)), np.cumsum(work, axis=0)])
+    cut = np.zeros((n, D)) if cut is None else cut.copy()
+    cut[0] = 0.0   # nothing crosses into the first stage
+    held = np.concatenate([[0.0], np.cumsum(memory if memory is not None else np.zeros(n))])
+    caps = caps or [math.inf] * D
+    best = np.full((D + 1, n + 1), np.inf)
+    best[0, 0] = 0.0
+    start = np.zeros((D + 1, n + 1), dtype=np.int64)
+    for k in range(1, D + 1):
+        d = k - 1
+        for j in range(n + 1):
+            i = np.arange(j)
+            # an inf - inf (a node that cannot run on d) is nan: such a stage is impossible
+            cost = np.maximum(np.maximum(best[k - 1, :j], np.nan_to_num(prefix[j, d] - prefix[:j, d], nan=np.inf)),
+                              cut[:j, d])
+            cost[held[j] - held[:j] > caps[d]] = np.inf
+            if j and np.isfinite(cost).any():
+                start[k, j] = int(np.argmin(cost))
+                best[k, j] = cost[start[k, j]]
+            if not every_device and best[k - 1, j] <= best[k, j]:   # device d left empty
+                best[k, j], start[k, j] = best[k - 1, j], j
+    device = [0] * n
+    j = n
+    for k in range(D, 0, -1):
+        i = int(start[k, j])
+        device[i:j] = [k - 1] * (j - i)
+        j = i
+    return device, float(best[D, n])
+
+
+def _work(graph: OpGraph, devices: list[str], cost: CostModel) -> np.ndarray:
+    return np.array([[cost.op_time(node, d) for d in devices] for node in graph.nodes.values()], dtype=float)
+
+
+def _cuts(graph: OpGraph, devices: list[str], cost: CostModel) -> np.ndarray:
+    """cut[i, d]: the slowest copy onto device d of the bytes that cross between node i-1 and i
+    (a tensor made before i and read at or after it), in topological order."""
+    position = {name: i for i, name in enumerate(graph.nodes)}
+    crossing = np.zeros(len(graph.nodes) + 1)
+    for i, node in enumerate(graph.nodes.values()):
+        for t in node.outputs:
+            readers = [position[r] for r in graph.consumers.get(t, ()) if r in position]
+            if t and readers and max(readers) > i:
+                nbytes = graph.tensors[t].nbytes if t in graph.tensors else 0
+                crossing[i + 1] += nbytes
+                crossing[max(readers) + 1] -= nbytes
+    crossing = np.cumsum(crossing)[:-1]
+    return np.array([[max((cost.transfer_time(int(b), s, d) for s in devices if s != d), default=0.0)
+                      for d in devices] for b in crossing], dtype=float)
+
+
+def _memory(graph: OpGraph, cost: CostModel | None) -> np.ndarray:
+    """What each node holds with nothing freed: every tensor its steps read or write (a training
+    step's gradients and saved activations too) and its parameters' optimizer state; a tensor
+    several nodes share counts for each, so a stage's sum bounds the executor's accounting."""
+    program = cost.program if isinstance(cost, TrainingStepCosts) else None
+    touches, held = _touched_tensors(graph, program)
+    size = program.size if program is not None else (lambda t: graph.tensors[t].nbytes if t in graph.tensors else 0)
+    return np.array([held.get(n, 0) + sum(size(t) for t in touches[n]) for n in graph.nodes], dtype=float)
+
+
+def _place(graph: OpGraph, devices: list[str], name: str, work: np.ndarray, cut: np.ndarray | None = None,
+           caps: Caps | None = None, cost: CostModel | None = None, every_device: bool = False) -> Placement:
+    memory = _memory(graph, cost) if caps else None
+    limits = [float((caps or {}).get(d, math.inf)) for d in devices]
+    device, slowest = stages(work, cut, memory, limits, every_device)
+    if not math.isfinite(slowest):
+        raise does_not_fit(name, graph, caps or {}, cost=cost)
+    nodes = {n: devices[k] for n, k in zip(graph.nodes, device)}
+    return make_placement(graph, devices, nodes, name, slowest_stage=slowest)
+
+
+def pipeline_dp(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+                caps: Caps | None = None, *, seed: int = 0) -> Placement:
+    """PipeDream's partition: contiguous stages minimising the slowest stage, transfers included,
+    within the caps."""
+    require_devices(devices)
+    cost = require_cost(cost, "pipeline_dp")
+    return _place(graph, devices, "pipeline_dp", _work(graph, devices, cost), _cuts(graph, devices, cost), caps, cost)
+
+
+def pipeline_balanced(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+                      caps: Caps | None = None, *, seed: int = 0) -> Placement:
+    """torchgpipe's balance by time: a stage per device, the slowest stage's compute minimised."""
+    require_devices(devices)
+    cost = require_cost(cost, "pipeline_balanced")
+    return _place(graph, devices, "pipeline_balanced", _work(graph, devices, cost),
+                  every_device=len(devices) <= len(graph.nodes))
+
+
+def pipeline_params(graph: OpGraph, devices: list[str], cost: CostModel | None = None,
+                    caps: Caps | None = None, *, seed: int = 0) -> Placement:
+    """DeepSpeed's balance by parameters: a stage per device, the largest parameter count minimised."""
+    require_devices(devices)
+    params = np.array([[node.param_bytes] * len(devices) for node in graph.nodes.values()], dtype=float)
+    return _place(graph, devices, "pipeline_params", params, every_device=len(devices) <= len(graph.nodes))

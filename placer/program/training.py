@@ -1,0 +1,241 @@
+"""What a training step adds to a graph's forward pass: which initializers it trains, the loss,
+and the optimizer that updates them.
+
+- *Trained parameters*: every float initializer that an output the loss covers (`Loss.outputs`:
+  mse every float output, cross_entropy the labelled ones) depends on through float tensors;
+  integer and shape paths (and inputs a kernel reads on the host: shapes, axes, ratios) carry no
+  gradient. The others are not trained (nor reported).
+- *Loss*: by default ``sum over float outputs of mean((y - t)^2) / 2`` with targets ``t`` zero
+  unless given; ``cross_entropy`` for logits outputs given integer labels. Each output's term is
+  computed on its producer's device, so its gradient starts the backward pass there (an output
+  no step makes: see `placer.engines.torch.backward`).
+- *Optimizer*: SGD with momentum (default) or Adam, `torch.optim`'s own, built over the tensors
+  of one device so that its state lives on that device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.graph.structure import nested_nodes
+
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
+LOSSES = ("mse", "cross_entropy")
+# Ops refused on a gradient path (`check_differentiable`): random draws, whose values are no
+# function of their input's (its shape or probabilities only), and DynamicQuantizeLinear, whose
+# integer output has no gradient, so one would pass through its scale alone. Every other kernel
+# with float inputs and outputs differentiates by torch autograd through the kernel
+# (tests/measure/test_backward_coverage.py checks each against finite differences).
+NO_BACKWARD = frozenset({"RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial",
+                         "DynamicQuantizeLinear"})
+OPTIMIZERS = ("sgd", "adam")
+LOSS_HELP = ("mse: sum over the float outputs of mean((y - t)^2) / 2, targets t zero unless --targets "
+             "gives them; cross_entropy: mean cross-entropy of each logits output that --targets gives "
+             "integer labels for (classes on axis 1, or on the last axis when the labels have the other dims)")
+
+
+def is_float(graph: OpGraph, tensor: str) -> bool:
+    """Whether `tensor` is a floating-point tensor of `graph`."""
+    info = graph.tensors.get(tensor)
+    return info is not None and info.dtype in FLOAT_DTYPES
+
+
+def host_read_inputs(graph: OpGraph) -> Callable[[str], frozenset[int]]:
+    """node name -> the input positions its kernel reads on the host (folded nodes included)."""
+    from placer.graph.structure import canonical_domain
+    from placer.kernels import host_inputs
+
+    table = {name: host_inputs(n.op_type, n.opset, canonical_domain(n.domain)) for name, n in graph.nodes.items()}
+    return lambda node: table.get(node, frozenset())
+
+
+def gradient_tensors(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset(),
+                     loss_outputs: Iterable[str] | None = None) -> set[str]:
+    """Every tensor one of `loss_outputs` depends on through float tensors: those a gradient reaches.
+
+    `host_inputs(node)` gives the input positions the node's kernel reads on the host (shapes,
+    axes): no gradient flows through them. `loss_outputs`: the outputs the loss has terms for
+    (`Loss.outputs`); None: the default loss's, every float output.
+    """
+    if loss_outputs is None:
+        loss_outputs = Loss().outputs(graph, {})
+    reached = set(loss_outputs)
+    for node in reversed(list(graph.nodes.values())):
+        if not any(t in reached for t in node.outputs if t):
+            continue
+        host = host_inputs(node.name)
+        reached.update(t for i, t in enumerate(node.inputs) if t and i not in host and is_float(graph, t))
+    return reached
+
+
+def trained_parameters(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset(),
+                       loss_outputs: Iterable[str] | None = None) -> list[str]:
+    """The float initializers a training step updates, in the file's order (see `gradient_tensors`).
+
+    A file's Constant nodes are weights for placement (`OpGraph.constants`) but literals to the
+    model: they stay fixed, as they do in the module that was exported."""
+    reached = gradient_tensors(graph, host_inputs, loss_outputs)
+    fixed = set(graph.constants.values())
+    return [name for name in graph.initializers if name in reached and is_float(graph, name) and name not in fixed]
+
+
+def check_differentiable(graph: OpGraph, nodes: Sequence[str]) -> None:
+    """Refuse, in one error, the ops without a backward among `nodes` (those on a gradient path)."""
+    bad: dict[str, list[str]] = {}
+    for name in nodes:
+        node = graph.nodes[name]
+        # a control-flow node differentiates through what its subgraphs run: refused for any op there
+        for op in dict.fromkeys([node.op_type, *(n.op_type for n in nested_nodes(node.proto))]):
+            if op in NO_BACKWARD:
+                bad.setdefault(op, []).append(name)
+    if bad:
+        listed = "; ".join(f"{op} ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+                           for op, names in sorted(bad.items()))
+        raise PlacerError(f"a training step needs a backward of every op on a gradient path, and these have "
+                          f"none: {listed}; use --objective inference, or re-export the model without them")
+
+
+@dataclass(frozen=True)
+class Loss:
+    """The loss of a training step: `kind` is 'mse' or 'cross_entropy' (see `LOSS_HELP`)."""
+
+    kind: str = "mse"
+
+    def __post_init__(self) -> None:
+        if self.kind not in LOSSES:
+            raise PlacerError(f"unknown loss {self.kind!r}; choose one of {', '.join(LOSSES)}")
+
+    def check_targets(self, graph: OpGraph, targets: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Targets checked against the graph's float outputs: output name -> target tensor."""
+        outputs = {o.name: o for o in graph.outputs if is_float(graph, o.name)}
+        unknown = sorted(set(targets) - set(outputs))
+        if unknown:
+            raise PlacerError(f"targets given for {unknown}, which are not float outputs of the graph; "
+                              f"the float outputs are {sorted(outputs)}")
+        checked = {}
+        for name, target in targets.items():
+            shape = tuple(outputs[name].shape)
+            if self.kind == "mse":
+                if tuple(target.shape) != shape or not target.is_floating_point():
+                    raise PlacerError(f"the target of {name!r} must be a float array of shape {shape} "
+                                      f"(got {target.dtype} {tuple(target.shape)})")
+            else:
+                if target.is_floating_point() or target.is_complex():
+                    raise PlacerError(f"--loss cross_entropy needs integer labels for {name!r} "
+                                      f"(got {target.dtype})")
+                _class_axis(name, shape, tuple(target.shape))
+                target = target.long()
+            checked[name] = target
+        if self.kind == "cross_entropy" and not checked:
+            raise PlacerError("--loss cross_entropy needs integer labels for a logits output: give them "
+                              f"in --targets (an .npz with one of {sorted(outputs)})")
+        return checked
+
+    def outputs(self, graph: OpGraph, targets: Mapping[str, torch.Tensor]) -> list[str]:
+        """The graph outputs the loss reads, in graph order: where the gradients, and so the
+        trained parameters, start from."""
+        if self.kind == "cross_entropy":
+            return [o.name for o in graph.outputs if o.name in targets]
+        return [o.name for o in graph.outputs if is_float(graph, o.name)]
+
+    def term(self, name: str, output: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+        """One output's term of the loss (a scalar on the output's device)."""
+        if self.kind == "mse":
+            y = output.float() if output.dtype in (torch.float16, torch.bfloat16) else output
+            d = y if target is None else y - target.to(y.device, y.dtype)   # no target: zero, y - 0 is y
+            return torch.mean(d ** 2) / 2
+        axis = _class_axis(name, tuple(output.shape), tuple(target.shape))
+        logits = output.movedim(axis, 1) if axis != 1 else output
+        return torch.nn.functional.cross_entropy(logits.float(), target.to(output.device))
+
+    def term_and_grad(self, name: str, output: torch.Tensor, target: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(term, d term / d output): where one output's backward pass starts."""
+        with torch.inference_mode(False), torch.enable_grad():
+            # a leaf sharing the output's memory (the term reads it only); an inference tensor
+            # cannot require a gradient, so that one is copied
+            y = (output.clone() if output.is_inference() else output.detach()).requires_grad_(True)
+            value = self.term(name, y, target)
+            (grad,) = torch.autograd.grad(value, y)
+        return value.detach(), grad
+
+
+def _class_axis(name: str, logits: tuple[int, ...], labels: tuple[int, ...]) -> int:
+    """The classes axis of a logits output given its labels' shape: 1 (torch's convention),
+    else the last one (a sequence model's (batch, time, vocabulary))."""
+    if len(logits) >= 2 and labels == logits[:1] + logits[2:]:
+        return 1
+    if len(logits) >= 2 and labels == logits[:-1]:
+        return len(logits) - 1
+    raise PlacerError(f"the labels of {name!r} have shape {labels}, which fits no classes axis of its "
+                      f"logits {logits}; give one label per row (shape {logits[:1] + logits[2:]} "
+                      f"or {logits[:-1]})")
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """The optimizer of a training step: SGD with momentum or Adam, with torch's formulas."""
+
+    name: str = "sgd"
+    lr: float | None = None      # None: 0.01 for SGD, 0.001 for Adam
+    momentum: float = 0.9        # SGD only
+
+    def __post_init__(self) -> None:
+        if self.name not in OPTIMIZERS:
+            raise PlacerError(f"unknown optimizer {self.name!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.lr is not None and not self.lr > 0:
+            raise PlacerError(f"the learning rate must be positive (got {self.lr})")
+
+    @property
+    def learning_rate(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return 0.01 if self.name == "sgd" else 0.001
+
+    def build(self, params: Sequence[torch.Tensor]) -> torch.optim.Optimizer:
+        """A torch optimizer over `params` (tensors of one device; its state is made there)."""
+        if self.name == "sgd":
+            return torch.optim.SGD(list(params), lr=self.learning_rate, momentum=self.momentum)
+        return torch.optim.Adam(list(params), lr=self.learning_rate)
+
+    def state_bytes(self, param_bytes: int) -> int:
+        """Bytes of optimizer state a parameter of `param_bytes` keeps (momentum; Adam's two moments)."""
+        if self.name == "sgd":
+            return param_bytes if self.momentum else 0
+        return 2 * param_bytes
+
+    def to_dict(self) -> dict[str, float | str]:
+        record: dict[str, float | str] = {"optimizer": self.name, "lr": self.learning_rate}
+        if self.name == "sgd":
+            record["momentum"] = self.momentum
+        return record
+
+
+def apply_update(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor],
+                 grads: Sequence[torch.Tensor | None]) -> None:
+    """One optimizer step of `params` (updated in place) with `grads` (None: no gradient reached it)."""
+    for p, g in zip(params, grads):
+        p.grad = g
+    with torch.inference_mode(False):
+        optimizer.step()
+    for p in params:
+        p.grad = None
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingSpec:
+    """What a training step runs after the forward pass: its loss (with its targets, output name
+    -> tensor, checked by `Loss.check_targets`) and the optimizer of the update."""
+
+    loss: Loss = Loss()
+    optimizer: OptimizerSpec = OptimizerSpec()
+    targets: Mapping[str, torch.Tensor] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, float | str]:
+        """The loss and the optimizer, as measurements and profiles record them (targets left out)."""
+        return {"loss": self.loss.kind, **self.optimizer.to_dict()}
