@@ -5,6 +5,7 @@ from __future__ import annotations
 from placer.devices import cuda_count, mixes_cpu_with_virtual_cpus, not_on_this_machine, parse_device
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.graph.placement_check import assignment, unplaced
 from placer.placement import Placement
 
 _SHOWN = 5  # how many offending names a message lists
@@ -43,7 +44,10 @@ def resolve_placement(graph: OpGraph, placement: Placement, device_map: dict[str
         raise PlacerError(f"the placement names {len(unknown)} node(s) that {graph.source or 'the graph'} "
                           f"does not have: {_few(unknown)}; node names are the ONNX node names "
                           "(placer inspect --json lists them)")
-    missing = [n for n in graph.nodes if n not in placement.nodes]
+    # On top of the one check (`assignment`, below): the hash, node names the graph lacks, --map
+    # and this machine's devices. A node left out is refused first, in the CLI's fuller words
+    # (the graph's node count, up to five names), before --map is read.
+    missing = unplaced(graph, placement)
     if missing:
         raise PlacerError(f"the placement does not place {len(missing)} of the graph's {len(graph.nodes)} "
                           f"node(s): {_few(missing)}; give every node a device")
@@ -58,7 +62,7 @@ def resolve_placement(graph: OpGraph, placement: Placement, device_map: dict[str
     _check_mix(devices)
     if check_devices:
         check_on_this_machine(devices)
-    nodes = {n: rename[placement.nodes[n]] for n in graph.nodes}
+    nodes = {n: rename[d] for n, d in assignment(graph, placement).items()}
     # Constant weights are no decision: each goes with its first reader, whatever the file says.
     nodes.update(graph.constant_devices(nodes))
     return Placement(devices=devices, nodes=nodes,

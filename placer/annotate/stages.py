@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.graph.placement_check import assignment
 from placer.graph.structure import node_reads
 from placer.placement import Placement
 
@@ -31,10 +31,7 @@ class Stage:
 
 def plan_stages(graph: OpGraph, placement: Placement) -> list[Stage]:
     """Split `graph` under `placement` into a chain of single-device stages (see module doc)."""
-    missing = [n for n in graph.nodes if n not in placement.nodes]
-    if missing:
-        raise PlacerError(f"the placement does not place {len(missing)} node(s) of the graph, e.g. "
-                          f"{missing[:3]}; check it with placer apply first")
+    device_of = assignment(graph, placement, remedy="check it with placer apply first")
     reads = {name: node_reads(op.proto) for name, op in graph.nodes.items()}
     producer = {t: name for name, op in graph.nodes.items() for t in op.outputs if t}
     preds = {name: {producer[t] for t in ts if t in producer} for name, ts in reads.items()}
@@ -43,11 +40,11 @@ def plan_stages(graph: OpGraph, placement: Placement) -> list[Stage]:
     remaining = list(graph.nodes)
     done: set[str] = set()
     while remaining:
-        device = placement.nodes[remaining[0]]
+        device = device_of[remaining[0]]
         members: list[str] = []
         taken: set[str] = set()
         for name in remaining:  # topological order: a node's producers are decided before it
-            if placement.nodes[name] == device and preds[name] <= (done | taken):
+            if device_of[name] == device and preds[name] <= (done | taken):
                 members.append(name)
                 taken.add(name)
         done |= taken

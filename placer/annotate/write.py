@@ -28,6 +28,7 @@ from placer.annotate.stages import plan_stages, stage_of_node
 from placer.devices import device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.graph.placement_check import assignment
 from placer.graph.structure import node_names as structure_names
 from placer.placement import FORMAT, Placement
 
@@ -65,10 +66,8 @@ def apply_placement(model: onnx.ModelProto, placement: Placement, graph: OpGraph
 
     `graph` is the `OpGraph` loaded from `model`; `placement` must place each of its nodes
     (`resolve_placement` checks that)."""
-    missing = [n for n in graph.nodes if n not in placement.nodes]
-    if missing:
-        raise PlacerError(f"the placement does not place {len(missing)} node(s), e.g. {missing[:3]}; "
-                          "give a placement made for this graph")
+    # checked here so that a refusal gives apply's advice, not plan_stages' ("check it with placer apply")
+    assignment(graph, placement, remedy="give a placement made for this graph")
     stage_of = stage_of_node(plan_stages(graph, placement))
     stage_of.update(graph.constant_devices(stage_of))   # a Constant weight is in its reader's stage
     placement = Placement(placement.devices, {**placement.nodes, **graph.constant_devices(placement.nodes)},

@@ -6,23 +6,22 @@ Such a node is a parameter, not an op: loading turns it into an initializer (a c
 subgraph that makes a float tensor is evaluated into one), so that every pass (parameters,
 memory, caps, the placers' weight rules, the executor's one copy per reading device) treats it as
 the same model with initializers; each node folded follows the first reader of its weight
-wherever a placement names nodes (`constant_devices`).
+wherever a placement names nodes (`placer.graph.opgraph.constant_devices`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TypeVar
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from placer.graph.fold import evaluate_node
 from placer.graph.structure import STANDARD_DOMAINS, deterministic, node_inputs, subgraphs
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 _FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                           onnx.TensorProto.BFLOAT16})
 
@@ -46,8 +45,6 @@ def _float_value(node: onnx.NodeProto) -> onnx.TensorProto | None:
 def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Tensor -> value of every top-level node computed from Constant nodes only (deterministic,
     standard ops, no subgraphs; a node the reference evaluator cannot run is left out)."""
-    from placer.graph.fold import evaluate_node   # (fold reads opgraph, which reads this module)
-
     opsets = {o.domain: o.version for o in model.opset_import}
     values: dict[str, np.ndarray] = {}
     for node in model.graph.node:
@@ -126,15 +123,3 @@ def _first_weight(k: int, nodes: list[onnx.NodeProto], constant: set[int], reade
                     seen.add(r)
                     frontier.append(r)
     return min(found)[1]
-
-
-def constant_devices(constants: Mapping[str, str], consumers: Mapping[str, list[str]],
-                     nodes: Mapping[str, T]) -> dict[str, T]:
-    """The device of each Constant node (node -> tensor in `constants`) under a node -> device map
-    (or any node -> value map): its first reader's (in topological order), or the first node's
-    for a Constant read by none."""
-    if not constants or not nodes:
-        return {}
-    fallback = next(iter(nodes.values()))
-    return {name: nodes.get(next(iter(consumers.get(tensor, ())), ""), fallback)
-            for name, tensor in constants.items()}

@@ -15,9 +15,19 @@ import networkx as nx
 import numpy as np
 import onnx
 
-from placer.graph.constants import constant_devices
-
 T = TypeVar("T")
+
+
+def constant_devices(constants: Mapping[str, str], consumers: Mapping[str, list[str]],
+                     nodes: Mapping[str, T]) -> dict[str, T]:
+    """The device of each Constant node (node -> tensor in `constants`) under a node -> device map
+    (or any node -> value map): its first reader's (in topological order), or the first node's
+    for a Constant read by none."""
+    if not constants or not nodes:
+        return {}
+    fallback = next(iter(nodes.values()))
+    return {name: nodes.get(next(iter(consumers.get(tensor, ())), ""), fallback)
+            for name, tensor in constants.items()}
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import onnx
 from onnx import helper
 
 from placer.errors import PlacerError
+from placer.graph.feeds import random_feeds
 from placer.graph.opgraph import TensorInfo
 
 log = logging.getLogger(__name__)
@@ -234,19 +235,6 @@ def declared_output_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
     return result
 
 
-def example_feeds(inputs: Iterable[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
-    """Deterministic inputs of the given shapes: standard normal floats, zero integers."""
-    rng = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for info in inputs:
-        dtype = np.dtype(info.dtype)
-        if dtype.kind in "fc":
-            feeds[info.name] = rng.standard_normal(info.shape).astype(dtype)
-        else:
-            feeds[info.name] = np.zeros(info.shape, dtype=dtype)
-    return feeds
-
-
 # run_model(model, feeds, outputs=[...]) -> {name: array}, as `placer.kernels.reference.run_model`.
 ModelRunner = Callable[..., Mapping[str, Any]]
 
@@ -262,7 +250,7 @@ def complete_shapes(model: onnx.ModelProto, missing: list[str], inputs: list[Ten
                           "static shapes, or load it with placer.kernels.loading.load_graph")
     log.info("shape inference left %d tensors unknown; finishing them with one real run", len(missing))
     try:
-        values = run_model(model, example_feeds(inputs), outputs=list(missing))
+        values = run_model(model, random_feeds(inputs), outputs=list(missing))
     except Exception as exc:  # a kernel failure must reach the user as one line, not a traceback
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PlacerError(f"shape inference leaves {len(missing)} tensors without a static shape ({shown}) "

@@ -17,7 +17,8 @@ from placer.annotate.read import read_placement
 from placer.cli import main
 from placer.graph.load import load_graph
 from placer.engines.torch.executor import PlacedExecutor
-from placer.measure.measurer import MeasureProtocol, RealMeasurer, random_feeds
+from placer.graph.feeds import random_feeds
+from placer.measure.measurer import MeasureProtocol, RealMeasurer
 from placer.placement import FORMAT
 
 ort = pytest.importorskip("onnxruntime")

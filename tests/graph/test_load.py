@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from placer.graph.load import load_graph
-from placer.graph.shapes import example_feeds
+from placer.graph.feeds import random_feeds
 
 from .conftest import control_flow_model, handmade_model, ort_shapes
 
@@ -21,7 +21,7 @@ def assert_complete_and_true(graph, feeds=None):
         for info in node.output_info:
             assert all(isinstance(d, int) and d >= 0 for d in info.shape), (node.name, info)
             assert np.dtype(info.dtype)  # a real dtype
-    feeds = feeds or example_feeds(graph.inputs)
+    feeds = feeds or random_feeds(graph)
     truth = ort_shapes(graph.model, feeds)
     for node in graph.nodes.values():
         for info in node.output_info:

@@ -11,7 +11,8 @@ from onnx import TensorProto, helper
 from placer.errors import PlacerError
 from placer.graph.fold import fold_constants
 from placer.graph.load import load_graph
-from placer.graph.shapes import bind_input_shapes, example_feeds
+from placer.graph.feeds import random_feeds
+from placer.graph.shapes import bind_input_shapes
 from placer.graph.opgraph import TensorInfo
 
 
@@ -31,7 +32,7 @@ def test_data_dependent_shape_is_finished_by_one_real_run():
     from placer.kernels.reference import run_model
 
     graph = load_graph(nonzero_model(), {"x": (3, 4)}, run_model=run_model)
-    x = example_feeds(graph.inputs)["x"]
+    x = random_feeds(graph)["x"]
     expected = (2, int((np.maximum(x, 0) != 0).sum()))
     assert graph.nodes["nz"].output_info[0] == TensorInfo("nz", expected, "int64")
     assert graph.outputs[0].shape == expected
@@ -80,9 +81,9 @@ def test_binding_writes_shared_symbols_everywhere():
     assert [d.dim_value for d in graph.output[0].type.tensor_type.shape.dim] == [6, 4]
 
 
-def test_example_feeds_are_deterministic():
+def test_random_feeds_of_tensor_infos_are_deterministic():
     infos = [TensorInfo("x", (2, 3), "float32"), TensorInfo("ids", (4,), "int64")]
-    a, b = example_feeds(infos), example_feeds(infos)
+    a, b = random_feeds(infos), random_feeds(infos)
     np.testing.assert_array_equal(a["x"], b["x"])
     assert a["ids"].dtype == np.int64 and not a["ids"].any()
 

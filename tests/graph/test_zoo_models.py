@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from placer.graph.shapes import example_feeds
+from placer.graph.feeds import random_feeds
 from placer.kernels.loading import load_graph   # with the kernel table: every op must have a kernel
 
 from .conftest import ort_shapes
@@ -29,7 +29,7 @@ def test_zoo_model_loads_with_complete_true_shapes(name, tmp_path):
     path = graphs.export(name, tmp_path / f"{name}.onnx", **SMALL.get(name, {}))
     graph = load_graph(path)
     assert len(graph.nodes) > 20 and graph.total_flops > 0 and graph.total_param_bytes > 0
-    truth = ort_shapes(graph.model, example_feeds(graph.inputs))
+    truth = ort_shapes(graph.model, random_feeds(graph))
     for node in graph.nodes.values():
         assert node.output_info, node.name
         for info in node.output_info:
