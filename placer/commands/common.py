@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from placer.engines import ENGINES
 from placer.errors import PlacerError
 
 
@@ -26,17 +29,16 @@ def add_devices_arg(parser: argparse.ArgumentParser) -> None:
 
 def add_engine_arg(parser: argparse.ArgumentParser) -> None:
     """--engine: what runs a placement."""
-    parser.add_argument("--engine", choices=("torch", "onnxruntime"), default="torch",
+    parser.add_argument("--engine", choices=ENGINES, default="torch",
                         help="what runs the placement: placer's torch engine (default; the training objective "
                              "needs it) or ONNX Runtime, one session per device partition, the devices at once")
 
 
 def check_engine_args(args: argparse.Namespace) -> None:
     """Refuse, before any work, what the chosen engine cannot do (a training step in ONNX Runtime)."""
-    if getattr(args, "engine", "torch") == "onnxruntime":
-        from placer.engines.onnxruntime.measurer import check_objective
+    from placer.engines import check_engine
 
-        check_objective(getattr(args, "objective", "inference"))
+    check_engine(getattr(args, "engine", "torch"), getattr(args, "objective", "inference"))
 
 
 def load_graph_from_args(args: argparse.Namespace):
@@ -148,6 +150,7 @@ def training_spec_from_args(args: argparse.Namespace, graph):
     import numpy as np
     import torch
 
+    from placer.engines.torch.training import check_targets
     from placer.program.training import Loss, OptimizerSpec, TrainingSpec
 
     targets = {}
@@ -159,7 +162,59 @@ def training_spec_from_args(args: argparse.Namespace, graph):
             raise PlacerError(f"cannot read --targets {args.targets} ({exc}); give an .npz written by "
                               "numpy.savez") from None
     loss = Loss(args.loss)
-    return TrainingSpec(loss=loss, optimizer=OptimizerSpec(args.optimizer), targets=loss.check_targets(graph, targets))
+    return TrainingSpec(loss=loss, optimizer=OptimizerSpec(args.optimizer), targets=check_targets(loss, graph, targets))
+
+
+@dataclass
+class PlacedModel:
+    """What `placer run` and `placer measure` start from: the graph, the placement checked
+    against it, its devices, the step (training, pipeline) and the --inputs given (or None)."""
+
+    graph: Any
+    placement: Any
+    devices: list
+    training: Any
+    pipeline: Any
+    inputs: dict | None
+
+
+def placed_model_from_args(args: argparse.Namespace, writes: dict[str, str | None] | None = None) -> PlacedModel:
+    """The graph, placement, devices, training step, pipeline and --inputs that the arguments of
+    a command running a placement name, every one checked before any real work: the engine's
+    options first, then each path of `writes` (option -> path; None: not asked for)."""
+    check_engine_args(args)
+    for option, path in (writes or {}).items():
+        if path:
+            check_writable(path, option)
+    graph = load_graph_from_args(args)
+    placement = placement_from_args(args, graph)
+    devices = devices_for(args, placement)
+    training = training_spec_from_args(args, graph)
+    pipeline = pipeline_from_args(args)
+    return PlacedModel(graph, placement, devices, training, pipeline, read_inputs(args.inputs))
+
+
+def devices_for(args: argparse.Namespace, placement):
+    """--devices when given, else the placement's own device list (each CPU device with its share
+    of the cores)."""
+    from placer.devices import parse_devices
+
+    if getattr(args, "devices", None):
+        return parse_devices(args.devices)
+    return parse_devices(list(placement.devices))
+
+
+def read_inputs(path: str | None):
+    """Arrays of an .npz file (name -> array), or None."""
+    if not path:
+        return None
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError) as exc:
+        raise PlacerError(f"cannot read inputs from {path} ({exc}); give an .npz written by numpy.savez") from None
 
 
 def add_rounds_args(parser: argparse.ArgumentParser, *, warmup: int = 2) -> None:

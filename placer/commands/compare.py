@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     """Profile, place, measure, print the table and save it."""
     from placer.evaluate.report import comparison_json, format_table, write_outputs
     from placer.measure.measurer import MeasureProtocol
-    from placer.costmodel.profiled import ProfiledCostModel
+    from placer.costmodel.profile_cache import profiled_cost_model
     from placer.evaluate.compare import check_placer_names
 
     placers = [p.strip() for p in args.placers.split(",") if p.strip()]
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     training = training_spec_from_args(args, graph)
 
     start = time.perf_counter()
-    cost = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, training=training,
+    cost = profiled_cost_model(graph, devices, refresh=args.refresh_profile, training=training,
                                        engine=args.engine, check_cached=True)
     profile_s = time.perf_counter() - start
     print(f"profile: {'cached' if cost.from_cache else f'measured in {profile_s:.1f} s'} ({cost.path})",
@@ -107,7 +107,7 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     with `training` (the protocol's objective is then training) every placement on the training
     step, with `pipeline` on the pipelined step."""
     from placer.placers import caps_from_devices
-    from placer.engines.onnxruntime.measurer import measurer_for
+    from placer.measure.measurer import measurer_for
     from placer.evaluate.compare import baseline_rows, compare
     from placer.evaluate.user_baselines import user_baseline_rows
 

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
-                                    add_pipeline_args, add_placement_args, check_engine_args, check_writable)
+                                    add_pipeline_args, add_placement_args)
 
 
 def register(subparsers) -> None:
@@ -40,25 +40,19 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Measure the placement named by the arguments; 0 when it ran, 1 when it failed."""
-    from placer.commands.common import (load_graph_from_args, pipeline_from_args, placement_from_args,
-                                        training_spec_from_args)
+    from placer.commands.common import placed_model_from_args
     from placer.measure.measurer import MeasureProtocol
     from placer.kernels.prepare import prepare
-    from placer.engines.onnxruntime.measurer import measurer_for
+    from placer.measure.measurer import measurer_for
 
-    check_engine_args(args)
-    if args.profile:
-        check_writable(args.profile, "--profile")
-    graph = load_graph_from_args(args)
-    placement = placement_from_args(args, graph)
-    devices = devices_for(args, placement)
-    training = training_spec_from_args(args, graph)
-    pipeline = pipeline_from_args(args)
+    model = placed_model_from_args(args, {"--profile": args.profile})
+    graph, placement, devices, training, pipeline = (model.graph, model.placement, model.devices,
+                                                     model.training, model.pipeline)
+    feeds = model.inputs
     protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout,
                                objective=args.objective)
     # the onnxruntime engine folds what placer's kernels can fold, and runs graphs they cannot bind
     prepared = prepare(graph) if args.engine == "torch" else None
-    feeds = read_inputs(args.inputs)
     measurer = measurer_for(args.engine, graph, devices, protocol=protocol, feeds=feeds, seed=args.seed,
                             prepared=prepared, training=training, pipeline=pipeline)
     m = measurer.measure(placement)
@@ -67,15 +61,10 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         profile_protocol = MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout,
                                            objective=args.objective)
-        if args.engine == "onnxruntime":
-            from placer.engines.onnxruntime.profile import profile_graph_ort
+        from placer.costmodel.profiler import profile_graph
 
-            profile = profile_graph_ort(graph, devices, profile_protocol, feeds=feeds, seed=args.seed, prepared=prepared)
-        else:
-            from placer.costmodel.profile import profile_graph
-
-            profile = profile_graph(graph, devices, feeds=feeds, seed=args.seed, prepared=prepared,
-                                    protocol=profile_protocol, training=training)
+        profile = profile_graph(graph, devices, feeds=feeds, seed=args.seed, prepared=prepared,
+                                protocol=profile_protocol, training=training, engine=args.engine)
         profile.save(args.profile)
     if args.json:
         print(json.dumps({"graph": {"source": graph.source, "sha256": graph.sha256},
@@ -102,31 +91,6 @@ def run(args: argparse.Namespace) -> int:
         if args.profile:
             print(f"profile      written to {args.profile}")
     return 0 if m.ok else 1
-
-
-def devices_for(args: argparse.Namespace, placement):
-    """--devices when given, else the placement's own device list (each CPU device with its share
-    of the cores)."""
-    from placer.devices import parse_devices
-
-    if getattr(args, "devices", None):
-        return parse_devices(args.devices)
-    return parse_devices(list(placement.devices))
-
-
-def read_inputs(path: str | None):
-    """Arrays of an .npz file (name -> array), or None."""
-    if not path:
-        return None
-    import numpy as np
-
-    from placer.errors import PlacerError
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise PlacerError(f"cannot read inputs from {path} ({exc}); give an .npz written by numpy.savez") from None
 
 
 def _mib(n: int) -> str:

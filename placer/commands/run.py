@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
-                                    add_pipeline_args, add_placement_args, check_engine_args, check_writable)
+                                    add_pipeline_args, add_placement_args)
 
 
 def register(subparsers) -> None:
@@ -41,21 +41,15 @@ def run(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from placer.commands.common import (load_graph_from_args, pipeline_from_args, placement_from_args,
-                                        training_spec_from_args)
-    from placer.commands.measure import devices_for, read_inputs
-    from placer.engines.torch.executor import ExecutionFailure, PlacedExecutor
-    from placer.measure.measurer import random_feeds
+    from placer.commands.common import placed_model_from_args
+    from placer.engines.failures import ExecutionFailure
+    from placer.engines.torch.executor import PlacedExecutor
+    from placer.graph.feeds import random_feeds
 
-    check_engine_args(args)
-    if args.outputs:
-        check_writable(args.outputs, "--outputs")
-    graph = load_graph_from_args(args)
-    placement = placement_from_args(args, graph)
-    training = training_spec_from_args(args, graph)
-    devices = devices_for(args, placement)
-    pipeline = pipeline_from_args(args)
-    given = read_inputs(args.inputs) or {}
+    model = placed_model_from_args(args, {"--outputs": args.outputs})
+    graph, placement, devices, training, pipeline = (model.graph, model.placement, model.devices,
+                                                     model.training, model.pipeline)
+    given = model.inputs or {}
     feeds = {**random_feeds(graph, args.seed), **given}
     if pipeline.pipelined:
         # micro-batch k: random inputs from seed + k, then --inputs' `name` (every micro-batch) and `name#k`

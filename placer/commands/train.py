@@ -128,8 +128,9 @@ def run(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
+    from placer.measure.intervals import format_ratio
     from placer.measure.measurer import MeasureProtocol
-    from placer.engines.onnxruntime.measurer import measurer_for
+    from placer.measure.measurer import measurer_for
 
     training = training_spec_from_args(args, graph)
     pipeline = pipeline_from_args(args)   # --micro-batches: every step, real or simulated, is pipelined
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
           f"{done}, {s['wall_time_s']:.0f} s of training)")
     if s["speedup_vs_best_single_device"]:
         print(f"speedup over the best single device ({s['best_single_device']}): "
-              f"{s['speedup_vs_best_single_device']:.2f}x")
+              f"{format_ratio(s['speedup_vs_best_single_device'])}")
     print(_convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
     if not args.no_compare and not result.interrupted:
@@ -258,10 +259,10 @@ def _cost_model(args: argparse.Namespace, graph, devices, real):
 
     if args.cost_model == "analytic":
         return AnalyticCostModel([d.name for d in devices])
-    from placer.costmodel.profiled import ProfiledCostModel
+    from placer.costmodel.profile_cache import profiled_cost_model
 
     started = time.monotonic()
-    costs = ProfiledCostModel.for_graph(graph, devices, refresh=args.refresh_profile, engine=args.engine,
+    costs = profiled_cost_model(graph, devices, refresh=args.refresh_profile, engine=args.engine,
                                         check_cached=True, prepared=getattr(real, "prepared", None),
                                         training=getattr(real, "training", None))
     if costs.from_cache:

@@ -1,6 +1,6 @@
 """The program the simulator walks: a step per node (inference), or the whole training step.
 
-A training step is the executor's (`placer.engines.torch.backward.plan_training`): the forward steps,
+A training step is the executor's (`placer.program.training_plan.plan_training`): the forward steps,
 the loss term of each output the loss covers, then each node's backward in reverse topological
 order, gradient accumulations and the parameters' updates. Every one of them runs on the device
 of some node (a backward on its node's; a loss on its output's producer's, or for an output no
@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
+from placer.kernels.registry import host_read_inputs
 from placer.program.pipeline import BACKWARD, Pipeline, Unrolled, order_1f1b, unroll
 from placer.program.training import TrainingSpec
+from placer.program.training_plan import plan_training
 from placer.program.walk import Step
 
 
@@ -52,10 +54,8 @@ def inference_program(graph: OpGraph, devices: Sequence[str], cost: CostModel) -
 def training_program(graph: OpGraph, devices: Sequence[str], cost: CostModel, spec: TrainingSpec) -> SimProgram:
     """The training step of `graph` with `spec`'s loss and optimizer; the cost model's
     `training_step_time` prices the loss, backward, accumulate and update steps."""
-    from placer.engines.torch.backward import plan_training
-
     forward = [Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()]
-    plan = plan_training(graph, None, {n: n for n in graph.nodes}, forward, spec)
+    plan = plan_training(graph, {n: n for n in graph.nodes}, forward, spec, host_read_inputs(graph))
     size = _tensor_size(graph, plan.gradient_of)
     index = {n: i for i, n in enumerate(graph.nodes)}
     node_of = [index[plan.assignment[s.name]] for s in plan.steps]

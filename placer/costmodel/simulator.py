@@ -38,6 +38,7 @@ import numpy as np
 from placer.devices import Device, as_devices, device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
+from placer.graph.placement_check import assignment
 from placer.costmodel.contention import contention_extra, overlap_seconds
 from placer.costmodel.protocol import CostModel
 from placer.measure.measurement import INVALID, OOM, Measurement
@@ -519,13 +520,11 @@ class SimulatedMeasurer:
 
     def measure(self, placement: Placement) -> Measurement:
         """Simulate `placement`; a placement that misses nodes or names unknown devices fails as invalid."""
-        missing = [n for n in self.simulator.node_names if n not in placement.nodes]
-        unknown = sorted({d for d in placement.nodes.values() if d not in self._index})
-        if missing or unknown:
-            reason = (f"{len(missing)} nodes unplaced (e.g. {missing[0]})" if missing
-                      else f"devices {unknown} are not among {self.devices}")
-            return Measurement(ok=False, failure=INVALID, reason=reason, protocol=dict(self.protocol))
-        return self.measure_assignment([self._index[placement.nodes[n]] for n in self.simulator.node_names])
+        try:
+            nodes = assignment(self.graph, placement, self.devices)
+        except PlacerError as exc:   # the check's refusal is this measurement's failure, not an error
+            return Measurement(ok=False, failure=INVALID, reason=str(exc), protocol=dict(self.protocol))
+        return self.measure_assignment([self._index[d] for d in nodes.values()])
 
     def measure_assignment(self, assign: Sequence[int]) -> Measurement:
         """Like `measure`, for a device index per node in topological order (no `Placement` built)."""

@@ -13,6 +13,8 @@ import logging
 import os
 from collections.abc import Sequence
 
+import torch
+
 from placer.devices import Device
 
 log = logging.getLogger(__name__)
@@ -53,3 +55,21 @@ def _say_once(message: str) -> None:
     if not _warned:
         _warned = True
         log.warning(message)
+
+
+def cpu_threads(device: Device, devices: list[Device]) -> int:
+    """Intra-op threads of a CPU device: its `threads` option, else its share of the cores."""
+    if device.threads:
+        return device.threads
+    if device.index is None:
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n_cpu = sum(d.kind == "cpu" for d in devices)
+    return max(1, cores // max(1, n_cpu))
+
+
+def threads_and_cores(devices: list[Device]) -> tuple[dict[str, int | None], dict[str, frozenset[int]]]:
+    """Each device's intra-op threads (`cpu_threads`; None on a GPU) and the cores its worker is
+    pinned to (`placer.engines.affinity.core_sets`), as every engine sets its devices up."""
+    threads = {d.name: cpu_threads(d, devices) if d.kind == "cpu" else None for d in devices}
+    return threads, core_sets(devices, threads)

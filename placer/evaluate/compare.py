@@ -25,7 +25,8 @@ from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
 from placer.measure.intervals import FASTER, TIED, Interval, speedup_verdict
 from placer.costmodel.lower_bound import LowerBound, check_bound, lower_bound
-from placer.measure.measurement import Measurement, Measurer, PlacementRun
+from placer.engines.protocol import PlacedRun
+from placer.measure.measurement import Measurement, Measurer, OpensPlacements
 from placer.measure.rounds import Candidate, RoundsProtocol, RoundsResult, measure_in_rounds
 from placer.program.training import TrainingSpec
 from placer.costmodel.training_costs import TrainingStepCosts
@@ -54,7 +55,7 @@ class CompareRow:
     vs_fastest: Interval | None = None       # below 1 unless this row is the fastest
     tied_with_fastest: bool = False
     # Rows that do not run on the compared devices (whole_machine, onnxruntime) open their own run
-    opener: Callable[[], PlacementRun] | None = field(default=None, repr=False)
+    opener: Callable[[], PlacedRun] | None = field(default=None, repr=False)
     run_record: dict[str, Any] = field(default_factory=dict, repr=False)   # how such a row runs
     note: str | None = None                  # what the row is, for rows that are not placers
 
@@ -209,7 +210,7 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
             predicted = sim.simulate([index[row.placement.nodes[n]] for n in graph.nodes])
             row.predicted_step_time = predicted.step_time if predicted.failure is None else None
     result = None
-    if hasattr(measurer, "open"):   # real: interleaved rounds, with a control row
+    if isinstance(measurer, OpensPlacements):   # real: interleaved rounds, with a control row
         rows = _with_control(rows)
         measured = [r for r in rows if r.placement is not None or r.opener is not None]
         twin = next((r for r in rows if r.name == CONTROL), None)

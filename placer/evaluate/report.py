@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from placer.measure.intervals import MIN_EFFECT, Interval, why_tied
+from placer.measure.intervals import MIN_EFFECT, Interval, format_interval, format_ratio, why_tied
 from placer.evaluate.compare import CONTROL_TOLERANCE, Comparison
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def format_table(comparison: Comparison) -> str:
         tied = "-" if r.step_time is None else ("fastest" if r.name == comparison.fastest
                                                 else "tied" if r.tied_with_fastest else "")
         lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None)] +
-                     ([_num(comparison.throughput(r), 1, 1)] if pipelined else []) + [_speedup(r.vs_best_single)] + ([_speedup(r.vs_whole_machine)] if has_whole else []) +
+                     ([_num(comparison.throughput(r), 1, 1)] if pipelined else []) + [format_interval(r.vs_best_single)] + ([format_interval(r.vs_whole_machine)] if has_whole else []) +
                      [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] + peaks +
                      [_num(r.find_time_s, 1, 3), caps, _short(r.status)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
@@ -82,19 +82,10 @@ def _with_interval(seconds: float | None, interval: dict | None) -> str:
     return f"{seconds * 1e3:.2f} [{interval['low'] * 1e3:.1f}, {interval['high'] * 1e3:.1f}]"
 
 
-def _speedup(interval) -> str:
-    """'1.32x [1.28, 1.35]', or '1.32x' for an exact (simulated) figure."""
-    if interval is None:
-        return "-"
-    if interval.n < 2:
-        return f"{interval.value:.2f}x"
-    return f"{interval.value:.2f}x [{interval.low:.2f}, {interval.high:.2f}]"
-
-
 def _verdict_line(v: dict[str, Any]) -> str:
     """'learned vs m_sct (the best baseline placer): 1.03x [0.99, 1.06], tied (the interval holds 1)'."""
     i = v["speedup"]
-    figure = f"{i['value']:.2f}x [{i['low']:.2f}, {i['high']:.2f}]" if i["n"] >= 2 else f"{i['value']:.2f}x"
+    figure = format_interval(i)
     said = {"faster": "faster", "slower": "slower",
             "tied": f"tied ({why_tied(Interval(**i))})"}[v["verdict"]]
     return f"{v['subject']} vs {v['reference']} ({v['what']}): {figure}, {said}"
@@ -104,8 +95,7 @@ def _learning_line(worth: dict[str, Any]) -> str:
     """'learning is worth: learned X ms vs random search (N samples) Y ms: 1.05x [1.02, 1.08], faster'."""
     learned, searched = worth["learned_step_time_s"] * 1e3, worth["random_search_step_time_s"] * 1e3
     interval = worth.get("interval")
-    figure = (f"{interval['value']:.2f}x [{interval['low']:.2f}, {interval['high']:.2f}]"
-              if interval and interval["n"] >= 2 else f"{worth['ratio']:.2f}x")
+    figure = format_interval(interval) if interval and interval["n"] >= 2 else format_ratio(worth["ratio"])
     said = {"faster": "the learned placement is faster", "slower": "random search is faster",
             "tied": f"tied ({why_tied(Interval(**interval))})" if interval else "tied"}.get(worth.get("verdict"), "")
     return (f"learning is worth: learned {learned:.2f} ms vs random search ({worth['random_search_samples']} "

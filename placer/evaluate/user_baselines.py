@@ -10,7 +10,7 @@ from functools import partial
 
 from placer.devices import Device
 from placer.graph.opgraph import OpGraph
-from placer.engines.torch.executor import cpu_threads
+from placer.engines.affinity import cpu_threads
 from placer.measure.measurer import MeasureProtocol
 from placer.program.training import TrainingSpec
 from placer.placement import Placement
@@ -30,7 +30,7 @@ def user_baseline_rows(graph: OpGraph, devices: Sequence[Device], protocol: Meas
     """The rows `whole_machine` and `onnxruntime` when every compared device is a CPU device, and
     one-line notes for what was skipped and why. Under the onnxruntime engine `whole_machine` is
     already ONNX Runtime on the whole model with all the threads, so it is the one row."""
-    from placer.engines.onnxruntime.measurer import measurer_for
+    from placer.measure.measurer import measurer_for
 
     if not devices or any(d.kind != "cpu" for d in devices):
         return [], []

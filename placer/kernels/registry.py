@@ -18,6 +18,7 @@ import onnx
 import torch
 
 from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
 from placer.graph.structure import STANDARD_DOMAINS, canonical_domain, nested_nodes, node_inputs
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,13 @@ def host_inputs(op_type: str, opset: int, domain: str = "") -> frozenset[int]:
     """Positions of the inputs of `op_type` that are read on the host (shapes, axes, ...)."""
     entry = _lookup(domain, op_type, opset)
     return entry.host_inputs if entry else frozenset()
+
+
+def host_read_inputs(graph: OpGraph) -> Callable[[str], frozenset[int]]:
+    """node name -> the input positions its kernel reads on the host (folded nodes included): where
+    no gradient flows (`placer.program.training.gradient_tensors`)."""
+    table = {name: host_inputs(n.op_type, n.opset, canonical_domain(n.domain)) for name, n in graph.nodes.items()}
+    return lambda node: table.get(node, frozenset())
 
 
 def is_supported(op_type: str, opset: int, domain: str = "") -> bool:

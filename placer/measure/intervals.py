@@ -14,6 +14,7 @@ runs, "faster", "tied", "faster").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -58,8 +59,31 @@ class Interval:
         return asdict(self)
 
     def format_ratio(self) -> str:
-        """'1.23x [1.20, 1.26]'."""
-        return f"{self.value:.3f}x [{self.low:.3f}, {self.high:.3f}]"
+        """'1.230x [1.200, 1.260]'."""
+        return format_ratio(self.value, self.low, self.high, digits=3)
+
+
+def format_bounds(low: float, high: float, digits: int = 2) -> str:
+    """'[1.28, 1.35]': an interval's bounds as every figure of placer prints them."""
+    return f"[{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def format_ratio(value: float, low: float | None = None, high: float | None = None, digits: int = 2) -> str:
+    """A ratio or speedup as placer prints it: '1.32x [1.28, 1.35]', or '1.32x' without bounds."""
+    figure = f"{value:.{digits}f}x"
+    return figure if low is None or high is None else f"{figure} {format_bounds(low, high, digits)}"
+
+
+def format_interval(interval: Interval | Mapping[str, Any] | None, digits: int = 2) -> str:
+    """An `Interval`, or its dict form ({'value', 'low', 'high', 'n'}), as a ratio: '1.32x [1.28, 1.35]',
+    '1.32x' for an exact (simulated, n < 2) figure, '-' for none."""
+    if interval is None:
+        return "-"
+    if isinstance(interval, Mapping):
+        interval = Interval(interval["value"], interval["low"], interval["high"], interval["n"])
+    if interval.n < 2:
+        return format_ratio(interval.value, digits=digits)
+    return format_ratio(interval.value, interval.low, interval.high, digits)
 
 
 def median_interval(samples, confidence: float = CONFIDENCE) -> Interval:
@@ -125,7 +149,7 @@ def speedup_words(ratio: Interval) -> str:
     """A time ratio as a user reads it, as a speedup: '1.32x [1.28, 1.35] (faster)', or 'tied (...)'."""
     v = verdict(ratio)
     speed = Interval(1 / ratio.value, 1 / ratio.high, 1 / ratio.low, ratio.n, ratio.confidence)
-    figure = f"{speed.value:.2f}x [{speed.low:.2f}, {speed.high:.2f}]"
+    figure = format_ratio(speed.value, speed.low, speed.high)
     if v == TIED:
         return f"tied ({figure}, {why_tied(ratio)})"
     return f"{figure} ({v})"

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from placer.engines.failures import KERNEL_ERROR, OOM, TIMEOUT
+from placer.engines.protocol import PlacedRun
 from placer.placement import Placement
 
-# Why a placement failed: values of `Measurement.failure`.
-OOM, TIMEOUT, KERNEL_ERROR, INVALID = "oom", "timeout", "kernel_error", "invalid"
+# Why a placement failed: values of `Measurement.failure` (the engines' reasons, and a placement
+# that is not valid for the graph or the devices).
+INVALID = "invalid"
+__all__ = ["INVALID", "KERNEL_ERROR", "OOM", "TIMEOUT", "Measurement", "Measurer", "OpensPlacements"]
 
 
 @dataclass
@@ -41,23 +45,20 @@ class Measurer(Protocol):
     """Turns a placement into a `Measurement`. Real, simulated and analytic ones plug in alike.
     One that measures several placements at once (a pool of workers) also has
     `measure_many(placements) -> list[Measurement]`, in the same order. One that runs placements
-    for real also has `open(placement) -> PlacementRun`, so that several placements can be
-    measured in interleaved rounds (`placer.measure.rounds`)."""
+    for real is also an `OpensPlacements`, so that several placements can be measured in
+    interleaved rounds (`placer.measure.rounds`)."""
 
     devices: list[str]   # device names, in the order placements index them
 
     def measure(self, placement: Placement) -> Measurement: ...
 
 
-class PlacementRun(Protocol):
-    """One placement made ready to run (built once: parameters loaded, workers started), then
-    stepped many times. `step` runs one step on the measurer's inputs and returns its seconds, or
-    raises `placer.engines.torch.executor.ExecutionFailure`. Engines (placer's torch executor, ONNX
-    Runtime) give the same object, so the rounds do not know which one they hold."""
+@runtime_checkable
+class OpensPlacements(Protocol):
+    """A measurer that runs placements for real in an engine: `open` builds one as a `PlacedRun`
+    to step in interleaved rounds, and `run_record` says how a step is run. Compare and a run's
+    closing confirmation measure side by side, in rounds, exactly when their measurer is one."""
 
-    def step(self) -> float: ...
+    def open(self, placement: Placement) -> PlacedRun: ...
 
-    @property
-    def peak_memory(self) -> dict[str, int]: ...
-
-    def close(self) -> None: ...
+    def run_record(self) -> dict[str, Any]: ...

@@ -1,31 +1,33 @@
-"""`RealMeasurer`: the step time of a placement, measured by running it with `PlacedExecutor`.
+"""`RealMeasurer`: the step time of a placement, measured by running it in an engine.
 
-Warm-up runs first, then timed runs; the step time is their median and the spread their
-interquartile range. A placement that runs out of memory, overruns the timeout or fails a kernel
-gives a failed `Measurement` with the reason, never an exception. Every call measures: the one
-who needs to remember measurements (the trainer) keeps them (`placer.policy.measurement_cache`).
+The engine (`placer.engines`: placer's torch executor, or ONNX Runtime) builds the placement and
+runs a step; measuring is the same for either. Warm-up runs first, then timed runs; the step time
+is their median and the spread their interquartile range. A placement that runs out of memory,
+overruns the timeout or fails a kernel gives a failed `Measurement` with the reason, never an
+exception. Every call measures: the one who needs to remember measurements (the trainer) keeps
+them (`placer.policy.measurement_cache`).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-import torch
 
 from placer.devices import Device, as_devices
+from placer.engines import check_engine, make_engine
+from placer.engines.failures import ExecutionFailure
+from placer.engines.protocol import PlacedRun
 from placer.errors import PlacerError
+from placer.graph.feeds import random_feeds
 from placer.graph.opgraph import OpGraph
-from placer.engines.torch.backward import training_prepared
-from placer.engines.torch.executor import ExecutionFailure, PlacedExecutor
+from placer.kernels.prepare import PreparedGraph
 from placer.measure.measurement import INVALID, KERNEL_ERROR, Measurement
-from placer.program.pipeline import Pipeline
-from placer.kernels.prepare import PreparedGraph, check_feeds, prepare, to_tensor
-from placer.program.training import TrainingSpec
 from placer.placement import Placement
+from placer.program.pipeline import Pipeline
+from placer.program.training import TrainingSpec
 
 log = logging.getLogger(__name__)
 
@@ -51,23 +53,6 @@ class MeasureProtocol:
         return {**asdict(self), "statistic": "median", "spread": "iqr"}
 
 
-def random_feeds(graph: OpGraph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Seeded inputs for every graph input: standard normal floats, zeros for integer inputs
-    (always a valid token id or index), False for booleans."""
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for info in graph.inputs:
-        if any(d <= 0 for d in info.shape):
-            raise PlacerError(f"input {info.name!r} has an unbound dimension {info.shape}; "
-                              f"bind it with --input-shape {info.name}=...")
-        dtype = np.dtype(info.dtype)
-        if dtype.kind == "f":
-            feeds[info.name] = rng.standard_normal(info.shape).astype(dtype)
-        else:
-            feeds[info.name] = np.zeros(info.shape, dtype=dtype)
-    return feeds
-
-
 def step_statistics(times: list[float]) -> tuple[float, float]:
     """(median, interquartile range) of step times."""
     q1, median, q3 = np.percentile(np.asarray(times, dtype=np.float64), [25, 50, 75])
@@ -75,16 +60,19 @@ def step_statistics(times: list[float]) -> tuple[float, float]:
 
 
 class RealMeasurer:
-    """Measures placements of `graph` on `devices` for real (a `Measurer`). With the protocol's
-    objective "training", a step is a training step with `training`'s loss and optimizer
-    (default: `TrainingSpec()`). With `pipeline`, a step is a pipelined step of its micro-batches
-    (`placer.program.pipeline`), each fed the same inputs."""
+    """Measures placements of `graph` on `devices` for real (a `Measurer`), in `engine` ("torch":
+    placer's executor, "onnxruntime"). With the protocol's objective "training", a step is a
+    training step with `training`'s loss and optimizer (default: `TrainingSpec()`; the torch
+    engine only). With `pipeline`, a step is a pipelined step of its micro-batches
+    (`placer.program.pipeline`), each fed the same inputs. `feeds` may override some inputs only:
+    the rest are random from `seed`."""
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(),
                  feeds: dict[str, np.ndarray] | None = None, seed: int = 0,
                  prepared: PreparedGraph | None = None, training: TrainingSpec | None = None,
-                 pipeline: Pipeline | None = None) -> None:
+                 pipeline: Pipeline | None = None, engine: str = "torch") -> None:
+        check_engine(engine, protocol.objective)
         self.graph = graph
         self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
         self.device_objs = as_devices(devices)
@@ -94,22 +82,14 @@ class RealMeasurer:
             raise PlacerError("a training step's loss and optimizer were given to an inference protocol; "
                               "measure with MeasureProtocol(objective='training')")
         self.training = (training or TrainingSpec()) if protocol.objective == "training" else None
-        if self.training is not None:
-            # the trained paths run every step: prepared once here, not per placement
-            self.prepared = training_prepared(graph, prepared)
-        else:
-            self.prepared = prepared if prepared is not None else prepare(graph)
-        # `feeds` may override some inputs only: the rest stay random
-        given = {**random_feeds(graph, seed), **(feeds or {})}
-        tensors = check_feeds(graph, {k: to_tensor(v) if isinstance(v, np.ndarray) else v for k, v in given.items()})
-        if any(d.kind == "cuda" for d in self.device_objs) and torch.cuda.is_available():
-            tensors = {k: v.pin_memory() for k, v in tensors.items()}   # async host-to-device copies
-        self.feeds = tensors
+        self.engine = make_engine(engine, graph, self.device_objs, {**random_feeds(graph, seed), **(feeds or {})},
+                                  prepared=prepared, training=self.training, pipeline=self.pipeline,
+                                  timeout_s=protocol.timeout_s)
 
     def protocol_record(self) -> dict:
         """What every measurement records of how it was measured: the protocol, the devices, the
-        training step's loss and optimizer."""
-        record = {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs]}
+        engine, the training step's loss and optimizer, the micro-batches."""
+        record = {**self.protocol.to_dict(), "devices": [str(d) for d in self.device_objs], **self.engine.record()}
         if self.training is not None:
             record.update(self.training.to_dict())
         if self.pipeline is not None:
@@ -120,12 +100,10 @@ class RealMeasurer:
         """How a step is run, for placements timed in interleaved rounds (the rounds record the rest)."""
         return {k: v for k, v in self.protocol_record().items() if k not in ("warmup", "repeats")}
 
-    def open(self, placement: Placement) -> ExecutorRun:
-        """Build `placement`'s executor once, ready to be stepped (a `PlacementRun`); raises
-        PlacerError (an invalid placement) or ExecutionFailure (e.g. over a memory cap)."""
-        executor = PlacedExecutor(self.graph, placement, self.device_objs, prepared=self.prepared,
-                                  training=self.training, pipeline=self.pipeline)
-        return ExecutorRun(executor, self.feeds, self.protocol.timeout_s)
+    def open(self, placement: Placement) -> PlacedRun:
+        """Build `placement` once in the engine, ready to be stepped; raises PlacerError (an
+        invalid placement) or ExecutionFailure (e.g. over a memory cap)."""
+        return self.engine.open(placement)
 
     def measure(self, placement: Placement) -> Measurement:
         """Run `placement`: warm-ups, then timed runs; a failure is a failed `Measurement`."""
@@ -150,25 +128,13 @@ class RealMeasurer:
             run.close()
 
 
-class ExecutorRun:
-    """A `PlacementRun` of placer's torch executor: one step on fixed inputs, timed."""
-
-    def __init__(self, executor: PlacedExecutor, feeds: dict, timeout_s: float) -> None:
-        self.executor = executor
-        self.feeds = feeds
-        self.timeout_s = timeout_s
-
-    def step(self) -> float:
-        start = time.perf_counter()
-        self.executor.run(self.feeds, timeout_s=self.timeout_s)
-        return time.perf_counter() - start
-
-    @property
-    def peak_memory(self) -> dict[str, int]:
-        return self.executor.peak_memory
-
-    def close(self) -> None:
-        self.executor.close()
+def measurer_for(engine: str, graph: OpGraph, devices: Sequence[Device | str],
+                 protocol: MeasureProtocol = MeasureProtocol(), feeds: dict[str, np.ndarray] | None = None,
+                 seed: int = 0, prepared: PreparedGraph | None = None, training=None, pipeline=None) -> RealMeasurer:
+    """The real measurer of `engine` ("torch" or "onnxruntime"); the onnxruntime engine refuses
+    the training objective in one line."""
+    return RealMeasurer(graph, devices, protocol, feeds=feeds, seed=seed, prepared=prepared, training=training,
+                        pipeline=pipeline, engine=engine)
 
 
 def failed_measurement(exc: BaseException, protocol: dict, peak_memory: dict[str, int] | None = None) -> Measurement:

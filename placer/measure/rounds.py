@@ -1,7 +1,7 @@
 """Interleaved rounds: several candidates measured side by side, so that the machine's drift cancels.
 
 A shared machine's speed drifts by up to 2x over minutes, so a placement measured in one block
-after another is judged by when it ran. Here every candidate is built once (`PlacementRun`),
+after another is judged by when it ran. Here every candidate is built once (`PlacedRun`),
 warmed up, then measured in rounds: each round steps every candidate once, in a shuffled order.
 A candidate's figure is its median over rounds with its interval, and its ratio to a reference
 measured in the same rounds (paired: one ratio per round) with its interval
@@ -25,7 +25,8 @@ import numpy as np
 
 from placer.errors import PlacerError
 from placer.measure.intervals import MIN_ROUNDS_FOR_INTERVAL, Interval, median_interval, paired_ratio
-from placer.measure.measurement import Measurement, PlacementRun
+from placer.engines.protocol import PlacedRun
+from placer.measure.measurement import Measurement
 from placer.measure.measurer import failed_measurement
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,10 @@ class RoundsProtocol:
 
 @dataclass
 class Candidate:
-    """One thing to measure: a name and how to build its `PlacementRun` (raising on failure)."""
+    """One thing to measure: a name and how to build its `PlacedRun` (raising on failure)."""
 
     name: str
-    open: Callable[[], PlacementRun]
+    open: Callable[[], PlacedRun]
     record: dict[str, Any] = field(default_factory=dict)   # how it runs (devices, engine), kept in its Measurement
 
 
@@ -108,7 +109,7 @@ def measure_in_rounds(candidates: Sequence[Candidate], protocol: RoundsProtocol 
         raise PlacerError(f"candidates need distinct names: {names}")
     rng = np.random.default_rng(protocol.seed)
     failed: dict[str, Measurement] = {}
-    runs: dict[str, PlacementRun] = {}
+    runs: dict[str, PlacedRun] = {}
     times: dict[str, list[float | None]] = {n: [] for n in names}
     order: list[list[str]] = []
     records = {c.name: {**c.record, "rounds": protocol.to_dict()} for c in candidates}
@@ -153,12 +154,12 @@ def measure_in_rounds(candidates: Sequence[Candidate], protocol: RoundsProtocol 
     return result
 
 
-def _shuffled(runs: dict[str, PlacementRun], rng: np.random.Generator) -> list[str]:
+def _shuffled(runs: dict[str, PlacedRun], rng: np.random.Generator) -> list[str]:
     names = list(runs)
     return [names[i] for i in rng.permutation(len(names))]
 
 
-def _step(name: str, runs: dict[str, PlacementRun], failed: dict[str, Measurement], records) -> float | None:
+def _step(name: str, runs: dict[str, PlacedRun], failed: dict[str, Measurement], records) -> float | None:
     """One step of `name`; a failure closes it, records why, and takes it out of the rounds."""
     run = runs.get(name)
     if run is None:
@@ -191,7 +192,7 @@ def _precise(result: RoundsResult, alive: list[str]) -> bool:
     return max(widths) <= result.protocol.precision
 
 
-def _measurement(result: RoundsResult, name: str, record: dict, run: PlacementRun) -> Measurement:
+def _measurement(result: RoundsResult, name: str, record: dict, run: PlacedRun) -> Measurement:
     got = [t for t in result.times[name] if t is not None]
     own = median_interval(got)
     q1, q3 = np.percentile(got, [25, 75])

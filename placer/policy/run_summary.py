@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from placer.measure.measurement import Measurer
+from placer.measure.measurement import Measurer, OpensPlacements
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
 from placer.policy.phases import REAL, SIMULATED
@@ -61,7 +61,7 @@ def _measure_side_by_side(confirm: Measurer, session: TrainingSession, group_dev
                           rounds: RoundsProtocol) -> dict[str, dict[str, Any]]:
     """name -> measurement (as a dict) of each group placement, in interleaved rounds when `confirm`
     can open placements."""
-    if not hasattr(confirm, "open"):
+    if not isinstance(confirm, OpensPlacements):
         return {name: confirm.measure(session.expand(a)).to_dict() for name, a in group_devices.items()}
     record = confirm.run_record()
     result = measure_in_rounds([Candidate(name, partial(confirm.open, session.expand(a)), record)

@@ -29,6 +29,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from placer.errors import PlacerError
+from placer.program.training_plan import TrainingPlan
 from placer.program.walk import Step
 
 SCHEDULES = ("1f1b", "gpipe")
@@ -238,25 +239,19 @@ def placed(steps: Sequence[Step], assignment: dict[str, str], outputs: Sequence[
     return [u.steps[i] for i in order], where, u
 
 
-def pipelined_plan(plan, pipeline: Pipeline, shared: Collection[str], devices: Sequence[str]):
-    """A `TrainingPlan` (`placer.engines.torch.backward`) for `pipeline`'s micro-batches, and the
-    unrolling: every step of `plan` per micro-batch with its callable, the micro-batch sums
-    of each parameter's gradient, one update per parameter."""
-    from placer.engines.torch.backward import TrainingPlan, _add, _add_into
-
+def pipelined_plan(plan: TrainingPlan, pipeline: Pipeline, shared: Collection[str], devices: Sequence[str]
+                   ) -> tuple[TrainingPlan, Unrolled]:
+    """`plan` for `pipeline`'s micro-batches, and the unrolling: every step of `plan` per
+    micro-batch, the micro-batch sums of each parameter's gradient, one update per parameter.
+    A micro-batch's step runs its per-micro-batch step's callable (`Unrolled.names` maps it), so
+    the plan keeps `plan`'s facts for those under their per-micro-batch names."""
     steps, where, u = placed(plan.steps, plan.assignment, plan.outputs, shared, pipeline, devices)
-    functions = {}
-    sums = set(u.sums)
-    for j, (s, i) in enumerate(zip(u.steps, u.origin)):
-        old = plan.steps[i].name
-        if j in sums:
-            # the first sum is a fresh tensor (a micro-batch's gradient may alias another one),
-            # the later ones add into it
-            functions[s.name] = _add if s.name.endswith("#0-1") else _add_into
-        elif old in plan.functions:
-            functions[s.name] = plan.functions[old]
+    # the first sum is a fresh tensor (a micro-batch's gradient may alias another one),
+    # the later ones add into it
+    sums = {u.steps[j].name: not u.steps[j].name.endswith("#0-1") for j in u.sums}
     M = pipeline.micro_batches
     loss_terms = [tag(t, k) for k in range(M) for t in plan.loss_terms]
     gradient_of = {new: plan.gradient_of[old] for new, old in u.names.items() if old in plan.gradient_of}
-    return TrainingPlan(steps, where, functions, list(plan.trained), dict(plan.owner), loss_terms,
-                        u.outputs, gradient_of), u
+    return TrainingPlan(steps, where, list(plan.trained), dict(plan.owner), loss_terms, u.outputs, gradient_of,
+                        dict(plan.leaves), dict(plan.losses), dict(plan.backwards),
+                        {**plan.accumulates, **sums}), u

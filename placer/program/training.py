@@ -8,17 +8,19 @@ and the optimizer that updates them.
 - *Loss*: by default ``sum over float outputs of mean((y - t)^2) / 2`` with targets ``t`` zero
   unless given; ``cross_entropy`` for logits outputs given integer labels. Each output's term is
   computed on its producer's device, so its gradient starts the backward pass there (an output
-  no step makes: see `placer.engines.torch.backward`).
+  no step makes: see `placer.program.training_plan`).
 - *Optimizer*: SGD with momentum (default) or Adam, `torch.optim`'s own, built over the tensors
   of one device so that its state lives on that device.
+
+These are plain specifications, as the simulator reads them; the torch engine computes with them
+(`placer.engines.torch.training`: the loss terms, the targets' checks, the optimizers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-import torch
+from typing import Any
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
@@ -43,15 +45,6 @@ def is_float(graph: OpGraph, tensor: str) -> bool:
     """Whether `tensor` is a floating-point tensor of `graph`."""
     info = graph.tensors.get(tensor)
     return info is not None and info.dtype in FLOAT_DTYPES
-
-
-def host_read_inputs(graph: OpGraph) -> Callable[[str], frozenset[int]]:
-    """node name -> the input positions its kernel reads on the host (folded nodes included)."""
-    from placer.graph.structure import canonical_domain
-    from placer.kernels import host_inputs
-
-    table = {name: host_inputs(n.op_type, n.opset, canonical_domain(n.domain)) for name, n in graph.nodes.items()}
-    return lambda node: table.get(node, frozenset())
 
 
 def gradient_tensors(graph: OpGraph, host_inputs: Callable[[str], frozenset[int]] = lambda node: frozenset(),
@@ -110,62 +103,15 @@ class Loss:
         if self.kind not in LOSSES:
             raise PlacerError(f"unknown loss {self.kind!r}; choose one of {', '.join(LOSSES)}")
 
-    def check_targets(self, graph: OpGraph, targets: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Targets checked against the graph's float outputs: output name -> target tensor."""
-        outputs = {o.name: o for o in graph.outputs if is_float(graph, o.name)}
-        unknown = sorted(set(targets) - set(outputs))
-        if unknown:
-            raise PlacerError(f"targets given for {unknown}, which are not float outputs of the graph; "
-                              f"the float outputs are {sorted(outputs)}")
-        checked = {}
-        for name, target in targets.items():
-            shape = tuple(outputs[name].shape)
-            if self.kind == "mse":
-                if tuple(target.shape) != shape or not target.is_floating_point():
-                    raise PlacerError(f"the target of {name!r} must be a float array of shape {shape} "
-                                      f"(got {target.dtype} {tuple(target.shape)})")
-            else:
-                if target.is_floating_point() or target.is_complex():
-                    raise PlacerError(f"--loss cross_entropy needs integer labels for {name!r} "
-                                      f"(got {target.dtype})")
-                _class_axis(name, shape, tuple(target.shape))
-                target = target.long()
-            checked[name] = target
-        if self.kind == "cross_entropy" and not checked:
-            raise PlacerError("--loss cross_entropy needs integer labels for a logits output: give them "
-                              f"in --targets (an .npz with one of {sorted(outputs)})")
-        return checked
-
-    def outputs(self, graph: OpGraph, targets: Mapping[str, torch.Tensor]) -> list[str]:
+    def outputs(self, graph: OpGraph, targets: Mapping[str, Any]) -> list[str]:
         """The graph outputs the loss reads, in graph order: where the gradients, and so the
         trained parameters, start from."""
         if self.kind == "cross_entropy":
             return [o.name for o in graph.outputs if o.name in targets]
         return [o.name for o in graph.outputs if is_float(graph, o.name)]
 
-    def term(self, name: str, output: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
-        """One output's term of the loss (a scalar on the output's device)."""
-        if self.kind == "mse":
-            y = output.float() if output.dtype in (torch.float16, torch.bfloat16) else output
-            d = y if target is None else y - target.to(y.device, y.dtype)   # no target: zero, y - 0 is y
-            return torch.mean(d ** 2) / 2
-        axis = _class_axis(name, tuple(output.shape), tuple(target.shape))
-        logits = output.movedim(axis, 1) if axis != 1 else output
-        return torch.nn.functional.cross_entropy(logits.float(), target.to(output.device))
 
-    def term_and_grad(self, name: str, output: torch.Tensor, target: torch.Tensor | None
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(term, d term / d output): where one output's backward pass starts."""
-        with torch.inference_mode(False), torch.enable_grad():
-            # a leaf sharing the output's memory (the term reads it only); an inference tensor
-            # cannot require a gradient, so that one is copied
-            y = (output.clone() if output.is_inference() else output.detach()).requires_grad_(True)
-            value = self.term(name, y, target)
-            (grad,) = torch.autograd.grad(value, y)
-        return value.detach(), grad
-
-
-def _class_axis(name: str, logits: tuple[int, ...], labels: tuple[int, ...]) -> int:
+def class_axis(name: str, logits: tuple[int, ...], labels: tuple[int, ...]) -> int:
     """The classes axis of a logits output given its labels' shape: 1 (torch's convention),
     else the last one (a sequence model's (batch, time, vocabulary))."""
     if len(logits) >= 2 and labels == logits[:1] + logits[2:]:
@@ -197,12 +143,6 @@ class OptimizerSpec:
             return self.lr
         return 0.01 if self.name == "sgd" else 0.001
 
-    def build(self, params: Sequence[torch.Tensor]) -> torch.optim.Optimizer:
-        """A torch optimizer over `params` (tensors of one device; its state is made there)."""
-        if self.name == "sgd":
-            return torch.optim.SGD(list(params), lr=self.learning_rate, momentum=self.momentum)
-        return torch.optim.Adam(list(params), lr=self.learning_rate)
-
     def state_bytes(self, param_bytes: int) -> int:
         """Bytes of optimizer state a parameter of `param_bytes` keeps (momentum; Adam's two moments)."""
         if self.name == "sgd":
@@ -216,25 +156,15 @@ class OptimizerSpec:
         return record
 
 
-def apply_update(optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor],
-                 grads: Sequence[torch.Tensor | None]) -> None:
-    """One optimizer step of `params` (updated in place) with `grads` (None: no gradient reached it)."""
-    for p, g in zip(params, grads):
-        p.grad = g
-    with torch.inference_mode(False):
-        optimizer.step()
-    for p in params:
-        p.grad = None
-
-
 @dataclass(frozen=True, eq=False)
 class TrainingSpec:
     """What a training step runs after the forward pass: its loss (with its targets, output name
-    -> tensor, checked by `Loss.check_targets`) and the optimizer of the update."""
+    -> array, checked by `placer.engines.torch.training.check_targets`) and the optimizer of the
+    update."""
 
     loss: Loss = Loss()
     optimizer: OptimizerSpec = OptimizerSpec()
-    targets: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    targets: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, float | str]:
         """The loss and the optimizer, as measurements and profiles record them (targets left out)."""

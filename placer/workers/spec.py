@@ -63,7 +63,7 @@ class WorkerSpec:
 @dataclass
 class RealSpec(WorkerSpec):
     """A real measurer of `graph` (shapes bound, sent once to every worker) on the devices, in
-    `engine` (torch: `RealMeasurer`, onnxruntime: `OrtMeasurer`); on the training objective each
+    `engine` (a `RealMeasurer` over that engine); on the training objective each
     worker times training steps with `training`'s loss, targets and optimizer."""
 
     graph: OpGraph | None = None
@@ -83,7 +83,7 @@ class RealSpec(WorkerSpec):
         self.timeout_s = steps * self.protocol.timeout_s + 60.0
 
     def build(self) -> Measurer:
-        from placer.engines.onnxruntime.measurer import measurer_for
+        from placer.measure.measurer import measurer_for
 
         return measurer_for(self.engine, self.graph, self.devices, self.protocol, seed=self.seed,
                             training=self.training)

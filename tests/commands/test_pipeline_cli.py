@@ -81,7 +81,7 @@ def test_onnxruntime_runs_and_measures_the_pipelined_step(chain, tmp_path, capsy
     inputs `name#k` or random from --seed + k; measure reports the whole step and the throughput."""
     import onnxruntime as ort
 
-    from placer.measure.measurer import random_feeds
+    from placer.graph.feeds import random_feeds
 
     path, stages = chain
     x = np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32)

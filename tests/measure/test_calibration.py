@@ -15,7 +15,8 @@ from placer_testkit import make_graph  # noqa: E402
 from placer.costmodel.calibration import CalibrationProtocol, calibration_placements, check_and_calibrate  # noqa: E402
 from placer.costmodel.lower_bound import lower_bound  # noqa: E402
 from placer.costmodel.profile import Profile, TransferStat  # noqa: E402
-from placer.costmodel.profiled import ProfiledCostModel  # noqa: E402
+from placer.costmodel.profile_cache import profiled_cost_model
+from placer.costmodel.profiled import ProfiledCostModel
 from placer.measure.rounds import RoundsProtocol  # noqa: E402
 from placer.costmodel.simulator import Simulator  # noqa: E402
 
@@ -192,13 +193,13 @@ def test_a_stale_cached_profile_is_profiled_again_and_said_so(tmp_path, caplog):
     graph = load_graph(tmp_path / "b.onnx")
     devices = __import__("placer.devices", fromlist=["parse_devices"]).parse_devices("cpu:0[threads=1],cpu:1[threads=1]")
     quick = CalibrationProtocol(rounds=RoundsProtocol(warmup=1, min_rounds=6, max_rounds=6), tolerance=0.5)
-    first = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, calibration=quick)
+    first = profiled_cost_model(graph, devices, cache_dir=tmp_path, calibration=quick)
     assert not first.from_cache
     data = json.loads(first.path.read_text())
     data["calibration"]["single_step_times"] = {c: t / 10 for c, t in data["calibration"]["single_step_times"].items()}
     first.path.write_text(json.dumps(data))
     with caplog.at_level(logging.WARNING, logger="placer.costmodel.profiled"):
-        again = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, calibration=quick, check_cached=True)
+        again = profiled_cost_model(graph, devices, cache_dir=tmp_path, calibration=quick, check_cached=True)
     assert not again.from_cache
     assert [r.getMessage() for r in caplog.records if "stale" in r.getMessage()][0].startswith(
         "the cached profile is stale")

@@ -21,7 +21,8 @@ from placer.engines.torch.executor import PlacedExecutor
 from placer.kernels.loading import load_graph
 from placer.measure.measurer import MeasureProtocol
 from placer.kernels.prepare import prepare
-from placer.costmodel.profile import Profile, profile_graph
+from placer.costmodel.profile import Profile
+from placer.costmodel.profiler import profile_graph
 from placer.placement import Placement
 
 from .test_training_exports import _placer_run
@@ -161,12 +162,12 @@ def test_a_profile_records_what_its_inputs_made_control_flow_do(name, small, lar
     for scale, did in ((0.2, small), (3.0, large)):
         profile = profile_graph(graph, ["cpu:0"], MeasureProtocol(warmup=1, repeats=2), settle=None, prepared=prepared,
                                 feeds=controlflow.feeds(model, 0, scale), transfer_sizes=())
-        # the warm-up, and each of the two rounds' run timed per node and its whole-graph run
-        assert profile.control_flow == {node: {did: 5}}
+        # the warm-up's run timed per node and its whole-graph run, then each of the two rounds' likewise
+        assert profile.control_flow == {node: {did: 6}}
     profile.save(tmp_path / "profile.json")
     assert Profile.load(tmp_path / "profile.json").control_flow == profile.control_flow
     assert main(["inspect", "--graph", str(path), "--profile", str(tmp_path / "profile.json")]) == 0
-    assert f"  {node}: {large} (5 runs)" in capsys.readouterr().out
+    assert f"  {node}: {large} (6 runs)" in capsys.readouterr().out
     Profile(["cpu:0"], {}, graph_sha256="0" * 64).save(tmp_path / "other.json")
     assert main(["inspect", "--graph", str(path), "--profile", str(tmp_path / "other.json")]) == 2
     assert "is of another graph" in capsys.readouterr().err.strip().splitlines()[-1]

@@ -10,7 +10,9 @@ import torch
 
 from placer.devices import parse_device
 from placer.errors import PlacerError
-from placer.engines.torch.executor import KernelError, OutOfMemory, PlacedExecutor, StepTimeout, cpu_threads
+from placer.engines.failures import KernelError, OutOfMemory, StepTimeout
+from placer.engines.affinity import cpu_threads
+from placer.engines.torch.executor import PlacedExecutor
 from placer.kernels.prepare import prepare
 from placer.placement import Placement
 

@@ -11,7 +11,7 @@ import pytest
 
 from placer.graph.load import load_graph
 from placer.engines.torch.executor import PlacedExecutor
-from placer.measure.measurer import random_feeds
+from placer.graph.feeds import random_feeds
 from placer.kernels.prepare import prepare
 from placer.placement import Placement
 

@@ -9,7 +9,8 @@ import pytest
 
 from placer.errors import PlacerError
 from placer.measure.measurement import INVALID, KERNEL_ERROR, OOM, TIMEOUT, Measurement
-from placer.measure.measurer import MeasureProtocol, RealMeasurer, random_feeds, step_statistics
+from placer.graph.feeds import random_feeds
+from placer.measure.measurer import MeasureProtocol, RealMeasurer, step_statistics
 from placer.placement import Placement
 
 QUICK = MeasureProtocol(warmup=1, repeats=3, timeout_s=30.0)

@@ -14,8 +14,9 @@ import torch
 
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
-from placer.engines.torch.executor import OutOfMemory, PlacedExecutor, accounted_memory
-from placer.measure.measurer import random_feeds
+from placer.engines.failures import OutOfMemory
+from placer.engines.torch.executor import PlacedExecutor, accounted_memory
+from placer.graph.feeds import random_feeds
 from placer.program.pipeline import Pipeline
 from placer.kernels.prepare import prepare
 from placer.program.training import TrainingSpec

@@ -7,9 +7,11 @@ import math
 
 from dataclasses import replace
 
-import placer.costmodel.profile as profile_module
+import placer.costmodel.profiler as profiler_module
+import placer.engines.torch.engine as torch_engine
 from placer.measure.measurer import MeasureProtocol
-from placer.costmodel.profile import Profile, TransferStat, profile_graph
+from placer.costmodel.profile import Profile, TransferStat
+from placer.costmodel.profiler import profile_graph
 
 
 def test_every_node_is_timed_on_every_device_and_folded_nodes_cost_nothing(branchy):
@@ -74,7 +76,7 @@ def test_rounds_alternate_between_identical_devices_and_the_median_takes_every_r
     _, graph = branchy
     runs, fake = [], iter([100.0, 100.0, 1.0, 9.0, 2.0, 8.0])   # node times of each run: warm-ups first
 
-    class Spy(profile_module.PlacedExecutor):
+    class Spy(torch_engine.PlacedExecutor):
         def run(self, feeds, timeout_s=None, profile=None):
             outputs = super().run(feeds, timeout_s=timeout_s, profile=profile)
             if profile is not None:   # the node-timed runs; each round also runs the whole step alone
@@ -82,7 +84,7 @@ def test_rounds_alternate_between_identical_devices_and_the_median_takes_every_r
                 profile.node_times = dict.fromkeys(profile.node_times, next(fake))
             return outputs
 
-    monkeypatch.setattr(profile_module, "PlacedExecutor", Spy)
+    monkeypatch.setattr(torch_engine, "PlacedExecutor", Spy)
     profile = profile_graph(graph, ["cpu:0", "cpu:1"], protocol=MeasureProtocol(warmup=1, repeats=4),
                             transfer_sizes=(4096,), settle=None)
     assert runs == ["cpu:0", "cpu:1"] * 3   # a warm-up on each, then the timed rounds in turn
@@ -116,15 +118,15 @@ def _fake_node_times(monkeypatch, values):
     """Every profiled run reports each node at the next of `values` (warm-ups included)."""
     fake = iter(values)
 
-    class Fake(profile_module.PlacedExecutor):
+    class Fake(torch_engine.PlacedExecutor):
         def run(self, feeds, timeout_s=None, profile=None):
             outputs = super().run(feeds, timeout_s=timeout_s, profile=profile)
             if profile is not None:
                 profile.node_times = dict.fromkeys(profile.node_times, next(fake))
             return outputs
 
-    monkeypatch.setattr(profile_module, "PlacedExecutor", Fake)
-    monkeypatch.setattr(profile_module.time, "perf_counter", _clock())
+    monkeypatch.setattr(torch_engine, "PlacedExecutor", Fake)
+    monkeypatch.setattr(profiler_module.time, "perf_counter", _clock())
 
 
 def _clock():
@@ -164,7 +166,7 @@ def test_the_whole_graph_step_is_timed_without_timing_each_node(branchy, monkeyp
     _, graph = branchy
     calls = []
 
-    class Spy(profile_module.PlacedExecutor):
+    class Spy(torch_engine.PlacedExecutor):
         def run(self, feeds, timeout_s=None, profile=None):
             calls.append(profile is not None)
             outputs = super().run(feeds, timeout_s=timeout_s, profile=profile)
@@ -174,8 +176,8 @@ def test_the_whole_graph_step_is_timed_without_timing_each_node(branchy, monkeyp
 
     import time
 
-    monkeypatch.setattr(profile_module, "PlacedExecutor", Spy)
+    monkeypatch.setattr(torch_engine, "PlacedExecutor", Spy)
     profile = profile_graph(graph, ["cpu:0"], protocol=MeasureProtocol(warmup=1, repeats=3), transfer_sizes=(4096,),
                             settle=None)
-    assert calls == [True] + [True, False] * 3   # a warm-up, then each round node-timed and whole
+    assert calls == [True, False] * 4   # a warm-up of each kind, then each round node-timed and whole
     assert profile.step_times["cpu:0"] >= 0.05 > sum(profile.op_times[n]["cpu:0"] for n in graph.nodes)

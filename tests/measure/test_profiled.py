@@ -4,10 +4,11 @@ from dataclasses import replace
 import pytest
 
 from placer.devices import parse_devices
-import placer.costmodel.profile as profile_module
+import placer.costmodel.profile_cache as profile_module
 from placer.costmodel.lower_bound import lower_bound
 from placer.measure.measurer import MeasureProtocol
-from placer.costmodel.profiled import ProfiledCostModel, cache_key
+from placer.costmodel.profiled import ProfiledCostModel
+from placer.costmodel.profile_cache import cache_key, profiled_cost_model
 from placer.costmodel.simulator import SimulatedMeasurer, Simulator
 from placer.placement import Placement
 
@@ -18,7 +19,7 @@ QUICK = MeasureProtocol(warmup=0, repeats=1)
 @pytest.fixture
 def profiled(branchy, tmp_path):
     _, graph = branchy
-    return graph, ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK)
+    return graph, profiled_cost_model(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK)
 
 
 def test_every_node_gets_a_measured_time_on_every_device(profiled):
@@ -40,7 +41,7 @@ def test_a_second_request_reads_the_cached_profile_without_running_anything(prof
         raise AssertionError("profiled again instead of reading the cache")
 
     monkeypatch.setattr(profile_module, "profile_graph", no_profiling)
-    again = ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path)
+    again = profiled_cost_model(graph, parse_devices(DEVICES), cache_dir=tmp_path)
     assert again.from_cache and again.profile.op_times == first.profile.op_times
 
 
@@ -62,13 +63,13 @@ def test_the_cache_key_records_the_objective_with_its_loss_and_optimizer(branchy
             cache_key(graph, devices, TrainingSpec(optimizer=OptimizerSpec("adam"))),
             cache_key(graph, devices, TrainingSpec(loss=Loss("cross_entropy")))}
     assert len(keys) == 4
-    cost = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, protocol=QUICK, training=TrainingSpec())
+    cost = profiled_cost_model(graph, devices, cache_dir=tmp_path, protocol=QUICK, training=TrainingSpec())
     assert cost.profile.objective == "training" and "update:fc" in cost.profile.op_times
     assert cost.path.name == f"{cache_key(graph, devices, TrainingSpec())}.json"
-    again = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, training=TrainingSpec())
+    again = profiled_cost_model(graph, devices, cache_dir=tmp_path, training=TrainingSpec())
     assert again.from_cache and again.profile.op_times == cost.profile.op_times
     # a protocol of the training objective without a spec: the default loss and optimizer
-    same = ProfiledCostModel.for_graph(graph, devices, cache_dir=tmp_path, protocol=replace(QUICK, objective="training"))
+    same = profiled_cost_model(graph, devices, cache_dir=tmp_path, protocol=replace(QUICK, objective="training"))
     assert same.from_cache and same.path == cost.path
 
 
@@ -76,7 +77,7 @@ def test_a_profile_cached_for_two_identical_devices_serves_four(profiled, tmp_pa
     graph, first = profiled
     monkeypatch.setattr(profile_module, "profile_graph", lambda *a, **k: pytest.fail("profiled again"))
     four = [f"cpu:{i}" for i in range(4)]
-    again = ProfiledCostModel.for_graph(graph, parse_devices([f"{d}[threads=1]" for d in four]), cache_dir=tmp_path)
+    again = profiled_cost_model(graph, parse_devices([f"{d}[threads=1]" for d in four]), cache_dir=tmp_path)
     assert again.from_cache and again.devices == four
     assert all(per == dict.fromkeys(four, per["cpu:0"]) for per in again.profile.op_times.values())
     assert again.profile.step_times == dict.fromkeys(four, first.profile.step_times["cpu:0"])
@@ -87,7 +88,7 @@ def test_a_profile_cached_for_two_identical_devices_serves_four(profiled, tmp_pa
 def test_a_corrupt_cache_file_is_measured_again(profiled, tmp_path):
     graph, first = profiled
     first.path.write_text("{ not json")
-    again = ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK)
+    again = profiled_cost_model(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK)
     assert not again.from_cache and set(again.profile.op_times) == set(graph.nodes)
 
 
@@ -103,7 +104,7 @@ def test_the_profiled_costs_drive_the_simulator_and_bound_it_from_below(profiled
 def test_memory_caps_neither_stop_the_profiling_nor_change_the_cache_key(branchy, tmp_path):
     _, graph = branchy
     capped = parse_devices("cpu:0[threads=1,mem=1KiB],cpu:1[threads=1,mem=1KiB]")
-    cost = ProfiledCostModel.for_graph(graph, capped, cache_dir=tmp_path, protocol=QUICK)
+    cost = profiled_cost_model(graph, capped, cache_dir=tmp_path, protocol=QUICK)
     assert not cost.profile.failures
     assert cost.path.name == f"{cache_key(graph, parse_devices(DEVICES))}.json"
 
@@ -138,7 +139,7 @@ def test_a_training_profile_drives_the_training_simulator_and_its_lower_bound(br
     from placer.program.training import TrainingSpec
 
     _, graph = branchy
-    cost = ProfiledCostModel.for_graph(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK,
+    cost = profiled_cost_model(graph, parse_devices(DEVICES), cache_dir=tmp_path, protocol=QUICK,
                                        training=TrainingSpec())
     sim = Simulator(graph, cost.devices, cost, training=TrainingSpec())
     bound = lower_bound(graph, cost.devices, cost, TrainingSpec()).value

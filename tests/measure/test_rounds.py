@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from placer.engines.torch.executor import StepTimeout
+from placer.engines.failures import StepTimeout
 from placer.measure.intervals import FASTER, SLOWER, TIED, median_interval, paired_ratio, verdict
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 

@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
 from placer.kernels.prepare import prepare
-from placer.program.training import Loss, OptimizerSpec, apply_update, trained_parameters
+from placer.engines.torch.training import apply_update, build_optimizer, check_targets, loss_term_and_grad
+from placer.program.training import Loss, OptimizerSpec, trained_parameters
 from .conftest import make_model
 
 
@@ -55,7 +56,7 @@ def test_mse_term_and_its_gradient_equal_torch():
     y = torch.from_numpy(rng.standard_normal((3, 5)).astype(np.float32))
     t = torch.from_numpy(rng.standard_normal((3, 5)).astype(np.float32))
     for target in (None, t):
-        value, grad = Loss().term_and_grad("y", y, target)
+        value, grad = loss_term_and_grad(Loss(), "y", y, target)
         ref_y = y.clone().requires_grad_(True)
         ref = torch.nn.functional.mse_loss(ref_y, torch.zeros_like(y) if target is None else target) / 2
         ref.backward()
@@ -69,7 +70,7 @@ def test_cross_entropy_finds_the_classes_axis_from_the_labels(logits_shape, labe
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(logits_shape, generator=gen)
     labels = torch.randint(0, 7, labels_shape, generator=gen)
-    value, grad = Loss("cross_entropy").term_and_grad("logits", logits, labels)
+    value, grad = loss_term_and_grad(Loss("cross_entropy"), "logits", logits, labels)
     ref_logits = logits.clone().requires_grad_(True)
     ref = torch.nn.functional.cross_entropy(ref_logits.movedim(axis, 1), labels)
     ref.backward()
@@ -81,16 +82,16 @@ def test_targets_are_checked_against_the_float_outputs(branchy):
     _, graph = branchy
     mse, ce = Loss("mse"), Loss("cross_entropy")
     with pytest.raises(PlacerError, match="not float outputs"):
-        mse.check_targets(graph, {"nope": torch.zeros(2, 10)})
+        check_targets(mse, graph, {"nope": torch.zeros(2, 10)})
     with pytest.raises(PlacerError, match=r"shape \(2, 10\)"):
-        mse.check_targets(graph, {"probs": torch.zeros(2, 3)})
+        check_targets(mse, graph, {"probs": torch.zeros(2, 3)})
     with pytest.raises(PlacerError, match="needs integer labels for a logits output"):
-        ce.check_targets(graph, {})
+        check_targets(ce, graph, {})
     with pytest.raises(PlacerError, match="integer labels for 'probs'"):
-        ce.check_targets(graph, {"probs": torch.zeros(2)})
+        check_targets(ce, graph, {"probs": torch.zeros(2)})
     with pytest.raises(PlacerError, match="fits no classes axis"):
-        ce.check_targets(graph, {"probs": torch.zeros(3, dtype=torch.int32)})
-    labels = ce.check_targets(graph, {"probs": torch.zeros(2, dtype=torch.int32)})
+        check_targets(ce, graph, {"probs": torch.zeros(3, dtype=torch.int32)})
+    labels = check_targets(ce, graph, {"probs": torch.zeros(2, dtype=torch.int32)})
     assert labels["probs"].dtype == torch.int64
     assert ce.outputs(graph, labels) == ["probs"]
     assert mse.outputs(graph, {}) == ["probs", "a_relu"]
@@ -115,7 +116,7 @@ def test_per_device_optimizers_equal_one_torch_optimizer_over_all_parameters(spe
     ours = [p.clone() for p in params]
     theirs = [p.clone().requires_grad_(True) for p in params]
     # the parameters live on two devices, each with its own optimizer and state
-    per_device = [(ours[:2], spec.build(ours[:2])), (ours[2:], spec.build(ours[2:]))]
+    per_device = [(ours[:2], build_optimizer(spec, ours[:2])), (ours[2:], build_optimizer(spec, ours[2:]))]
     ref = reference(theirs)
     for step in grads:
         start = 0
@@ -132,7 +133,7 @@ def test_per_device_optimizers_equal_one_torch_optimizer_over_all_parameters(spe
 def test_sgd_momentum_follows_its_formula():
     p, g1, g2 = torch.ones(3), torch.tensor([1.0, -2.0, 0.5]), torch.tensor([0.5, 0.5, 0.5])
     spec = OptimizerSpec()
-    optimizer = spec.build([p])
+    optimizer = build_optimizer(spec, [p])
     apply_update(optimizer, [p], [g1])
     torch.testing.assert_close(p, 1 - 0.01 * g1)
     apply_update(optimizer, [p], [g2])
@@ -142,7 +143,7 @@ def test_sgd_momentum_follows_its_formula():
 
 def test_a_parameter_no_gradient_reached_is_left_alone():
     p, q = torch.ones(2), torch.ones(2)
-    optimizer = OptimizerSpec("adam").build([p, q])
+    optimizer = build_optimizer(OptimizerSpec("adam"), [p, q])
     apply_update(optimizer, [p, q], [torch.ones(2), None])
     torch.testing.assert_close(q, torch.ones(2))
     assert not torch.equal(p, torch.ones(2))

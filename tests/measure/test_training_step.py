@@ -13,9 +13,11 @@ import torch
 
 from placer.graph.load import load_graph
 from placer.engines.torch.executor import PlacedExecutor
-from placer.measure.measurer import random_feeds
+from placer.graph.feeds import random_feeds
 from placer.kernels.prepare import prepare
-from placer.program.training import Loss, OptimizerSpec, TrainingSpec, host_read_inputs, trained_parameters
+from placer.engines.torch.training import build_optimizer, check_targets, loss_term
+from placer.kernels.registry import host_read_inputs
+from placer.program.training import Loss, OptimizerSpec, TrainingSpec, trained_parameters
 from placer.placement import Placement
 
 from .test_executor_zoo import NAMES, SLOW, SMALL
@@ -38,10 +40,10 @@ def autograd_over_the_whole_graph(graph, feeds, spec: TrainingSpec):
     for name, node in graph.nodes.items():
         outputs = prepared.kernels[name]([env[t] if t else None for t in node.inputs])
         env.update((t, v) for t, v in zip(node.outputs, outputs) if t)
-    loss = sum(spec.loss.term(o, env[o], spec.targets.get(o)) for o in loss_outputs)
+    loss = sum(loss_term(spec.loss, o, env[o], spec.targets.get(o)) for o in loss_outputs)
     grads = torch.autograd.grad(loss, [leaves[p] for p in trained])
     result = {"loss": loss.detach().double()}
-    optimizer = spec.optimizer.build(list(leaves.values()))
+    optimizer = build_optimizer(spec.optimizer, list(leaves.values()))
     for p, g in zip(trained, grads):
         result[f"grad:{p}"] = g
         leaves[p].grad = g
@@ -83,7 +85,7 @@ def test_targets_and_cross_entropy_reach_the_gradients(branchy):
     _, graph = branchy
     feeds = random_feeds(graph, seed=2)
     labels = {"probs": torch.tensor([3, 7])}
-    spec = TrainingSpec(loss=Loss("cross_entropy"), targets=Loss("cross_entropy").check_targets(graph, labels))
+    spec = TrainingSpec(loss=Loss("cross_entropy"), targets=check_targets(Loss("cross_entropy"), graph, labels))
     single = _train(graph, Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"]), feeds, spec)
     _assert_same(single, autograd_over_the_whole_graph(graph, feeds, spec), "cross entropy")
     # a_relu is not a logits output with labels: only fc and the convs before probs train, all of them
@@ -332,7 +334,7 @@ def test_training_peak_counts_saved_activations_gradients_and_optimizer_state(op
 
 
 def test_an_over_cap_training_placement_is_out_of_memory_before_it_runs():
-    from placer.engines.torch.executor import OutOfMemory
+    from placer.engines.failures import OutOfMemory
 
     graph = _mul_relu_graph()
     placement = Placement.single_device(list(graph.nodes), "cpu", devices=["cpu"])
@@ -405,7 +407,7 @@ def test_an_initializer_that_is_an_output_gets_its_loss_gradient_and_its_update(
     loss = sum(torch.mean(t ** 2) / 2 for t in (xt * w * w, w, b, xt))
     loss.backward()
     expected = {"loss": loss.detach().double(), "grad:w": w.grad.clone(), "grad:b": b.grad.clone()}
-    OptimizerSpec().build([w, b]).step()
+    build_optimizer(OptimizerSpec(), [w, b]).step()
     expected.update({"updated:w": w.detach(), "updated:b": b.detach()})
     _assert_same(got, expected, f"m1 on {m1}, m2 on {m2}")
 
@@ -448,7 +450,7 @@ def test_cross_entropy_trains_only_what_the_labelled_outputs_depend_on(where):
     graph = load_graph(_two_outputs_labels_for_one_model())
     x, labels = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4), np.array([2, 0])
     spec = TrainingSpec(loss=Loss("cross_entropy"),
-                        targets=Loss("cross_entropy").check_targets(graph, {"logits": torch.tensor(labels)}))
+                        targets=check_targets(Loss("cross_entropy"), graph, {"logits": torch.tensor(labels)}))
     got = _train(graph, Placement(["cpu:0", "cpu:1"], where), {"x": x}, spec)
     _assert_same(got, _cross_entropy_of_logits_by_torch(graph, x, labels), str(where))
 

@@ -109,7 +109,7 @@ def test_profiled_hybrid_profiles_once_and_reuses_the_cached_profile(model_file,
     monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
     # a machine whose speed holds still: on a busy one the cached-profile check may find a small
     # graph's profile stale and retake it (that check has tests of its own, test_calibration)
-    monkeypatch.setattr("placer.costmodel.calibration.stale_by", lambda *args, **kwargs: {})
+    monkeypatch.setattr("placer.costmodel.profile_cache.stale_by", lambda *args, **kwargs: {})
     base = ["train", "--graph", str(model_file), "--samples", "16", "--warmup", "0", "--repeats", "1", *QUIET]
     assert main(base + ["--reward", "simulated", "--run-dir", str(tmp_path / "a")]) == 0
     assert "profiled every op on every device" in capsys.readouterr().out

@@ -10,7 +10,8 @@ outputs (`IOBinding`), so a tensor stays on its GPU and ORT copies it where anot
 a CPU session gets a host copy of a GPU tensor. Built once per placement (or split model), run many
 times; the partitions come from `placer.engines.onnxruntime.partition` or from a split's stage files.
 
-Failures are those of placer's torch engine (`placer.engines.torch.executor`): a session's error is a
+Failures are every engine's (`placer.engines.failures`), the threads' lifecycle every engine's
+(`placer.engines.threads`): a session's error is a
 `KernelError` (`OutOfMemory` when ORT could not allocate), and a step over its time limit a
 `StepTimeout`: threads check the deadline between sessions, and a session still running then is
 stopped through its `RunOptions.terminate`.
@@ -18,7 +19,7 @@ stopped through its `RunOptions.terminate`.
 
 from __future__ import annotations
 
-import queue
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -28,15 +29,9 @@ import numpy as np
 import onnxruntime as ort
 
 from placer.devices import Device
-from placer.errors import PlacerError
-from placer.engines.affinity import pin_this_thread
-from placer.engines.torch.executor import ExecutionFailure, KernelError, OutOfMemory, StepTimeout
+from placer.engines.failures import KernelError, OutOfMemory
+from placer.engines.threads import Aborted, DeviceThread, DeviceThreads, Job
 from placer.program.pipeline import tag
-
-# How often a waiting thread looks at the abort flag and the deadline.
-_POLL_S = 0.05
-# How long a stopped step may take to wind down before the engine is given up.
-_GRACE_S = 5.0
 
 
 @dataclass
@@ -52,7 +47,7 @@ class Piece:
 
 
 @dataclass
-class Interval:
+class Span:
     """When a piece ran during the last step (`time.perf_counter` seconds)."""
 
     piece: str
@@ -70,23 +65,18 @@ class _Slot:
         self.value: ort.OrtValue | None = None
 
 
-class _Job:
+class _Step(Job):
     """One step in flight, shared by the device threads; tensors are keyed per micro-batch."""
 
-    def __init__(self, feeds: list[dict[str, ort.OrtValue]], constants: dict[str, ort.OrtValue],
-                 crossing: set[str], readers: dict[str, int], deadline: float, n: int) -> None:
+    def __init__(self, n_threads: int, timeout_s: float | None, feeds: list[dict[str, ort.OrtValue]],
+                 constants: dict[str, ort.OrtValue], crossing: set[str], readers: dict[str, int]) -> None:
+        super().__init__(n_threads, timeout_s)
         self.feeds = feeds             # one mapping per micro-batch
         self.constants = constants
         self.micro_batches = len(feeds)
         self.slots = {(t, k): _Slot() for k in range(self.micro_batches) for t in crossing}
         self.unread = {(t, k): n for k in range(self.micro_batches) for t, n in readers.items()}
-        self.deadline = deadline
-        self.abort = threading.Event()
-        self.errors: list[BaseException] = []
-        self.intervals: list[Interval] = []
-        self.remaining = n
-        self.lock = threading.Lock()
-        self.finished = threading.Event()
+        self.spans: list[Span] = []
 
     def given(self, tensor: str, k: int) -> ort.OrtValue | None:
         """A constant or micro-batch `k`'s feed; None for what a piece makes."""
@@ -106,21 +96,6 @@ class _Job:
                     self.unread[t, k] -= 1
                     if self.unread[t, k] == 0:
                         self.slots[t, k].value = None
-
-    def fail(self, exc: BaseException) -> None:
-        with self.lock:
-            self.errors.append(exc)
-        self.abort.set()
-
-    def done(self) -> None:
-        with self.lock:
-            self.remaining -= 1
-            if self.remaining == 0:
-                self.finished.set()
-
-
-class _Aborted(Exception):
-    """Another thread failed; this one stops without an error of its own."""
 
 
 class ConcurrentSessions:
@@ -145,51 +120,44 @@ class ConcurrentSessions:
         self._by_device: dict[str, list[Piece]] = {}
         for p in self.pieces:
             self._by_device.setdefault(p.device.name, []).append(p)
-        self._threads: list[_DeviceThread] = []
-        self._cores = dict(cores or {})
-        self._broken: str | None = None
-        self.intervals: list[Interval] = []   # of the last step, for profiles and tests
+        cores = dict(cores or {})
+        self._threads = DeviceThreads(
+            lambda: [DeviceThread(name, _DeviceWork(pieces).work, cores=cores.get(name))
+                     for name, pieces in self._by_device.items()],
+            on_overrun=self._terminate)
+        self.spans: list[Span] = []   # of the last step, for profiles and tests
 
     def run(self, feeds: Mapping[str, ort.OrtValue | np.ndarray] | Sequence[Mapping[str, ort.OrtValue | np.ndarray]],
             timeout_s: float | None = None) -> dict[str, ort.OrtValue]:
         """One step: graph output name -> `OrtValue` (on the device that made it). A sequence of
         mappings is a pipelined step, one per micro-batch: micro-batch k's outputs are named
         ``<output>#k`` (an output that is a constant once, by its name)."""
-        if self._broken:
-            raise PlacerError(f"this engine cannot run again: {self._broken}; build a new one")
-        if not self._threads:
-            self._threads = [_DeviceThread(pieces, self._cores.get(name)) for name, pieces in self._by_device.items()]
         pipelined = not isinstance(feeds, Mapping)
         per = [{k: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
                 for k, v in f.items()} for f in (feeds if pipelined else [feeds])]
-        limit = timeout_s if timeout_s is not None else float("inf")
-        job = _Job(per, self.constants, self._crossing, self._readers, time.perf_counter() + limit, len(self._threads))
-        for t in self._threads:
-            t.jobs.put(job)
-        if not job.finished.wait(None if timeout_s is None else timeout_s + _POLL_S):
-            job.fail(StepTimeout(f"step exceeded its time limit of {timeout_s:g}s inside a session"))
-            for p in self.pieces:
-                p.options.terminate = True
-            if not job.finished.wait(_GRACE_S):
-                self._broken = "a session overran the step's time limit and is still running"
-            for p in self.pieces:
-                p.options.terminate = False
-        self.intervals = sorted(job.intervals, key=lambda i: i.start)
-        errors = [e for e in job.errors if not isinstance(e, _Aborted)]
-        if errors:
-            raise errors[0]
+        job = self._threads.new_job(timeout_s, lambda n, limit: _Step(n, limit, per, self.constants, self._crossing,
+                                                                       self._readers))
+        try:
+            self._threads.run(job, timeout_s)
+        finally:
+            self.spans = sorted(job.spans, key=lambda i: i.start)
         results = [{t: job.value(t, k) for t in self.outputs} for k in range(len(per))]
         if not pipelined:
             return results[0]
         return {t if t in self.constants else tag(t, k): v for k, r in enumerate(results) for t, v in r.items()}
 
+    def worker_cores(self) -> dict[str, list[int]]:
+        """Device -> the cores its thread may run on, read from the thread itself (started here if not yet)."""
+        return {t.name: sorted(os.sched_getaffinity(t.native_id)) for t in self._threads.start()}
+
+    def _terminate(self, stop: bool) -> None:
+        """Stop (or allow again) every session still running: ORT checks `terminate` as it runs."""
+        for p in self.pieces:
+            p.options.terminate = stop
+
     def close(self) -> None:
         """Stop the device threads (idempotent)."""
-        for t in self._threads:
-            t.jobs.put(None)
-        for t in self._threads:
-            t.thread.join(timeout=1.0)
-        self._threads = []
+        self._threads.close()
 
     def __enter__(self) -> ConcurrentSessions:
         return self
@@ -204,48 +172,27 @@ class ConcurrentSessions:
             pass
 
 
-class _DeviceThread:
-    """The thread that runs one device's pieces, in order, for every step it is given."""
+class _DeviceWork:
+    """What one device's thread does with a step: its pieces, in order, micro-batch by micro-batch."""
 
-    def __init__(self, pieces: list[Piece], cores: frozenset[int] | None) -> None:
+    def __init__(self, pieces: list[Piece]) -> None:
         self.pieces = pieces
-        self.cores = cores
         self.device = pieces[0].device
-        self.jobs: queue.Queue[_Job | None] = queue.Queue()
-        self.thread = threading.Thread(target=self._loop, name=f"placer-ort-{self.device.name}", daemon=True)
-        self.thread.start()
 
-    def _loop(self) -> None:
-        if self.cores:
-            pin_this_thread(self.cores)   # a 1-thread session computes on this very thread
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            try:
-                for k in range(job.micro_batches):   # micro-batch order: the next device takes over k
-                    for piece in self.pieces:
-                        self._run(job, piece, k)
-            except (ExecutionFailure, _Aborted) as exc:
-                job.fail(exc)
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller of run()
-                job.fail(_Aborted() if job.abort.is_set() else KernelError(f"{type(exc).__name__}: {exc}"))
-            finally:
-                job.done()
+    def work(self, job: _Step) -> None:
+        for k in range(job.micro_batches):   # micro-batch order: the next device takes over k
+            for piece in self.pieces:
+                self._run(job, piece, k)
 
-    def _run(self, job: _Job, piece: Piece, k: int) -> None:
+    def _run(self, job: _Step, piece: Piece, k: int) -> None:
         """`piece` on micro-batch `k`, once its inputs exist; its outputs handed over."""
         inputs = {t: self._receive(job, t, k) for t in piece.inputs}
-        if job.abort.is_set():
-            raise _Aborted()
-        if time.perf_counter() > job.deadline:
-            raise StepTimeout(f"step exceeded its time limit on {self.device.name} (before {piece.name}"
-                              + (f" of micro-batch {k})" if job.micro_batches > 1 else ")"))
+        job.check(self.device.name, f"before {piece.name}" + (f" of micro-batch {k}" if job.micro_batches > 1 else ""))
         start = time.perf_counter()
         outputs = _run_piece(piece, inputs)
         end = time.perf_counter()
         with job.lock:
-            job.intervals.append(Interval(piece.name, self.device.name, start, end, k))
+            job.spans.append(Span(piece.name, self.device.name, start, end, k))
         for t, value in zip(piece.outputs, outputs):
             slot = job.slots.get((t, k))
             if slot is not None:
@@ -253,18 +200,13 @@ class _DeviceThread:
                 slot.ready.set()
         job.release(piece.inputs, k)
 
-    def _receive(self, job: _Job, tensor: str, k: int) -> ort.OrtValue:
+    def _receive(self, job: _Step, tensor: str, k: int) -> ort.OrtValue:
         """A feed or constant at once; another piece's tensor of micro-batch `k` once it exists
         (a host copy of a GPU tensor for a CPU session)."""
         value = job.given(tensor, k)
         if value is None:
             slot = job.slots[tensor, k]
-            while not slot.ready.wait(_POLL_S):
-                if job.abort.is_set():
-                    raise _Aborted()
-                if time.perf_counter() > job.deadline:
-                    raise StepTimeout(f"step exceeded its time limit on {self.device.name} "
-                                      f"(waiting for {tensor!r})")
+            job.wait_for(slot.ready, self.device.name, tensor)
             value = slot.value
         if self.device.kind == "cpu" and value.device_name().lower() != "cpu":
             value = ort.OrtValue.ortvalue_from_numpy(value.numpy())
@@ -286,7 +228,7 @@ def _run_piece(piece: Piece, inputs: dict[str, ort.OrtValue]) -> list[ort.OrtVal
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if piece.options.terminate:
-            raise _Aborted() from exc
+            raise Aborted() from exc
         if "allocat" in first.lower() or "out of memory" in first.lower():
             raise OutOfMemory(f"{piece.device.name} ran out of memory in {piece.name}: {first}") from exc
         raise KernelError(f"{piece.name} failed on {piece.device.name}: {first}") from exc

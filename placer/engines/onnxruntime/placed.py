@@ -23,7 +23,9 @@ import onnxruntime as ort
 from placer.devices import Device, as_devices
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.engines.torch.executor import OutOfMemory, threads_and_cores
+from placer.graph.placement_check import assignment as checked_assignment
+from placer.engines.failures import OutOfMemory
+from placer.engines.affinity import threads_and_cores
 from placer.program.memory import predict_peak_memory
 from placer.program.pipeline import Pipeline, per_micro_batch, placed
 from placer.kernels.prepare import PreparedGraph, prepare
@@ -69,7 +71,7 @@ class OrtPlacement:
         self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
         self.devices = as_devices(devices if devices is not None else placement.devices)
         by_name = {d.name: d for d in self.devices}
-        self.assignment = check_placement(graph, placement, by_name)
+        self.assignment = checked_assignment(graph, placement, list(by_name))
         used = list(dict.fromkeys(self.assignment.values()))
         whole = len(used) == 1
         self.folding = Folding() if whole else (folding if folding is not None else Folding.of(graph))
@@ -161,17 +163,3 @@ class OrtPlacement:
 def _position(graph: OpGraph):
     order = {n: i for i, n in enumerate(graph.nodes)}
     return lambda step: order[step.name]
-
-
-def check_placement(graph: OpGraph, placement: Placement, by_name: Mapping[str, Device]) -> dict[str, str]:
-    """Node -> device for every node of `graph`; a node left out or an unknown device is a `PlacerError`."""
-    missing = [n for n in graph.nodes if n not in placement.nodes]
-    if missing:
-        raise PlacerError(f"the placement does not place {len(missing)} node(s) of the graph, e.g. "
-                          f"{missing[:3]}; `placer inspect --json` lists the node names")
-    unknown = sorted({placement.nodes[n] for n in graph.nodes if placement.nodes[n] not in by_name})
-    if unknown:
-        raise PlacerError(f"the placement uses device(s) {unknown} that are not among {list(by_name)}; "
-                          "add them to --devices or map them with --map")
-    return {n: placement.nodes[n] for n in graph.nodes}
-

@@ -21,7 +21,7 @@ import onnxruntime as ort
 from placer.annotate.chain import load_split_index
 from placer.devices import Device, as_devices, parse_device
 from placer.errors import PlacerError
-from placer.engines.torch.executor import threads_and_cores
+from placer.engines.affinity import threads_and_cores
 from placer.engines.onnxruntime.concurrent import ConcurrentSessions, Piece
 from placer.engines.onnxruntime.sessions import build_session, session_options
 
@@ -69,8 +69,8 @@ class SplitRunner:
 
     @property
     def last_step(self):
-        """When each stage ran during the last step (`placer.engines.onnxruntime.concurrent.Interval`s)."""
-        return list(self.engine.intervals)
+        """When each stage ran during the last step (`placer.engines.onnxruntime.concurrent.Span`s)."""
+        return list(self.engine.spans)
 
     def close(self) -> None:
         self.engine.close()

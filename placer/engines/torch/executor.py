@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,16 +49,19 @@ from dataclasses import dataclass, field
 import torch
 
 from placer.devices import Device, as_devices
-from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.engines.affinity import core_sets, pin_this_thread
-from placer.measure.measurement import KERNEL_ERROR, OOM, TIMEOUT
-from placer.engines.torch.backward import TrainingPlan, plan_training, training_prepared
+from placer.graph.placement_check import assignment as checked_assignment
+from placer.engines.affinity import threads_and_cores
+from placer.engines.failures import KernelError, OutOfMemory, format_bytes
+from placer.engines.threads import DeviceThread, DeviceThreads, Job
+from placer.engines.torch.backward import bind_updates, step_functions, training_prepared, training_results
 from placer.program.memory import MemoryEstimate, predict_peak_memory
 from placer.program.pipeline import Pipeline, per_micro_batch, pipelined_plan, placed, tag
 from placer.kernels.prepare import PreparedGraph, check_feeds, prepare
+from placer.kernels.registry import host_read_inputs
 from placer.program.schedule import Schedule, build_schedule
 from placer.program.training import TrainingSpec
+from placer.program.training_plan import TrainingPlan, plan_training
 from placer.program.walk import Step, walk
 from placer.placement import Placement
 
@@ -67,50 +69,6 @@ log = logging.getLogger(__name__)
 
 # Integer tensors up to this many elements that only feed host inputs stay on the CPU.
 _HOST_MAX_NUMEL = 4096
-# How often a waiting worker looks at the abort flag and the deadline.
-_POLL_S = 0.05
-
-
-class ExecutionFailure(Exception):
-    """A step that could not complete; `failure` is a `Measurement.failure` reason."""
-
-    failure = KERNEL_ERROR
-
-    def __init__(self, message: str, peak_memory: dict[str, int] | None = None) -> None:
-        super().__init__(message)
-        self.peak_memory = peak_memory or {}   # device -> bytes, where known
-
-
-class OutOfMemory(ExecutionFailure):
-    failure = OOM
-
-
-class StepTimeout(ExecutionFailure):
-    failure = TIMEOUT
-
-
-class KernelError(ExecutionFailure):
-    failure = KERNEL_ERROR
-
-
-def cpu_threads(device: Device, devices: list[Device]) -> int:
-    """Intra-op threads of a CPU device: its `threads` option, else its share of the cores."""
-    if device.threads:
-        return device.threads
-    if device.index is None:
-        return torch.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    n_cpu = sum(d.kind == "cpu" for d in devices)
-    return max(1, cores // max(1, n_cpu))
-
-
-def threads_and_cores(devices: list[Device]) -> tuple[dict[str, int | None], dict[str, frozenset[int]]]:
-    """Each device's intra-op threads (`cpu_threads`; None on a GPU) and the cores its worker is
-    pinned to (`placer.engines.affinity.core_sets`), as every engine sets its devices up."""
-    threads = {d.name: cpu_threads(d, devices) if d.kind == "cpu" else None for d in devices}
-    return threads, core_sets(devices, threads)
-
-
 @dataclass
 class StepProfile:
     """Per-step timings of one run (seconds, node name -> duration) and which device ran it."""
@@ -130,46 +88,28 @@ class _Slot:
         self.event = None   # torch.cuda.Event recorded after the producing kernel
 
 
-class _Job:
-    """One step in flight: shared by the workers while they run it."""
+class _Step(Job):
+    """One step in flight: its feeds, the crossing tensors' slots and the outputs gathered."""
 
-    def __init__(self, feeds: dict[str, torch.Tensor], crossing: set[str], deadline: float,
-                 n_workers: int, profile: StepProfile | None) -> None:
+    def __init__(self, n_threads: int, timeout_s: float | None, feeds: dict[str, torch.Tensor],
+                 crossing: set[str], profile: StepProfile | None) -> None:
+        super().__init__(n_threads, timeout_s)
         self.feeds = feeds
         self.slots = {t: _Slot() for t in crossing}
-        self.deadline = deadline
-        self.abort = threading.Event()
         self.results: dict[str, torch.Tensor] = {}
-        self.errors: list[BaseException] = []
-        self.remaining = n_workers
-        self.lock = threading.Lock()
-        self.finished = threading.Event()
         self.profile = profile
-
-    def fail(self, exc: BaseException) -> None:
-        with self.lock:
-            self.errors.append(exc)
-        self.abort.set()
-
-    def worker_done(self) -> None:
-        with self.lock:
-            self.remaining -= 1
-            if self.remaining == 0:
-                self.finished.set()
 
 
 class _Worker:
-    """The thread that runs one device's schedule, step after step, for every job it is given."""
+    """What one device's thread does: set up its intra-op threads (and CUDA stream) once, then
+    run the device's schedule for every step (`placer.engines.threads` owns the thread)."""
 
     def __init__(self, executor: PlacedExecutor, device: Device, threads: int | None) -> None:
         self.device = device
         self.name = device.name
         self.threads = threads
-        self.cores = executor._cores.get(device.name)
         self.is_cuda = device.kind == "cuda"
         self.torch_device = torch.device(device.torch_device)
-        self.jobs: queue.Queue[_Job | None] = queue.Queue()
-        self.ready = threading.Event()
         self.stream = None
         self.threads_in_use = 0
         sched = executor.schedule.per_device[device.name]
@@ -179,13 +119,10 @@ class _Worker:
         self.feeds = list(sched.feeds)
         self.outputs = list(sched.outputs)
         self.consts = executor._consts[device.name]
-        self.thread = threading.Thread(target=self._loop, name=f"placer-{device.name}", daemon=True)
-        self.thread.start()
+        self.thread = DeviceThread(device.name, self.work, cores=executor._cores.get(device.name),
+                                   setup=self.setup, classify=self._classify)
 
-    def _loop(self) -> None:
-        self.native_id = threading.get_native_id()
-        if self.cores:
-            pin_this_thread(self.cores)   # before any OpenMP thread starts: they inherit the mask
+    def setup(self) -> None:
         if self.device.kind == "cpu" and self.threads:
             # per-thread: OpenMP keeps the thread count in each thread's own state
             torch.set_num_threads(self.threads)
@@ -193,46 +130,32 @@ class _Worker:
         if self.is_cuda:
             torch.cuda.set_device(self.torch_device)
             self.stream = torch.cuda.Stream(device=self.torch_device)
-        self.ready.set()
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            try:
-                with self.mode():
-                    if self.is_cuda:
-                        with torch.cuda.stream(self.stream):
-                            self._run(job)
-                        self.stream.synchronize()
-                    else:
-                        self._run(job)
-            except BaseException as exc:  # noqa: BLE001 - reported to the caller of run()
-                job.fail(self._classify(exc))
-            finally:
-                job.worker_done()
+
+    def work(self, job: _Step) -> None:
+        with self.mode():
+            if self.is_cuda:
+                with torch.cuda.stream(self.stream):
+                    self._run(job)
+                self.stream.synchronize()
+            else:
+                self._run(job)
 
     def _classify(self, exc: BaseException) -> BaseException:
-        if isinstance(exc, ExecutionFailure):
-            return exc
         if self.is_cuda and isinstance(exc, torch.cuda.OutOfMemoryError):
             return OutOfMemory(f"{self.name} ran out of memory: {str(exc).splitlines()[0]}")
         return exc
 
-    def _run(self, job: _Job) -> None:
+    def _run(self, job: _Step) -> None:
         env = _Inbox(self, job)
         env.update(self.consts)
         for t in self.feeds:
             env[t] = self._to_device(job.feeds[t])
-        sched, deadline, abort = self.schedule, job.deadline, job.abort
+        sched = self.schedule
         run_step = self._run_kernel if job.profile is None else self._timed(job.profile)
-        clock = time.perf_counter
         for i in walk(sched.steps, sched.frees, env, run_step):
             for t in sched.publish[i]:
                 self._publish(job, t, env[t])
-            if abort.is_set():
-                return
-            if clock() > deadline:
-                raise StepTimeout(f"step exceeded its time limit on {self.name} (after node {sched.steps[i].name!r})")
+            job.check(self.name, f"after node {sched.steps[i].name!r}")
         for t in self.outputs:
             job.results[t] = env[t]
 
@@ -267,7 +190,7 @@ class _Worker:
             return tensor
         return tensor.to(self.torch_device, non_blocking=True)
 
-    def _publish(self, job: _Job, tensor: str, value: torch.Tensor) -> None:
+    def _publish(self, job: _Step, tensor: str, value: torch.Tensor) -> None:
         slot = job.slots[tensor]
         if self.is_cuda:
             slot.event = torch.cuda.Event()
@@ -275,13 +198,9 @@ class _Worker:
         slot.value = value
         slot.ready.set()
 
-    def _receive(self, job: _Job, tensor: str) -> torch.Tensor:
+    def _receive(self, job: _Step, tensor: str) -> torch.Tensor:
         slot = job.slots[tensor]
-        while not slot.ready.wait(_POLL_S):
-            if job.abort.is_set():
-                raise _Aborted()
-            if time.perf_counter() > job.deadline:
-                raise StepTimeout(f"step exceeded its time limit on {self.name} (waiting for {tensor!r})")
+        job.wait_for(slot.ready, self.name, tensor)
         value = slot.value
         if value.device == self.torch_device:
             return value     # virtual CPU devices share memory: a hand-over, no copy
@@ -300,17 +219,13 @@ class _Worker:
 class _Inbox(dict):
     """A worker's tensors by name; one it does not hold yet comes from the device producing it."""
 
-    def __init__(self, worker: _Worker, job: _Job) -> None:
+    def __init__(self, worker: _Worker, job: _Step) -> None:
         super().__init__()
         self.worker, self.job = worker, job
 
     def __missing__(self, tensor: str) -> torch.Tensor:
         value = self[tensor] = self.worker._receive(self.job, tensor)
         return value
-
-
-class _Aborted(Exception):
-    """Another worker failed; this one stops without adding an error of its own."""
 
 
 class PlacedExecutor:
@@ -327,13 +242,13 @@ class PlacedExecutor:
                  pipeline: Pipeline | None = None) -> None:
         self.graph = graph
         self.devices = as_devices(devices if devices is not None else placement.devices)
-        by_name = {d.name: d for d in self.devices}
-        self.assignment = _check_placement(graph, placement, by_name)
+        self.assignment = checked_assignment(graph, placement, [d.name for d in self.devices])
         self.training = training
         self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
         self.prepared, self.plan, self.schedule, self._names = _plan(
             graph, prepared, self.assignment, [d.name for d in self.devices], training, self.pipeline)
-        functions = self.prepared.kernels if self.plan is None else {**self.prepared.kernels, **self.plan.functions}
+        functions = (self.prepared.kernels if self.plan is None
+                     else {**self.prepared.kernels, **step_functions(self.plan, self.prepared, training)})
         # a micro-batch's step runs its per-micro-batch step's callable
         self.step_functions = {**{new: functions[old] for new, old in self._names.items() if old in functions},
                                **functions}
@@ -341,8 +256,8 @@ class PlacedExecutor:
         self.memory = _accounted(graph, self.prepared, self.plan, self.schedule, training, self._names)
         over = [(d, self.memory[d.name]) for d in used if d.mem_cap is not None and self.memory[d.name].peak > d.mem_cap]
         if over:
-            raise OutOfMemory("; ".join(f"{d.name} needs about {_fmt(m.peak)} (peak at {m.peak_step!r}) "
-                                        f"but its cap is {_fmt(d.mem_cap)}" for d, m in over),
+            raise OutOfMemory("; ".join(f"{d.name} needs about {format_bytes(m.peak)} (peak at {m.peak_step!r}) "
+                                        f"but its cap is {format_bytes(d.mem_cap)}" for d, m in over),
                               peak_memory={d: m.peak for d, m in self.memory.items()})
         self._measured_peak: dict[str, int] = {}
         self._consts = {d.name: self._load_constants(d) for d in self.devices}
@@ -351,7 +266,7 @@ class PlacedExecutor:
         self._threads, self._cores = threads_and_cores(self.devices)
         self._workers: list[_Worker] = []
         self._active = [d for d in self.devices if self.schedule.per_device[d.name].steps]
-        self._broken: str | None = None
+        self._device_threads = DeviceThreads(self._make_workers)
         self._crossing = {t for t, _, _ in self.schedule.crossings}
         self._direct_outputs = {t for t in self.schedule.outputs if t not in self.schedule.home}
 
@@ -381,14 +296,15 @@ class PlacedExecutor:
             for p in plan.trained:
                 if p in consts and consts[p] is self.prepared.params[p]:
                     consts[p] = consts[p].clone()
-        plan.bind_updates(self.training, lambda p: self._consts[plan.owner[p]][p])
-        self.step_functions.update(plan.functions)
+        self.step_functions.update(bind_updates(plan, self.training, lambda p: self._consts[plan.owner[p]][p]))
+
+    def _make_workers(self) -> list[DeviceThread]:
+        self._workers = [_Worker(self, d, self._threads[d.name]) for d in self._active]
+        return [w.thread for w in self._workers]
 
     def _start(self) -> None:
         main_threads = torch.get_num_threads()
-        self._workers = [_Worker(self, d, self._threads[d.name]) for d in self._active]
-        for w in self._workers:
-            w.ready.wait()
+        self._device_threads.start()
         # workers' set_num_threads also set the default of threads torch creates later; restore it
         torch.set_num_threads(main_threads)
 
@@ -403,40 +319,25 @@ class PlacedExecutor:
         Pipelined, `feeds` is one mapping per micro-batch (or one for all of them) and micro-batch
         k's outputs are named ``<output>#k`` (`placer.program.pipeline`).
         """
-        if self._broken:
-            raise PlacerError(f"this executor cannot run again: {self._broken}; build a new one")
         tensors = self._feeds(feeds)
         if not self._workers and self._active:
             self._start()
         cuda = [d for d in self._active if d.kind == "cuda"]
         for d in cuda:
             torch.cuda.reset_peak_memory_stats(d.torch_device)
-        deadline = time.perf_counter() + (timeout_s if timeout_s is not None else float("inf"))
-        job = _Job(tensors, self._crossing, deadline, len(self._workers), profile)
-        for w in self._workers:
-            w.jobs.put(job)
-        if self._workers:
-            wait = None if timeout_s is None else timeout_s + 5.0
-            if not job.finished.wait(wait):
-                job.abort.set()
-                self._broken = "a kernel overran the step's time limit and is still running"
-                raise StepTimeout(f"step exceeded its time limit of {timeout_s:g}s inside a kernel")
-        errors = [e for e in job.errors if not isinstance(e, _Aborted)]
-        if errors:
-            first = errors[0]
-            if isinstance(first, ExecutionFailure):
-                raise first
-            raise KernelError(f"{type(first).__name__}: {first}") from first
+        job = self._device_threads.new_job(
+            timeout_s, lambda n, limit: _Step(n, limit, tensors, self._crossing, profile))
+        self._device_threads.run(job, timeout_s)
         for d in cuda:
             self._measured_peak[d.name] = torch.cuda.max_memory_allocated(d.torch_device)
             if d.mem_cap is not None and self._measured_peak[d.name] > d.mem_cap:
-                raise OutOfMemory(f"{d.name} peaked at {_fmt(self._measured_peak[d.name])}, "
-                                  f"over its cap of {_fmt(d.mem_cap)}")
+                raise OutOfMemory(f"{d.name} peaked at {format_bytes(self._measured_peak[d.name])}, "
+                                  f"over its cap of {format_bytes(d.mem_cap)}")
         results = job.results
         for t in self._direct_outputs:
             results[t] = tensors[t] if t in tensors else self.prepared.constant(t)
         if self.plan is not None:
-            return self.plan.results(results)
+            return training_results(self.plan, results)
         return {t: results[t] for t in self.schedule.outputs}
 
     def _feeds(self, feeds: Mapping[str, object] | Sequence[Mapping[str, object]]) -> dict[str, torch.Tensor]:
@@ -460,7 +361,7 @@ class PlacedExecutor:
     def worker_cores(self) -> dict[str, list[int]]:
         """Device -> the cores its worker thread may run on, read from the thread itself."""
         self.worker_threads()
-        return {w.name: sorted(os.sched_getaffinity(w.native_id)) for w in self._workers}
+        return {w.name: sorted(os.sched_getaffinity(w.thread.native_id)) for w in self._workers}
 
     @property
     def predicted_memory(self) -> dict[str, MemoryEstimate]:
@@ -468,10 +369,7 @@ class PlacedExecutor:
 
     def close(self) -> None:
         """Stop the worker threads (idempotent)."""
-        for w in self._workers:
-            w.jobs.put(None)
-        for w in self._workers:
-            w.thread.join(timeout=1.0)
+        self._device_threads.close()
         self._workers = []
 
     def __enter__(self) -> PlacedExecutor:
@@ -487,18 +385,6 @@ class PlacedExecutor:
             pass
 
 
-def _check_placement(graph: OpGraph, placement: Placement, by_name: dict[str, Device]) -> dict[str, str]:
-    missing = [n for n in graph.nodes if n not in placement.nodes]
-    if missing:
-        raise PlacerError(f"the placement does not place {len(missing)} node(s) of the graph, e.g. "
-                          f"{missing[:3]}; `placer inspect --json` lists the node names")
-    unknown = sorted({d for n, d in placement.nodes.items() if n in graph.nodes and d not in by_name})
-    if unknown:
-        raise PlacerError(f"the placement uses device(s) {unknown} that are not among "
-                          f"{list(by_name)}; add them to --devices or map them with --map")
-    return {n: placement.nodes[n] for n in graph.nodes}
-
-
 def accounted_memory(graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None, *,
                      prepared: PreparedGraph | None = None, training: TrainingSpec | None = None,
                      pipeline: Pipeline | None = None) -> dict[str, MemoryEstimate]:
@@ -506,7 +392,7 @@ def accounted_memory(graph: OpGraph, placement: Placement, devices: Sequence[Dev
     (resident constants and live tensors; with `training` also gradients, saved activations and
     optimizer state; with `pipeline` every micro-batch in flight), without loading or running anything."""
     devs = as_devices(devices if devices is not None else placement.devices)
-    assignment = _check_placement(graph, placement, {d.name: d for d in devs})
+    assignment = checked_assignment(graph, placement, [d.name for d in devs])
     pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
     prepared, plan, schedule, names = _plan(graph, prepared, assignment, [d.name for d in devs], training, pipeline)
     return _accounted(graph, prepared, plan, schedule, training, names)
@@ -525,7 +411,7 @@ def _plan(graph: OpGraph, prepared: PreparedGraph | None, assignment: dict[str, 
                                  _shared(prepared), pipeline, devices)
         return prepared, None, _schedule(graph, prepared, steps, where, devices, u.outputs, u.names), u.names
     prepared = training_prepared(graph, prepared)
-    plan = plan_training(graph, prepared, assignment, _forward_steps(graph, prepared), training)
+    plan = plan_training(graph, assignment, _forward_steps(graph, prepared), training, host_read_inputs(graph))
     names: dict[str, str] = {}
     if pipeline is not None:
         plan, u = pipelined_plan(plan, pipeline, _shared(prepared), devices)
@@ -584,10 +470,3 @@ def _host_only_inputs(prepared: PreparedGraph, sched) -> set[str]:
             if t:
                 (host if i in positions else data).add(t)
     return host - data
-
-
-def _fmt(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"

@@ -1,4 +1,4 @@
-"""`OrtMeasurer`: RealMeasurer's interface over the onnxruntime engine, failures included."""
+"""`RealMeasurer` over the onnxruntime engine, failures included."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from placer.kernels.loading import load_graph
 from placer.measure.measurer import MeasureProtocol
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
-from placer.engines.onnxruntime.measurer import OrtMeasurer, measurer_for
+from placer.measure.measurer import RealMeasurer, measurer_for
 from testgraphs import branches
 
 from .conftest import CPUS, gather_model, random_placement
@@ -24,7 +24,7 @@ def graph():
 
 
 def test_a_placement_is_measured_with_the_engine_recorded(graph):
-    m = OrtMeasurer(graph, CPUS[:2], QUICK).measure(random_placement(graph, 2, 0))
+    m = RealMeasurer(graph, CPUS[:2], QUICK, engine="onnxruntime").measure(random_placement(graph, 2, 0))
     assert m.ok and m.step_time > 0 and len(m.times) == 3
     assert m.protocol["engine"] == "onnxruntime" and m.protocol["devices"] == CPUS[:2]
     # each device holds the weights its partitions read: 3 of the 6 128x128 float matrices at least
@@ -32,21 +32,21 @@ def test_a_placement_is_measured_with_the_engine_recorded(graph):
 
 
 def test_over_a_memory_cap_is_a_failed_measurement_not_an_exception(graph):
-    m = OrtMeasurer(graph, ["cpu:0[threads=1,mem=64KiB]", "cpu:1[threads=1]"], QUICK).measure(
+    m = RealMeasurer(graph, ["cpu:0[threads=1,mem=64KiB]", "cpu:1[threads=1]"], QUICK, engine="onnxruntime").measure(
         random_placement(graph, 2, 0))
     assert not m.ok and m.failure == "oom" and "cpu:0" in m.reason
 
 
 def test_a_kernel_error_is_a_failed_measurement_naming_the_partition():
     g = load_graph(gather_model())
-    m = OrtMeasurer(g, CPUS[:2], QUICK, feeds={"ids": np.array([1, 2, 99])}).measure(
+    m = RealMeasurer(g, CPUS[:2], QUICK, feeds={"ids": np.array([1, 2, 99])}, engine="onnxruntime").measure(
         Placement(["cpu:0", "cpu:1"], {"embed": "cpu:0", "t": "cpu:1"}, g.sha256))
     assert not m.ok and m.failure == "kernel_error" and "partition 0 failed on cpu:0" in m.reason
 
 
 def test_a_step_over_its_time_limit_is_a_timeout():
     g = load_graph(branches(2, depth=8, width=512, batch=256))
-    m = OrtMeasurer(g, CPUS[:2], MeasureProtocol(warmup=0, repeats=1, timeout_s=0.001)).measure(
+    m = RealMeasurer(g, CPUS[:2], MeasureProtocol(warmup=0, repeats=1, timeout_s=0.001), engine="onnxruntime").measure(
         random_placement(g, 2, 0))
     assert not m.ok and m.failure == "timeout"
 
@@ -54,7 +54,7 @@ def test_a_step_over_its_time_limit_is_a_timeout():
 def test_the_training_objective_is_refused_in_one_line(graph):
     training = MeasureProtocol(objective="training")
     with pytest.raises(PlacerError, match="^the training objective runs on the torch engine; drop --engine onnxruntime$"):
-        OrtMeasurer(graph, CPUS[:2], training)
+        RealMeasurer(graph, CPUS[:2], training, engine="onnxruntime")
     with pytest.raises(PlacerError, match="torch engine"):
         measurer_for("onnxruntime", graph, CPUS[:2], training)
 

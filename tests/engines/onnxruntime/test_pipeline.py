@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 
 import placer.engines.onnxruntime.concurrent as engine
-from placer.engines.torch.executor import KernelError, accounted_memory
+from placer.engines.failures import KernelError
+from placer.engines.torch.executor import accounted_memory
 from placer.kernels.loading import load_graph
-from placer.measure.measurer import MeasureProtocol, random_feeds
+from placer.graph.feeds import random_feeds
+from placer.measure.measurer import MeasureProtocol
 from placer.program.pipeline import Pipeline
 from placer.placement import Placement
-from placer.engines.onnxruntime.measurer import OrtMeasurer, measurer_for
+from placer.measure.measurer import RealMeasurer, measurer_for
 from placer.engines.onnxruntime.placed import OrtPlacement
 from testgraphs import branches
 
@@ -60,7 +62,7 @@ def test_device_0_runs_the_next_micro_batch_while_device_1_runs_this_one():
     with OrtPlacement(graph, stages(graph), CPUS[:2], pipeline=Pipeline(4)) as placed:
         for _ in range(3):   # a busy machine may serialise one step; not three
             placed.run(feeds, timeout_s=10)
-            ran = {(i.device, i.micro_batch): i for i in placed.engine.intervals}
+            ran = {(i.device, i.micro_batch): i for i in placed.engine.spans}
             overlaps = [k for k in range(3) if ran["cpu:0", k + 1].start < ran["cpu:1", k].end
                         and ran["cpu:1", k].start < ran["cpu:0", k + 1].end]
             if overlaps:
@@ -111,8 +113,8 @@ def test_one_micro_batch_is_the_plain_step():
             OrtPlacement(graph, placement, CPUS[:2], pipeline=Pipeline(1)) as one:
         assert_same(one.run_arrays(feeds, timeout_s=10), plain.run_arrays(feeds, timeout_s=10))
         assert one.peak_memory == plain.peak_memory
-        assert {i.micro_batch for i in one.engine.intervals} == {0}
-    record = OrtMeasurer(graph, CPUS[:2], pipeline=Pipeline(1)).protocol_record()
+        assert {i.micro_batch for i in one.engine.spans} == {0}
+    record = RealMeasurer(graph, CPUS[:2], pipeline=Pipeline(1), engine="onnxruntime").protocol_record()
     assert "micro_batches" not in record
 
 
@@ -134,13 +136,13 @@ def test_a_failing_micro_batch_fails_the_step_and_the_engine_runs_again():
             placed.run([good, bad, good], timeout_s=10)
         got = placed.run_arrays([good] * M, timeout_s=10)
         assert_same({"y": got["y#2"]}, whole_model_outputs(model, good))
-    m = OrtMeasurer(graph, CPUS[:2], MeasureProtocol(warmup=0, repeats=1, timeout_s=10), feeds=bad,
-                    pipeline=Pipeline(M)).measure(placement)
+    m = RealMeasurer(graph, CPUS[:2], MeasureProtocol(warmup=0, repeats=1, timeout_s=10), feeds=bad,
+                    pipeline=Pipeline(M), engine="onnxruntime").measure(placement)
     assert not m.ok and m.failure == "kernel_error" and "partition 0" in m.reason
 
 
 def test_a_pipelined_step_over_its_time_limit_is_a_timeout():
     graph = load_graph(branches(2, depth=8, width=512, batch=256))
-    m = OrtMeasurer(graph, CPUS[:2], MeasureProtocol(warmup=0, repeats=1, timeout_s=0.001),
-                    pipeline=Pipeline(4)).measure(random_placement(graph, 2, 0))
+    m = RealMeasurer(graph, CPUS[:2], MeasureProtocol(warmup=0, repeats=1, timeout_s=0.001),
+                    pipeline=Pipeline(4), engine="onnxruntime").measure(random_placement(graph, 2, 0))
     assert not m.ok and m.failure == "timeout"

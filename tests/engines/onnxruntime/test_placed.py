@@ -8,7 +8,7 @@ import pytest
 
 from placer.graph.load import parse_input_shapes
 from placer.kernels.loading import load_graph
-from placer.measure.measurer import random_feeds
+from placer.graph.feeds import random_feeds
 from placer.placement import Placement
 from placer.engines.onnxruntime.placed import OrtPlacement
 from testgraphs import branches
@@ -125,6 +125,6 @@ def test_each_virtual_cpu_devices_thread_is_pinned_to_its_own_core():
                                                for n in graph.nodes}, graph.sha256)
     with OrtPlacement(graph, placement, CPUS[:2]) as placed:
         placed.run_arrays(random_feeds(graph, seed=0), timeout_s=10)
-        masks = {t.device.name: os.sched_getaffinity(t.thread.native_id) for t in placed.engine._threads}
+        masks = {device: set(cores) for device, cores in placed.engine.worker_cores().items()}
     assert len(masks["cpu:0"]) == len(masks["cpu:1"]) == 1 and masks["cpu:0"] != masks["cpu:1"]
     assert os.sched_getaffinity(0) >= masks["cpu:0"] | masks["cpu:1"]   # the caller keeps its own mask

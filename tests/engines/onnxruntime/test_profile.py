@@ -11,7 +11,7 @@ from placer.kernels.loading import load_graph
 from placer.measure.measurer import MeasureProtocol
 from placer.costmodel.profile import Profile
 from placer.costmodel.profiled import ProfiledCostModel
-from placer.engines.onnxruntime.profile import profile_graph_ort
+from placer.costmodel.profiler import profile_graph
 
 from .conftest import CPUS, shape_model
 
@@ -29,7 +29,7 @@ def conv_relu_model():
 
 def test_each_node_gets_ort_s_kernel_time_and_a_fused_kernel_goes_to_its_op(tmp_path):
     graph = load_graph(conv_relu_model())
-    profile = profile_graph_ort(graph, CPUS[:2], MeasureProtocol(warmup=1, repeats=3), transfer_sizes=(1024,))
+    profile = profile_graph(graph, CPUS[:2], MeasureProtocol(warmup=1, repeats=3), transfer_sizes=(1024,), engine="onnxruntime")
     assert profile.protocol["engine"] == "onnxruntime" and profile.devices == ["cpu:0", "cpu:1"]
     times = profile.op_times
     assert times["conv"]["cpu:0"] > 0 and times["sigmoid"]["cpu:0"] > 0
@@ -45,7 +45,7 @@ def test_each_node_gets_ort_s_kernel_time_and_a_fused_kernel_goes_to_its_op(tmp_
 
 def test_nodes_placer_folds_cost_nothing():
     graph = load_graph(shape_model())
-    profile = profile_graph_ort(graph, CPUS[:1], MeasureProtocol(warmup=0, repeats=2), transfer_sizes=(1024,))
+    profile = profile_graph(graph, CPUS[:1], MeasureProtocol(warmup=0, repeats=2), transfer_sizes=(1024,), engine="onnxruntime")
     assert {"shape", "gather", "unsqueeze", "concat"} <= set(profile.folded_nodes)
     assert all(profile.op_times[n]["cpu:0"] == 0.0 for n in profile.folded_nodes)
     assert set(profile.op_times) == set(graph.nodes) and not profile.failures

@@ -11,7 +11,7 @@ import placer.engines.onnxruntime
 from placer.annotate.split import write_split
 from placer.errors import PlacerError
 from placer.kernels.loading import load_graph
-from placer.measure.measurer import random_feeds
+from placer.graph.feeds import random_feeds
 from placer.placement import Placement
 from testgraphs import branches
 
