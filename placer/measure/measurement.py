@@ -12,7 +12,8 @@ from placer.placement import Placement
 # Why a placement failed: values of `Measurement.failure` (the engines' reasons, and a placement
 # that is not valid for the graph or the devices).
 INVALID = "invalid"
-__all__ = ["INVALID", "KERNEL_ERROR", "OOM", "TIMEOUT", "Measurement", "Measurer", "OpensPlacements"]
+__all__ = ["INVALID", "KERNEL_ERROR", "OOM", "TIMEOUT", "Measurement", "Measurer", "MeasuresBatches", "OpensPlacements",
+           "ReportsOnWorkers"]
 
 
 @dataclass
@@ -43,14 +44,30 @@ class Measurement:
 
 class Measurer(Protocol):
     """Turns a placement into a `Measurement`. Real, simulated and analytic ones plug in alike.
-    One that measures several placements at once (a pool of workers) also has
-    `measure_many(placements) -> list[Measurement]`, in the same order. One that runs placements
+    One that measures several placements at once (a pool of workers) is also a `MeasuresBatches`,
+    and one that spreads its work over workers a `ReportsOnWorkers`. One that runs placements
     for real is also an `OpensPlacements`, so that several placements can be measured in
     interleaved rounds (`placer.measure.rounds`)."""
 
     devices: list[str]   # device names, in the order placements index them
 
     def measure(self, placement: Placement) -> Measurement: ...
+
+
+@runtime_checkable
+class MeasuresBatches(Protocol):
+    """A measurer that measures several placements at once (a pool of workers): each distinct
+    placement of a batch in one call, in the batch's order."""
+
+    def measure_many(self, placements: list[Placement]) -> list[Measurement]: ...
+
+
+@runtime_checkable
+class ReportsOnWorkers(Protocol):
+    """A measurer that spreads its work over workers and says how it went (retries, workers lost,
+    each worker's single-device figures): the run summary records it."""
+
+    def report(self) -> dict[str, Any]: ...
 
 
 @runtime_checkable

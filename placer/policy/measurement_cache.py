@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from placer.measure.measurement import Measurement, Measurer
+from placer.measure.measurement import Measurement, Measurer, MeasuresBatches
 from placer.placement import Placement
 
 log = logging.getLogger(__name__)
@@ -24,9 +24,8 @@ Key = tuple[int, ...]
 
 def measure_many(measurer: Measurer, placements: list[Placement]) -> list[Measurement]:
     """Measure `placements` in order, in one call when the measurer can take a batch."""
-    batch = getattr(measurer, "measure_many", None)
-    if batch is not None:
-        return list(batch(placements))
+    if isinstance(measurer, MeasuresBatches):
+        return list(measurer.measure_many(placements))
     return [measurer.measure(p) for p in placements]
 
 

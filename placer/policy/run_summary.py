@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from placer.measure.measurement import Measurer, OpensPlacements
+from placer.measure.measurement import Measurer, OpensPlacements, ReportsOnWorkers
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
 from placer.policy.phases import REAL, SIMULATED
@@ -145,7 +145,7 @@ def write_outputs(session: TrainingSession, interrupted: bool,
         "interrupted": interrupted,
         # A pool of measuring workers (`--workers`) says how many measurements it retried, which
         # workers it lost, and each worker's single-device figures.
-        "workers": sources.real.report() if hasattr(sources.real, "report") else None,
+        "workers": sources.real.report() if isinstance(sources.real, ReportsOnWorkers) else None,
         **_learning_figures(state, n_groups, confirmed, ok.get(best_single) if best_single else None),
         "learning_curve": [{k: h.get(k, REAL) if k == "phase" else h[k]
                             for k in ("samples", "phase", "best_step_time", "sampled_step_time")}
