@@ -1,18 +1,21 @@
-"""Helpers shared by the benchmark scripts: zoo graphs at given options, interleaved timing."""
+"""Helpers shared by the benchmark scripts: zoo graphs at given options, callables timed in
+interleaved rounds (`placer.measure.rounds`), an eager thread (`placer.engines.threads`)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
-import statistics
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import graphs
-from placer.kernels.loading import load_graph
+from placer.engines.threads import DeviceThread, DeviceThreads, Job
 from placer.graph.opgraph import OpGraph
+from placer.kernels.loading import load_graph
+from placer.measure.intervals import Interval
+from placer.measure.rounds import Candidate, RoundsProtocol, RoundsResult, measure_in_rounds
 
 
 def zoo_path(name: str, **options: int) -> Path:
@@ -44,7 +47,7 @@ def zoo_model_and_inputs(name: str, **options: int):
     module's inputs in the graph's input order)."""
     import torch
 
-    from placer.measure.measurer import random_feeds
+    from placer.graph.feeds import random_feeds
 
     graph = zoo_graph(name, **options)
     module, example = graphs.build_model(name, **options)
@@ -54,86 +57,88 @@ def zoo_model_and_inputs(name: str, **options: int):
     return graph, module, feeds, inputs
 
 
-def interleaved(runs: dict[str, Callable[[], object]], rounds: int, warmup: int = 1, seed: int = 0
-                ) -> dict[str, list[float]]:
-    """Time each callable once per round, in a shuffled order (seeded), so slow drifts of the
-    machine hit all alike and none always runs right after the same other one."""
-    import random
+class CallableRun:
+    """A callable as a run of `placer.measure.rounds.measure_in_rounds`: each step times one call."""
 
-    for _ in range(warmup):
-        for fn in runs.values():
-            fn()
-    order = list(runs)
-    shuffle = random.Random(seed).shuffle
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    for _ in range(rounds):
-        shuffle(order)
-        for key in order:
-            start = time.perf_counter()
-            runs[key]()
-            times[key].append(time.perf_counter() - start)
-    return times
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+        self.peak_memory: dict[str, int] = {}
+
+    def step(self) -> float:
+        start = time.perf_counter()
+        self.fn()
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        pass
 
 
-def paired(times: dict[str, list[float]], name: str, reference: str):
-    """`name`'s time over `reference`'s, paired over the rounds of `interleaved`: the median of the
-    per-round ratios with its 95% interval (`placer.measure.intervals`)."""
-    from placer.measure.intervals import paired_ratio
-
-    return paired_ratio(times[name], times[reference])
+def exact_rounds(rounds: int, warmup: int = 1, seed: int = 0) -> RoundsProtocol:
+    """Exactly `rounds` interleaved rounds after `warmup` (at least 6): the precision cannot stop
+    them early (the fewest rounds are also the most) and no time cap stops them late."""
+    return RoundsProtocol(warmup=warmup, min_rounds=rounds, max_rounds=rounds, max_seconds=math.inf, seed=seed)
 
 
-def median(values: list[float]) -> float:
-    return statistics.median(values)
+def measure_callables(runs: dict[str, Callable[[], object]], rounds: int, reference: str, warmup: int = 1,
+                      seed: int = 0) -> RoundsResult:
+    """Time each callable once per round in a shuffled (seeded) order, exactly `rounds` rounds after
+    `warmup` (`measure_in_rounds`), so that the machine's drifts hit all alike; `reference` is what
+    the paired ratios are taken against. A callable that fails is the benchmark's error."""
+    candidates = [Candidate(name, lambda fn=fn: CallableRun(fn)) for name, fn in runs.items()]
+    result = measure_in_rounds(candidates, exact_rounds(rounds, warmup, seed), reference=reference)
+    failed = {n: f"{m.failure}: {m.reason}" for n, m in result.measurements.items() if not m.ok}
+    if failed:
+        raise RuntimeError(f"failed in the rounds: {failed}")
+    return result
 
 
 def eager_row(name: str, nodes: int, runner: "ThreadRunner", eager: Callable[[], object],
-              engine: Callable[[], object], rounds: int, width: int = 11):
+              engine: Callable[[], object], rounds: int, width: int = 11) -> Interval:
     """Time `eager` (on `runner`'s thread) and `engine` interleaved, print the row (model, nodes,
     both medians in ms, engine / eager paired over the rounds with its 95% interval) and return
     that ratio (an `Interval`)."""
-    times = interleaved({"eager": lambda: runner(eager), "engine": engine}, rounds)
-    e, x = median(times["eager"]), median(times["engine"])
-    ratio = paired(times, "engine", "eager")
-    print(f"{name:14s} {nodes:5d} {e * 1e3:9.2f} {x * 1e3:{width}.2f} {ratio.value:6.3f} "
-          f"[{ratio.low:.3f}, {ratio.high:.3f}]", flush=True)
+    result = measure_callables({"eager": lambda: runner(eager), "engine": engine}, rounds, reference="eager")
+    e, x = result.interval("eager").value, result.interval("engine").value
+    ratio = result.ratio("engine", "eager")
+    print(f"{name:14s} {nodes:5d} {e * 1e3:9.2f} {x * 1e3:{width}.2f} {ratio.format_ratio()}", flush=True)
     return ratio
 
 
+class _Call(Job):
+    """One call handed to a `ThreadRunner`'s thread, and what it returned."""
+
+    def __init__(self, fn: Callable[[], object], n_threads: int, timeout_s: float | None) -> None:
+        super().__init__(n_threads, timeout_s)
+        self.fn = fn
+        self.result: object = None
+
+
 class ThreadRunner:
-    """Runs callables on one dedicated thread with its own intra-op thread count, as a worker of
-    the executor does, so that eager baselines see the same threading as the engine."""
+    """Runs callables on one dedicated thread with its own intra-op thread count, as a device
+    thread of the executor does (`placer.engines.threads`, set up once on its thread), so that
+    eager baselines see the same threading as the engine. A failing call raises its error
+    (as the engines do: a `KernelError` from it)."""
 
     def __init__(self, threads: int) -> None:
-        import queue
-
-        self._jobs: queue.Queue = queue.Queue()
-        self._done: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, args=(threads,), daemon=True)
-        self._thread.start()
-
-    def _loop(self, threads: int) -> None:
         import torch
 
-        torch.set_num_threads(threads)
-        while True:
-            fn = self._jobs.get()
-            if fn is None:
-                return
-            try:
-                self._done.put((True, fn()))
-            except BaseException as exc:  # noqa: BLE001
-                self._done.put((False, exc))
+        self._threads = DeviceThreads(lambda: [DeviceThread("eager", self._work,
+                                                            setup=lambda: torch.set_num_threads(threads))])
+        self._threads.start()
+
+    @staticmethod
+    def _work(job: Job) -> None:
+        assert isinstance(job, _Call)
+        job.result = job.fn()
 
     def __call__(self, fn: Callable[[], object]) -> object:
-        self._jobs.put(fn)
-        ok, value = self._done.get()
-        if not ok:
-            raise value
-        return value
+        job = self._threads.new_job(None, lambda n, timeout_s: _Call(fn, n, timeout_s))
+        self._threads.run(job, None)
+        assert isinstance(job, _Call)
+        return job.result
 
     def close(self) -> None:
-        self._jobs.put(None)
+        self._threads.close()
 
 
 def machine_note() -> str:

@@ -25,7 +25,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two models, few rounds")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of both (default 1)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per model")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per model (at least 6)")
     parser.add_argument("--models", default=None, help="comma-separated zoo names")
     args = parser.parse_args()
     models = QUICK if args.quick else MODELS
@@ -49,7 +49,7 @@ def main() -> int:
             ratios.append(eager_row(name, len(graph.nodes), runner, eager, lambda: executor.run(feeds), rounds))
     runner.close()
     worst = max(ratios, key=lambda r: r.value)
-    print(f"worst ratio {worst.value:.3f} [{worst.low:.3f}, {worst.high:.3f}] (target <= 1.10); ratio = executor / eager, "
+    print(f"worst ratio {worst.format_ratio()} (target <= 1.10); ratio = executor / eager, "
           f"the median of the per-round ratios with its 95% interval")
     return 0
 

@@ -53,9 +53,9 @@ def run_one(graph, n_devices: int, seed: int, budgets: list[int], cost_model: st
     if cost_model == "analytic":
         cost = AnalyticCostModel(names)
     else:
-        from placer.costmodel.profiled import ProfiledCostModel
+        from placer.costmodel.profile_cache import profiled_cost_model
 
-        cost = ProfiledCostModel.for_graph(graph, devices)
+        cost = profiled_cost_model(graph, devices)
     hp = Hyperparameters()
     warm = plan_warm_start(graph, names, cost, {}, group_graph(graph, None, n_devices), hp.warm_start, seed=seed)
     baseline = warm.simulated_step_time
@@ -85,13 +85,13 @@ def throughput(graph, n_devices: int, samples: int = 2000) -> float:
     logging): a run from scratch, which does not settle within `samples`."""
     from placer.devices import parse_devices
     from placer.graph.grouping import group_graph
-    from placer.costmodel.profiled import ProfiledCostModel
+    from placer.costmodel.profile_cache import profiled_cost_model
     from placer.costmodel.simulator import SimulatedMeasurer
     from placer.policy.hparams import Hyperparameters
     from placer.policy.trainer import train
 
     devices = parse_devices(",".join(f"cpu:{i}[threads=1]" for i in range(n_devices)))
-    measurer = SimulatedMeasurer(graph, [d.name for d in devices], ProfiledCostModel.for_graph(graph, devices))
+    measurer = SimulatedMeasurer(graph, [d.name for d in devices], profiled_cost_model(graph, devices))
     with tempfile.TemporaryDirectory() as run_dir:
         started = time.perf_counter()
         s = train(graph, measurer, group_graph(graph, None, n_devices), run_dir, Hyperparameters(), samples=samples,

@@ -17,12 +17,14 @@ import sys
 
 import networkx as nx
 
-from _bench import interleaved, machine_note, median, paired, zoo_graph
+from _bench import machine_note, measure_callables, zoo_graph
 from placer.graph.opgraph import OpGraph
 from placer.engines.torch.executor import PlacedExecutor
-from placer.measure.measurer import MeasureProtocol, random_feeds
+from placer.measure.intervals import format_bounds, format_ratio
+from placer.graph.feeds import random_feeds
+from placer.measure.measurer import MeasureProtocol
 from placer.kernels.prepare import prepare
-from placer.costmodel.profile import profile_graph
+from placer.costmodel.profiler import profile_graph
 from placer.placement import Placement
 
 DEVICES = ["cpu:0[threads=1]", "cpu:1[threads=1]"]
@@ -108,7 +110,7 @@ def machine_parallelism(n: int = 30) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="few rounds")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds (at least 6)")
     parser.add_argument("--model", default="inception_v3", help="zoo model (default inception_v3)")
     args = parser.parse_args()
     rounds = args.rounds or (6 if args.quick else 16)   # 6: the fewest a 95% interval needs
@@ -127,9 +129,10 @@ def main() -> int:
     single = Placement.single_device(list(graph.nodes), "cpu:0", graph.sha256, devices=names)
     with PlacedExecutor(graph, single, DEVICES, prepared=prepared) as one, \
             PlacedExecutor(graph, split, DEVICES, prepared=prepared) as two:
-        times = interleaved({"one": lambda: one.run(feeds), "two": lambda: two.run(feeds)}, rounds)
+        result = measure_callables({"one": lambda: one.run(feeds), "two": lambda: two.run(feeds)}, rounds,
+                                   reference="one")
         crossings = len(two.schedule.crossings)
-    t1, t2 = median(times["one"]), median(times["two"])
+    t1, t2 = result.interval("one").value, result.interval("two").value
     total = sum(cost.values())
     sim = simulate(graph, cost, nodes)
     bound = total / max(total / 2, critical_path(graph, cost))
@@ -138,10 +141,11 @@ def main() -> int:
           f"profiled work {total * 1e3:.1f} ms, on cpu:1 {sum(cost[n] for n, d in nodes.items() if d == 'cpu:1') * 1e3:.1f} ms")
     print(f"serial work outside any branch (stem, joins, head): {serial * 1e3:.1f} ms "
           f"({100 * serial / total:.0f}% of the work)")
-    ratio = paired(times, "two", "one")   # time of two over one, per round
+    ratio = result.ratio("two", "one")   # time of two over one, per round
     print(f"one device   {t1 * 1e3:9.2f} ms (median)")
     print(f"two devices  {t2 * 1e3:9.2f} ms (median)")
-    print(f"speedup      {1 / ratio.value:9.3f}x measured [{1 / ratio.high:.3f}, {1 / ratio.low:.3f}] "
+    print(f"speedup      {format_ratio(1 / ratio.value, digits=3):>10s} measured "
+          f"{format_bounds(1 / ratio.high, 1 / ratio.low, digits=3)} "
           f"(one over two, the median of the per-round ratios and its 95% interval)")
     print(f"             {total / sim:9.3f}x this placement simulated with profiled node times, free hand-overs")
     print(f"             {bound:9.3f}x bound of any 2-device placement (work / max(work/2, critical path))")

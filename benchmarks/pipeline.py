@@ -26,11 +26,11 @@ from pathlib import Path
 
 from _bench import machine_note, save_json, zoo_graph
 from placer.devices import parse_devices
-from placer.measure.intervals import TIED, speedup_verdict
+from placer.measure.intervals import TIED, format_ratio, speedup_verdict
 from placer.costmodel.lower_bound import lower_bound
 from placer.measure.measurer import MeasureProtocol, RealMeasurer
 from placer.program.pipeline import Pipeline
-from placer.costmodel.profiled import ProfiledCostModel
+from placer.costmodel.profile_cache import profiled_cost_model
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.costmodel.simulator import SimulatedMeasurer
 from placer.program.training import TrainingSpec
@@ -81,7 +81,7 @@ def run_model(model: str, micro_batches: list[int], rounds: int, samples: int | 
     devices = parse_devices(DEVICES)
     names = [d.name for d in devices]
     training = TrainingSpec() if objective == "training" else None
-    cost = ProfiledCostModel.for_graph(graph, devices, training=training)
+    cost = profiled_cost_model(graph, devices, training=training)
     protocol = MeasureProtocol(objective=objective)
     rows = []
     for m in micro_batches:
@@ -129,7 +129,7 @@ def simulated_table(models: list[str], micro_batches: list[int], samples: int | 
     print(f"{'model':<13} {'M':>3} {'placement':<18} {'sim ms':>9} {'pipeline_dp / it':>16} {'bound ms':>9}")
     for model in models:
         graph = zoo_graph(model, **(SMALL.get(model, {}) if small else {}))
-        cost = ProfiledCostModel.for_graph(graph, devices, training=training)
+        cost = profiled_cost_model(graph, devices, training=training)
         for m in micro_batches:
             pipeline = Pipeline(m, schedule)
             sim = SimulatedMeasurer(graph, names, cost, training=training, pipeline=pipeline)
@@ -188,7 +188,7 @@ def _cell(speedup: dict | None) -> str:
     if speedup is None:
         return "-"
     tied = " ~" if speedup["verdict"] == TIED else ""
-    return f"{speedup['value']:.2f}x [{speedup['low']:.2f}, {speedup['high']:.2f}]{tied}"
+    return format_ratio(speedup["value"], speedup["low"], speedup["high"]) + tied
 
 
 def print_row(r: dict) -> None:

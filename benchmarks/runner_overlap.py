@@ -23,9 +23,9 @@ from testgraphs import branches  # noqa: E402
 
 import placer.engines.onnxruntime  # noqa: E402
 from placer.annotate.split import write_split  # noqa: E402
+from placer.graph.feeds import random_feeds  # noqa: E402
 from placer.measure.intervals import speedup_words  # noqa: E402
 from placer.kernels.loading import load_graph  # noqa: E402
-from placer.measure.measurer import random_feeds  # noqa: E402
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds  # noqa: E402
 from placer.placement import Placement  # noqa: E402
 

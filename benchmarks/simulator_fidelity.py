@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     from placer.costmodel.lower_bound import check_bound, lower_bound
     from placer.measure.measurer import RealMeasurer
     from placer.costmodel.profiled import ProfiledCostModel
+    from placer.costmodel.profile_cache import profiled_cost_model
     from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
     from placer.costmodel.simulator import Simulator
 
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [d.name for d in devs]
     load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
-    cost = ProfiledCostModel.for_graph(graph, devs, refresh=args.refresh_profile, check_cached=True)
+    cost = profiled_cost_model(graph, devs, refresh=args.refresh_profile, check_cached=True)
     say(f"{args.graph}: {len(graph.nodes)} nodes on {', '.join(str(d) for d in devs)}; profile "
         f"{'cached' if cost.from_cache else f'measured and calibrated in {time.perf_counter() - t0:.1f} s'}; "
         f"contention factors {cost.slowdown or 'none'}")

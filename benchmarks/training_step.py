@@ -24,6 +24,8 @@ import torch
 from _bench import ThreadRunner, eager_row, machine_note, zoo_model_and_inputs, zoo_path
 from placer.cli import main as placer
 from placer.engines.torch.executor import PlacedExecutor
+from placer.engines.torch.training import build_optimizer
+from placer.measure.intervals import format_ratio
 from placer.program.training import TrainingSpec
 from placer.placement import Placement
 
@@ -57,13 +59,13 @@ def single_device(models: dict[str, dict], threads: int, rounds: int) -> list[fl
         graph, module, feeds, inputs = zoo_model_and_inputs(name, **opts)
         module.eval()   # the export's semantics (batch-norm on its running statistics), now with gradients
         spec = TrainingSpec()
-        eager = eager_step(module, inputs, spec.optimizer.build(list(module.parameters())))
+        eager = eager_step(module, inputs, build_optimizer(spec.optimizer, list(module.parameters())))
         placement = Placement.single_device(list(graph.nodes), "cpu")
         with PlacedExecutor(graph, placement, [f"cpu[threads={threads}]"], training=spec) as executor:
             ratios.append(eager_row(name, len(graph.nodes), runner, eager, lambda: executor.run(feeds), rounds, 9))
     runner.close()
     worst = max(ratios, key=lambda r: r.value)
-    print(f"worst ratio {worst.value:.3f} [{worst.low:.3f}, {worst.high:.3f}] (target <= 1.15); ratio = placer / eager, "
+    print(f"worst ratio {worst.format_ratio()} (target <= 1.15); ratio = placer / eager, "
           f"the median of the per-round ratios with its 95% interval")
     return ratios
 
@@ -83,7 +85,7 @@ def two_cpus(name: str, samples: int) -> dict:
 def _speedup(row: dict | None) -> str:
     """A row's speedup over the best single device, paired over the comparison's rounds: '1.47x [1.44, 1.50]'."""
     got = (row or {}).get("speedup_vs_best_single_interval")
-    return f"{got['value']:.2f}x [{got['low']:.2f}, {got['high']:.2f}]" if got else "-"
+    return format_ratio(got["value"], got["low"], got["high"]) if got else "-"
 
 
 def placement_table(names: list[str], samples: int) -> None:
@@ -107,7 +109,7 @@ def placement_table(names: list[str], samples: int) -> None:
         got = verdict["speedup"]
         print(f"{name:14s} {single * 1e3:11.1f} {best['name']:>18s} {best['step_time_s'] * 1e3:8.1f} "
               f"{_speedup(best):>19s} {ms} {_speedup(learned):>19s} {bound * 1e3:11.1f}   "
-              f"{verdict['subject']} over {best['name']}: {got['value']:.2f}x [{got['low']:.2f}, {got['high']:.2f}] "
+              f"{verdict['subject']} over {best['name']}: {format_ratio(got['value'], got['low'], got['high'])} "
               f"({verdict['verdict']})")
 
 
@@ -115,7 +117,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two small models, few rounds, rnnlm placed only")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of both (default 1)")
-    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per model")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per model (at least 6)")
     parser.add_argument("--models", default=None, help="comma-separated zoo names (part 1)")
     parser.add_argument("--placement-models", default=None, help="comma-separated zoo names (part 2)")
     parser.add_argument("--samples", type=int, default=None, help="simulated samples of each learned placement")

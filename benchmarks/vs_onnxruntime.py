@@ -1,9 +1,9 @@
 """Both engines against a plain ONNX Runtime session of the whole model, on one CPU device with the
 same intra-op threads, measured side by side in interleaved rounds (`placer.measure.rounds`):
 
-- `ort engine / ort session`: the onnxruntime engine's single-device step (`OrtMeasurer`; one
-  session of the whole bound model behind the engine's device thread) over a plain
-  `InferenceSession` run from the caller (target: within 1.05x);
+- `ort engine / ort session`: the onnxruntime engine's single-device step (`RealMeasurer` with
+  engine "onnxruntime"; one session of the whole bound model behind the engine's device thread)
+  over a plain `InferenceSession` run from the caller (target: within 1.05x);
 - `placer torch / ort session`: placer's torch engine (`RealMeasurer`) over the same session.
 
 Each ratio is paired (one per round) with its 95% interval; the outputs of all three are checked
@@ -23,10 +23,10 @@ import onnxruntime as ort
 import graphs
 from _bench import SessionRun, machine_note, zoo_graph
 from placer.measure.intervals import TIED, verdict
-from placer.measure.measurer import MeasureProtocol, RealMeasurer, random_feeds
+from placer.graph.feeds import random_feeds
+from placer.measure.measurer import MeasureProtocol, RealMeasurer
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
-from placer.engines.onnxruntime.measurer import OrtMeasurer
 
 TARGET = 1.05   # the onnxruntime engine's single device over a plain session
 
@@ -53,7 +53,7 @@ def main() -> int:
         feeds = random_feeds(graph, seed=0)
         alone = Placement.single_device(list(graph.nodes), "cpu", graph.sha256)
         protocol = MeasureProtocol(timeout_s=120)
-        engines = {"ort engine": OrtMeasurer(graph, [device], protocol, feeds=feeds),
+        engines = {"ort engine": RealMeasurer(graph, [device], protocol, feeds=feeds, engine="onnxruntime"),
                    "placer torch": RealMeasurer(graph, [device], protocol, feeds=feeds)}
         model_bytes = graph.model.SerializeToString()
         diff = _max_diff(graph, engines, alone, SessionRun(model_bytes, args.threads, feeds).session, feeds)

@@ -3,13 +3,14 @@ worker measured in the same run.
 
 Default: a measurer that takes a fixed time per placement (a sleep), so that what the ratios lose
 against N is the machinery's overhead: Ray's calls, sending placements, gathering results
-(target: 4 workers at least 3.5x one). The pools run side by side, interleaved round by round.
+(target: 4 workers at least 3.5x one). The pools run side by side, interleaved round by round
+(`placer.measure.rounds`).
 
 --real: real measurement of a zoo model on workers of two 1-thread virtual CPU devices each
 (--devices), every worker pinned to its own cores (2 cores per worker: 8 for 4 workers), one pool
 after the other; prints samples per minute and whether the workers' single-device step times agree.
 
-    python benchmarks/workers.py [--quick] [--sleep-ms 50] [--batch 32] [--rounds 5] [--workers 1 2 4]
+    python benchmarks/workers.py [--quick] [--sleep-ms 50] [--batch 32] [--rounds 6] [--workers 1 2 4]
     python benchmarks/workers.py --real [--model inception_v3] [--batch 32] [--devices "cpu:0[threads=1]"]
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from _bench import machine_note, median
+from _bench import machine_note, measure_callables
 from placer.measure.measurement import Measurement
 from placer.placement import Placement
 from placer.workers import RayMeasurer, WorkerNeeds, WorkerSpec
@@ -69,22 +70,18 @@ def overhead(args: argparse.Namespace) -> None:
     # A placement as large as a big model's (1000 nodes), so that sending it is part of the cost.
     batch = random_placements([f"node{i}" for i in range(1000)], names, args.batch)
     pools = {n: RayMeasurer(SleepSpec(names, seconds=args.sleep_ms / 1e3), workers=n) for n in args.workers}
-    times: dict[int, list[float]] = {n: [] for n in args.workers}
     for n, pool in pools.items():       # warm-up: the first call of each worker
         pool.measure_many(batch[:n])
-    for _ in range(args.rounds):
-        for n, pool in pools.items():
-            start = time.perf_counter()
-            pool.measure_many(batch)
-            times[n].append(time.perf_counter() - start)
+    result = measure_callables({str(n): lambda pool=pool: pool.measure_many(batch) for n, pool in pools.items()},
+                               args.rounds, reference=str(args.workers[0]), warmup=0)
     ideal = per_minute(args.batch, args.batch * args.sleep_ms / 1e3)
     print(f"measurer: {args.sleep_ms:g} ms per placement; batches of {args.batch}; median of {args.rounds} "
           f"interleaved rounds; one worker at most {ideal:.0f} samples/min")
     first = args.workers[0]
     print(f"{'workers':>8} {'batch s':>9} {'samples/min':>12} {f'vs {first} worker(s)':>16} {'of ideal':>9}")
     for n in args.workers:
-        t = median(times[n])
-        ratio = median(times[first]) / t
+        t = result.interval(str(n)).value
+        ratio = result.interval(str(first)).value / t
         print(f"{n:>8} {t:>9.3f} {per_minute(args.batch, t):>12.0f} {ratio:>15.2f}x {ratio * first / n:>8.0%}")
     for pool in pools.values():
         pool.close()
@@ -133,13 +130,13 @@ def main() -> None:
     parser.add_argument("--model", default="inception_v3", help="zoo model for --real (default inception_v3)")
     parser.add_argument("--sleep-ms", type=float, default=50.0, help="time per placement of the sleeping measurer")
     parser.add_argument("--batch", type=int, default=32, help="placements per batch (an update's samples)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (sleep mode)")
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds (sleep mode; at least 6)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4], help="pool sizes (default 1 2 4)")
     parser.add_argument("--devices", default=DEVICES, help=f"--real: the devices of one worker (default {DEVICES})")
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and a smaller batch")
+    parser.add_argument("--quick", action="store_true", help="a smaller batch (16) and the fewest rounds (6)")
     args = parser.parse_args()
     if args.quick:
-        args.rounds, args.batch = 2, min(args.batch, 16)
+        args.rounds, args.batch = 6, min(args.batch, 16)   # 6: the fewest rounds a 95% interval needs
     print(machine_note())
     real(args) if args.real else overhead(args)
 
