@@ -1,6 +1,6 @@
 """`placer compare`: every baseline placer, and optionally a learned placement, measured side by
 side on the real devices in one run. The comparison itself is `placer.evaluate.compare`; here are
-the arguments, what a training run's folder holds, and where the results go (`compare_report`)."""
+the arguments, what a training run's folder holds, and where the results go (`placer.evaluate.report`)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from placer.costmodel.profile import Profile
+from placer.costmodel.protocol import own_link
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpNode
 
@@ -94,6 +95,9 @@ class ProfiledCostModel:
         if handover is not None and src != dst and self._shared.get((src, dst)):
             return float(handover)
         return self.profile.transfer_time(nbytes, src, dst)
+
+    def route(self, src: str, dst: str) -> tuple[str, ...]:
+        return own_link(src, dst)   # each pair of devices was timed alone: no shared link is known
 
     def unrunnable(self) -> dict[str, list[str]]:
         """Device -> nodes that have no finite time there (failed or unsupported)."""

@@ -2,7 +2,8 @@
 
 The simulator and the cost-aware placers read time only through this protocol, so an analytic
 model (deterministic, for tests) and a profiled one (measured on the real devices) plug in alike.
-`training_step_time` prices the steps a training step adds to the forward pass.
+`training_step_time` prices the steps a training step adds to the forward pass, and `route` says which
+links a copy occupies, so that copies over a shared link queue in the simulator.
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ class CostModel(Protocol):
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Seconds to move `nbytes` from `src` to `dst` (0 when they are the same device)."""
         ...
+
+    def route(self, src: str, dst: str) -> tuple[str, ...]:
+        """The links a copy from `src` to `dst` occupies while it runs; each carries one copy at a
+        time, so copies whose routes share a link (a PCIe host bridge, a machine's network link)
+        wait for each other. A model without shared links gives each ordered pair its own
+        (`own_link`)."""
+        ...
+
+
+def own_link(src: str, dst: str) -> tuple[str, ...]:
+    """The route of a copy over a link of its own: the directed link from `src` to `dst`."""
+    return (f"{src}->{dst}",)
 
     def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
         """Seconds of a training step's `step` (`kind`: backward, loss, accumulate or update;

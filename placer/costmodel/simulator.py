@@ -3,7 +3,8 @@
 The executor's semantics, as simulated here: every device runs its nodes one at a time in the
 graph's topological order; a tensor needed on another device is copied over the directed link
 between the two as soon as its producer finishes, each link carrying one copy at a time in the
-same topological order; a node starts when its device is free and every input has arrived.
+same topological order (a copy occupies every link of its route, `CostModel.route`, so copies over a
+shared link wait for each other); a node starts when its device is free and every input has arrived.
 Because every resource (device or link) serves its jobs in a fixed order, the event times follow
 from one pass over the nodes in topological order, with no event heap: each job starts at the
 later of "its resource is free" and "its inputs are done", and both are known by then. That pass
@@ -40,7 +41,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.graph.placement_check import assignment
 from placer.costmodel.contention import contention_extra, overlap_seconds
-from placer.costmodel.protocol import CostModel
+from placer.costmodel.protocol import CostModel, own_link
 from placer.measure.measurement import INVALID, OOM, Measurement
 from placer.program.pipeline import Pipeline, tag
 from placer.costmodel.sim_program import inference_program, pipelined_program, training_program
@@ -109,6 +110,9 @@ class AnalyticCostModel:
         latency, bandwidth = self.links.get((src, dst)) or _LINKS[(device_kind(src), device_kind(dst))]
         return latency + nbytes / bandwidth
 
+    def route(self, src: str, dst: str) -> tuple[str, ...]:
+        return own_link(src, dst)
+
 
 @dataclass
 class SimResult:
@@ -151,8 +155,19 @@ class Simulator:
         self.step_names = [step.name for step in program.steps]
         self.step_node = program.node_of
         self._step_node = np.asarray(program.node_of, dtype=np.int64)
-        index = {n: i for i, n in enumerate(self.step_names)}
         D = len(self.devices)
+        # Links: a copy between two devices occupies every link of its route (`CostModel.route`), so
+        # copies whose routes share one (a PCIe host bridge, a machine's network link) queue there.
+        link_id: dict[str, int] = {}
+        self.pair_links: list[tuple[int, ...]] = [
+            tuple(link_id.setdefault(name, len(link_id)) for name in (cost_model.route(s, d) if s != d else ()))
+            for s in self.devices for d in self.devices]
+        self.link_names = list(link_id)
+        width = max((len(r) for r in self.pair_links), default=0)
+        # the same routes as a padded matrix for the batched pass; padding points at a spare column
+        self._pair_links = np.full((D * D, max(width, 1)), len(link_id), dtype=np.int64)
+        for k, route in enumerate(self.pair_links):
+            self._pair_links[k, :len(route)] = route
 
         # op_time[i][d]: seconds of step i on device d.
         self.op_time = program.times
@@ -241,10 +256,10 @@ class Simulator:
         start = [0.0] * n
         finish = [0.0] * n
         dev_free = [0.0] * D
-        link_free = [0.0] * (D * D)
+        link_free = [0.0] * max(len(self.link_names), 1)
         # Copies made: (tensor, dst, transfer start, transfer end).
         copies: list[tuple[int, int, float, float]] = []
-        t_xfer, out_tensors = self.t_xfer, self.out_tensors
+        t_xfer, out_tensors, pair_links = self.t_xfer, self.out_tensors, self.pair_links
         # Which devices read each tensor, found with one numpy scatter instead of per-tensor sets.
         a = np.asarray(assign, dtype=np.int64)
         readers = np.zeros((len(self.t_bytes), D), dtype=bool)
@@ -269,12 +284,15 @@ class Simulator:
                 arrival = never.copy()
                 arrival[d] = fin
                 for dst in remote[t]:
-                    link = d * D + dst
-                    s = link_free[link]
-                    if fin > s:
-                        s = fin
-                    e = s + t_xfer[t][link]
-                    link_free[link] = e
+                    pair = d * D + dst
+                    links = pair_links[pair]
+                    s = fin
+                    for k in links:
+                        if link_free[k] > s:
+                            s = link_free[k]
+                    e = s + t_xfer[t][pair]
+                    for k in links:
+                        link_free[k] = e
                     arrival[dst] = e
                     copies.append((t, dst, s, e))
                 outputs.append(arrival)
@@ -406,7 +424,8 @@ def simulate_batch(sim: Simulator, assign: np.ndarray) -> BatchResult:
     start = np.zeros((B, n))
     finish = np.zeros((B, n))
     dev_free = np.zeros((B, D))
-    link_free = np.zeros((B, D * D))
+    spare = len(sim.link_names)   # the padding column of `_pair_links`: always free
+    link_free = np.zeros((B, spare + 1))
     copy_start = np.full((B, T, D), np.nan)
     copy_end = np.full((B, T, D), np.nan)
 
@@ -428,11 +447,13 @@ def simulate_batch(sim: Simulator, assign: np.ndarray) -> BatchResult:
                 need = readers[:, t, dst] & (d != dst)
                 if not need.any():
                     continue
-                link = d * D + dst
-                lf = link_free[rows, link]
-                s = np.maximum(fin, lf)
-                e = s + xfer[t, link]
-                link_free[rows, link] = np.where(need, e, lf)
+                pair = d * D + dst
+                cols = sim._pair_links[pair]                   # rows x route width
+                lf = link_free[rows[:, None], cols]
+                s = np.maximum(fin, lf.max(axis=1))
+                e = s + xfer[t, pair]
+                link_free[rows[:, None], cols] = np.where(need[:, None], e[:, None], lf)
+                link_free[:, spare] = 0.0
                 arrival[:, dst] = np.where(need, e, arrival[:, dst])
                 copy_start[:, t, dst] = np.where(need, s, np.nan)
                 copy_end[:, t, dst] = np.where(need, e, np.nan)

@@ -39,3 +39,6 @@ class TrainingStepCosts:
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """The tensor forward and its gradient back (a gradient has the tensor's bytes)."""
         return 2 * self.inner.transfer_time(nbytes, src, dst)
+
+    def route(self, src: str, dst: str) -> tuple[str, ...]:
+        return self.inner.route(src, dst)

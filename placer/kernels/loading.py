@@ -1,5 +1,5 @@
 """Load a graph with placer's own kernels: `placer.graph` cannot import them (it sits below
-`placer.measure`), so this is where the two meet."""
+`placer.kernels`), so this is where the two meet."""
 
 from __future__ import annotations
 

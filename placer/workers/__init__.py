@@ -1,8 +1,8 @@
 """Measuring placements on many workers at once, on Ray (`placer train --workers N`).
 
 `spec.py` (what a worker builds its measurer from), `ownership.py` (GPUs, pinned cores, alike
-devices), `runtime.py` (Ray: install, join or start, room), `actor.py` (one measuring actor),
-`pool.py` (`RayMeasurer`: the batch spread over the actors, faults), `calibration.py` (workers
+devices), `ray_cluster.py` (Ray: install, join or start, room), `actor.py` (one measuring actor),
+`pool.py` (`RayMeasurer`: the batch spread over the actors, faults), `outliers.py` (workers
 that disagree), `cli.py` (the train command's options). Ray is imported only when a pool starts.
 """
 

@@ -9,6 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from placer.costmodel.protocol import own_link
 from placer.devices import parse_device
 from placer.graph.load import load_graph
 from placer.measure.measurement import INVALID, OOM
@@ -62,6 +63,9 @@ class FixedCosts:
 
     def transfer_time(self, nbytes, src, dst):
         return 0.0 if src == dst else self.latency + nbytes * self.per_byte
+
+    def route(self, src, dst):
+        return own_link(src, dst)
 
 
 def _assign(graph, placement: dict[str, int]) -> list[int]:
@@ -226,3 +230,26 @@ def test_the_simulation_is_the_same_with_more_devices_than_fit_in_a_machine_word
     for row, step, peaks in zip(every, batch.step_time, batch.peak_memory):
         one = sim.simulate(row.tolist())
         assert one.step_time == step and one.peak_memory == peaks.tolist()
+
+
+class SharedBus(FixedCosts):
+    """`FixedCosts` whose copies all cross one bus (a PCIe host bridge): one copy at a time."""
+
+    def route(self, src, dst):
+        return ("bus",)
+
+
+def test_copies_over_a_shared_link_wait_for_each_other_and_over_their_own_links_do_not():
+    graph = load_graph(fork())
+    three = ["cpu:0", "cpu:1", "cpu:2"]
+    times = {"a": 1.0, "b": 1.0, "c": 1.0, "add": 1.0}
+    own, shared = FixedCosts(times, devices=three), SharedBus(times, devices=three)
+    copy = own.transfer_time(graph.tensors["ya"].nbytes, "cpu:0", "cpu:1")
+    # a on cpu:0 sends ya to cpu:1 (b) and cpu:2 (c) at once; c's output comes back to cpu:1 (add)
+    assign = _assign(graph, {"a": 0, "b": 1, "c": 2, "add": 1})
+    alone = Simulator(graph, three, own).simulate(assign).step_time
+    queued = Simulator(graph, three, shared).simulate(assign).step_time
+    assert alone == pytest.approx(3.0 + 2 * copy)       # the two copies of ya side by side
+    assert queued == pytest.approx(3.0 + 3 * copy)      # the second copy of ya waits for the first
+    batch = simulate_batch(Simulator(graph, three, shared), np.asarray([assign, [0, 0, 0, 0]]))
+    assert batch.step_time.tolist() == pytest.approx([queued, 4.0])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from placer.costmodel.protocol import own_link
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
 from placer.costmodel.lower_bound import lower_bound
@@ -52,6 +53,9 @@ class OnlyTransfers(AnalyticCostModel):
 
     def transfer_time(self, nbytes, src, dst):
         return 0.0 if src == dst else 1.0 + nbytes * 1e-3
+
+    def route(self, src, dst):
+        return own_link(src, dst)
 
 
 def test_gradients_cross_the_forward_edges_backwards():

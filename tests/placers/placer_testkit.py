@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from placer.costmodel.protocol import own_link
 from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
 
 DOMAIN = "placer.test"
@@ -31,6 +32,9 @@ class LinearCost:
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         return 0.0 if src == dst else self.latency + nbytes / self.bandwidth
+
+    def route(self, src, dst):
+        return own_link(src, dst)
 
 
 def make_graph(spec: list[tuple[str, list[str], float]], numel: int = 1000,
