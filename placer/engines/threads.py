@@ -53,12 +53,14 @@ class Job:
             if self.remaining == 0:
                 self.finished.set()
 
-    def check(self, device: str, where: str) -> None:
-        """Between two pieces of work: stop if another thread failed or the deadline passed."""
+    def check(self, device: str, where: str, name: str = "") -> None:
+        """Between two pieces of work (`where` `name`, e.g. "after node" 'conv1'): stop if another
+        thread failed or the deadline passed. The message is made only when it is raised: this runs
+        after every node of every step."""
         if self.abort.is_set():
             raise Aborted()
         if time.perf_counter() > self.deadline:
-            raise StepTimeout(f"step exceeded its time limit on {device} ({where})")
+            raise StepTimeout(f"step exceeded its time limit on {device} ({where}{f' {name!r}' if name else ''})")
 
     def wait_for(self, ready: threading.Event, device: str, what: str) -> None:
         """Wait until `ready` is set (another device's tensor), watching the abort flag and the deadline."""

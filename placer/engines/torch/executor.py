@@ -155,7 +155,7 @@ class _Worker:
         for i in walk(sched.steps, sched.frees, env, run_step):
             for t in sched.publish[i]:
                 self._publish(job, t, env[t])
-            job.check(self.name, f"after node {sched.steps[i].name!r}")
+            job.check(self.name, "after node", sched.steps[i].name)
         for t in self.outputs:
             job.results[t] = env[t]
 
