@@ -22,9 +22,16 @@ def add_graph_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_devices_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--devices", default=None, metavar="D1,D2",
-                        help="devices to place on, e.g. cpu:0,cpu:1 or cuda:0,cpu "
-                             "(default: every GPU plus the CPU; without a GPU, two virtual CPU devices)")
+    """--devices, or --cluster: hardware described in a file or the catalogue, placed for in the simulator."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--devices", default=None, metavar="D1,D2",
+                       help="devices to place on, e.g. cpu:0,cpu:1 or cuda:0,cpu "
+                            "(default: every GPU plus the CPU; without a GPU, two virtual CPU devices)")
+    group.add_argument("--cluster", default=None, metavar="NAME|FILE.toml",
+                       help="place for described hardware instead (placer cluster list; a TOML file describes any "
+                            "other): every figure is simulated from its devices' and links' datasheet figures, "
+                            "memory capacities are hard caps, and nothing runs for real unless the file describes "
+                            "this machine (placer cluster describe-local)")
 
 
 def add_engine_arg(parser: argparse.ArgumentParser) -> None:
@@ -51,12 +58,43 @@ def load_graph_from_args(args: argparse.Namespace):
 
 
 def devices_from_args(args: argparse.Namespace):
-    """The `Device` list named by --devices, or the machine's default set."""
-    from placer.devices import default_devices, parse_devices
+    """The `Device` list named by --devices or --cluster (its devices with their memory as caps), or
+    the machine's default set."""
+    from placer.devices import as_devices, default_devices, parse_devices
 
+    cluster = cluster_from_args(args)
+    if cluster is not None:   # described, not present: no check that this machine has them
+        return as_devices(cluster.device_specs())
     if getattr(args, "devices", None):
         return parse_devices(args.devices)
     return default_devices()
+
+
+def cluster_from_args(args: argparse.Namespace):
+    """The cluster --cluster names (loaded once per run of a command), or None."""
+    if not getattr(args, "cluster", None):
+        return None
+    if getattr(args, "_cluster", None) is None:
+        from placer.hardware import load_cluster
+
+        args._cluster = load_cluster(args.cluster)
+    return args._cluster
+
+
+def simulated_only(args: argparse.Namespace) -> bool:
+    """Whether --cluster describes hardware this machine is not: then every figure is simulated,
+    and whatever would run for real is refused (`refuse_real`)."""
+    cluster = cluster_from_args(args)
+    return cluster is not None and not cluster.is_this_machine()
+
+
+def refuse_real(args: argparse.Namespace, what: str) -> None:
+    """A `PlacerError` in one line when `what` (something that runs placements for real) is asked
+    for on a described cluster this machine is not."""
+    if simulated_only(args):
+        raise PlacerError(f"{what} runs placements for real, and cluster {args.cluster!r} is hardware this machine "
+                          f"does not have; use --reward simulated or placer compare --cluster {args.cluster} for "
+                          "simulated figures, or describe this machine with placer cluster describe-local")
 
 
 def add_placement_args(parser: argparse.ArgumentParser) -> None:
@@ -199,6 +237,9 @@ def devices_for(args: argparse.Namespace, placement):
     of the cores)."""
     from placer.devices import parse_devices
 
+    refuse_real(args, f"placer {args.command}")
+    if getattr(args, "cluster", None):
+        return devices_from_args(args)
     if getattr(args, "devices", None):
         return parse_devices(args.devices)
     return parse_devices(list(placement.devices))

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
+from placer.commands.common import (add_devices_arg, cluster_from_args, simulated_only, add_engine_arg, add_graph_args, add_objective_args,
                                    add_pipeline_args, add_rounds_args, check_engine_args, check_writable,
                                    devices_from_args, load_graph_from_args, pipeline_from_args, rounds_from_args,
                                    training_spec_from_args)
@@ -82,6 +82,14 @@ def run(args: argparse.Namespace) -> int:
     rounds = rounds_from_args(args, args.seed)
     training = training_spec_from_args(args, graph)
 
+    if simulated_only(args):
+        comparison = simulated_comparison(graph, devices, cluster_from_args(args), placers, args.include_rl,
+                                          args.samples, args.seed, training=training,
+                                          pipeline=pipeline_from_args(args))
+        print(comparison_json(comparison) if args.json else format_table(comparison), end="" if args.json else "\n")
+        paths = write_outputs(comparison, out, plot=not args.no_plot)
+        print(f"saved {', '.join(str(p) for p in paths)}", file=sys.stderr if args.json else sys.stdout)
+        return 0
     start = time.perf_counter()
     cost = profiled_cost_model(graph, devices, refresh=args.refresh_profile, training=training,
                                        engine=args.engine, check_cached=True)
@@ -125,6 +133,31 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     comparison.info = {"profile": str(getattr(cost, "path", None)), "profile_cached": getattr(cost, "from_cache", None),
                        "protocol": measurer.protocol_record(), "devices": [str(d) for d in devices],
                        "engine": engine}
+    return comparison
+
+
+def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, samples: int | None, seed: int,
+                         training=None, pipeline=None):
+    """Every placer (and the run's placements) on a described cluster, each row's step time simulated
+    with the cluster's roofline costs: nothing is measured, so nothing is noisy or tied."""
+    from placer.costmodel.roofline import RooflineCostModel
+    from placer.costmodel.simulator import SimulatedMeasurer
+    from placer.evaluate.compare import baseline_rows, compare
+    from placer.placers import caps_from_devices
+
+    names = [d.name for d in devices]
+    caps = caps_from_devices(devices)
+    cost = RooflineCostModel(cluster, graph)
+    options = {"random_search": {**_random_search_options(graph, names, run_dir, samples), "pipeline": pipeline}}
+    rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
+    if run_dir:
+        rows.extend(learned_rows(graph, run_dir, names))
+    measurer = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
+    comparison = compare(graph, names, measurer, cost, rows, caps, training=training, pipeline=pipeline)
+    comparison.info = {"simulated": True, "cluster": cluster.name, **cost.describe(),
+                       "devices": [str(d) for d in devices]}
+    comparison.notes.insert(0, f"simulated: every step time is the roofline cost model's on cluster {cluster.name!r} "
+                               "(its devices' and links' datasheet figures); nothing was measured")
     return comparison
 
 

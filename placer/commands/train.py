@@ -8,7 +8,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
+from placer.commands.common import (add_devices_arg, cluster_from_args, refuse_real, simulated_only, add_engine_arg, add_graph_args, add_objective_args,
                                     add_pipeline_args, check_engine_args)
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
@@ -138,12 +138,22 @@ def run(args: argparse.Namespace) -> int:
         raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
     check_engine_args(args)
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
-    # Real measurement, for the rewards unless they are simulated, and in every mode for the
-    # side-by-side confirmation at the end: the reported figures are real measurements.
-    confirm = measurer_for(args.engine, graph, devices, protocol, seed=args.seed, training=training,
-                           pipeline=pipeline)
-    # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
-    cost = _cost_model(args, graph, devices, confirm)
+    described = simulated_only(args)   # --cluster: hardware this machine is not, every figure simulated
+    if described:
+        if plan.reward != "simulated" or args.workers:
+            refuse_real(args, "--reward " + plan.reward if plan.reward != "simulated" else "--workers")
+        from placer.costmodel.roofline import RooflineCostModel
+
+        cost = RooflineCostModel(cluster_from_args(args), graph)
+        # the closing confirmation too is simulated, on the cluster's costs
+        confirm = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
+    else:
+        # Real measurement, for the rewards unless they are simulated, and in every mode for the
+        # side-by-side confirmation at the end: the reported figures are real measurements.
+        confirm = measurer_for(args.engine, graph, devices, protocol, seed=args.seed, training=training,
+                               pipeline=pipeline)
+        # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
+        cost = _cost_model(args, graph, devices, confirm)
     # Real rewards are paired: each batch in interleaved rounds with the best single device
     measurer = _paired(args, graph, confirm, cost, run_dir) if plan.reward != "simulated" else None
     pool = pool_from_args(args, graph, devices, protocol, training, args.engine)   # --workers: many placements measured at once
@@ -168,7 +178,9 @@ def run(args: argparse.Namespace) -> int:
                    run_info={"graph": graph.source, "reward": plan.reward, "objective": args.objective,
                              **({"loss": training.loss.kind, "optimizer": training.optimizer.name}
                                 if training is not None else {}),
-                             "cost_model": args.cost_model if simulator is not None else None,
+                             "cost_model": ("roofline" if described else args.cost_model)
+                             if simulator is not None else None,
+                             **({"cluster": cluster_from_args(args).name, "simulated": True} if described else {}),
                              "engine": args.engine,
                              **({"micro_batches": pipeline.micro_batches, "schedule": pipeline.schedule}
                                 if pipeline.pipelined else {}),
@@ -177,7 +189,9 @@ def run(args: argparse.Namespace) -> int:
     finish_pool(pool)
     s = result.summary
     if s["confirmed_side_by_side"]:
-        print("measured again side by side at the end:")
+        print("simulated again side by side at the end (cluster "
+              f"{cluster_from_args(args).name}, roofline cost model):" if described else
+              "measured again side by side at the end:")
     for device, t in s["single_device_step_times"].items():
         print(f"  single device {device:<10} " + (f"{t * 1e3:10.3f} ms" if t is not None else "failed"))
     if s["best_step_time"] is None:
@@ -225,13 +239,20 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
                         pipeline=None) -> None:
     """Every baseline placer, random search with the run's samples, and the run's placements,
     measured side by side now: the figures that say whether learning beat the heuristics."""
-    from placer.commands.compare import comparison_for_run
+    from placer.commands.compare import comparison_for_run, simulated_comparison
+    from placer.placers import PLACERS
     from placer.evaluate.report import format_table, write_outputs
     from placer.measure.rounds import RoundsProtocol
 
-    print("measuring every baseline placer and the learned placements side by side ...")
-    comparison = comparison_for_run(graph, devices, cost, run_dir, RoundsProtocol(seed=args.seed), seed=args.seed,
-                                    timeout=args.timeout, training=training, pipeline=pipeline, engine=args.engine)
+    if simulated_only(args):
+        print("simulating every baseline placer and the learned placements side by side ...")
+        comparison = simulated_comparison(graph, devices, cluster_from_args(args), list(PLACERS), run_dir, None,
+                                          args.seed, training=training, pipeline=pipeline)
+    else:
+        print("measuring every baseline placer and the learned placements side by side ...")
+        comparison = comparison_for_run(graph, devices, cost, run_dir, RoundsProtocol(seed=args.seed),
+                                        seed=args.seed, timeout=args.timeout, training=training, pipeline=pipeline,
+                                        engine=args.engine)
     print(format_table(comparison))
     write_outputs(comparison, run_dir / "compare", plot=False)
 

@@ -1,0 +1,405 @@
+"""`placer cluster list|show|describe-local`: the hardware a placement is made for (placer.hardware)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import socket
+import statistics
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from placer.commands.common import check_writable
+from placer.errors import PlacerError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `placer cluster` with its `list`, `show` and `describe-local` actions."""
+    parser = subparsers.add_parser(
+        "cluster", help="list, show or describe the hardware clusters placements are made for",
+        description="Clusters: devices with their datasheet figures and the links between them, from the "
+                    "catalogue or a TOML file (format: placer/hardware/catalogue/README.md).")
+    actions = parser.add_subparsers(dest="cluster_action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="the catalogue's clusters: devices, models, description")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show = actions.add_parser("show", help="one cluster: devices and figures, links, routes")
+    show.add_argument("cluster", metavar="NAME|FILE",
+                      help="a catalogue name (see `placer cluster list`) or a .toml file")
+    show.add_argument("--json", action="store_true", help="print the cluster as JSON (every figure and its source)")
+    local = actions.add_parser("describe-local", help="write this machine as a cluster file, from measurements",
+                               description="Measure this machine's devices (GEMM peak, memory bandwidth, launch "
+                                           "overhead, copies between devices) and write them as a cluster file.")
+    local.add_argument("-o", "--output", required=True, metavar="FILE.toml", help="the cluster file to write")
+    local.add_argument("--devices", default=None, metavar="D1,D2",
+                       help="the devices to measure, e.g. cpu:0,cpu:1 or cuda:0,cpu (default: what placer uses: "
+                            "every GPU plus the CPU; without a GPU, two virtual CPU devices)")
+    local.add_argument("--name", default=None, help="the cluster's name (default: local-<hostname>)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Dispatch to list, show or describe-local."""
+    if args.cluster_action == "list":
+        return _list(args)
+    if args.cluster_action == "show":
+        return _show(args)
+    return _describe_local(args)
+
+
+# --- list / show -----------------------------------------------------------------------------------
+
+def _model_counts(cluster) -> str:
+    counts = Counter(d.model.key for d in cluster.devices)
+    return ", ".join(f"{n}x {key}" for key, n in counts.items())
+
+
+def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    for row in [header, *rows]:
+        print(("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]).rstrip())
+
+
+def _list(args: argparse.Namespace) -> int:
+    from placer.hardware import catalogue_names, load_cluster
+
+    clusters = [load_cluster(name) for name in catalogue_names()]
+    if args.json:
+        print(json.dumps([{"name": c.name, "devices": len(c.devices),
+                           "models": dict(Counter(d.model.key for d in c.devices)),
+                           "description": c.description} for c in clusters], indent=2))
+        return 0
+    _table([(c.name, str(len(c.devices)), _model_counts(c), c.description) for c in clusters],
+           ("NAME", "DEVICES", "MODELS", "DESCRIPTION"))
+    return 0
+
+
+def _tflops(rates: dict[str, float]) -> str:
+    return " ".join(f"{dtype}={rate / 1e12:g}" for dtype, rate in rates.items()) or "-"
+
+
+def _show(args: argparse.Namespace) -> int:
+    from placer.hardware import load_cluster
+
+    cluster = load_cluster(args.cluster)
+    if args.json:
+        print(json.dumps(cluster.to_dict(), indent=2))
+        return 0
+    print(f"{cluster.name}: {cluster.description}")
+    if cluster.source:
+        print(f"source: {cluster.source}")
+    print(f"\ndevices ({len(cluster.devices)}):")
+    _table([(d.name, d.machine, d.model.key, _tflops(d.model.peak_flops), _tflops(d.model.tensor_flops),
+             f"{d.model.memory_bandwidth_Bps / 1e9:g}", f"{d.model.memory_bytes / 2**30:g}",
+             f"{d.model.launch_overhead_s * 1e6:g}") for d in cluster.devices],
+           ("DEVICE", "MACHINE", "MODEL", "TFLOPS", "TENSOR TFLOPS", "GB/s", "GiB", "LAUNCH us"))
+    print("\nmodels:")
+    seen = {}
+    for d in cluster.devices:
+        seen.setdefault(d.model.key, d.model)
+    for key, model in seen.items():
+        print(f"  {key}: {model.name} ({model.kind}). source: {model.source}")
+    if cluster.hosts:
+        print(f"\nhosts (no ops run there): {', '.join(cluster.hosts)}")
+    print(f"\nlinks ({len(cluster.links)}):")
+    _table([(link.name, ", ".join(link.members) + (" (shared bus)" if len(link.members) > 2 else ""),
+             f"{link.bandwidth_Bps / 1e9:g}", f"{link.latency_s * 1e6:g}", link.source) for link in cluster.links],
+           ("LINK", "MEMBERS", "GB/s", "us", "SOURCE"))
+    _routes(cluster)
+    return 0
+
+
+def _routes(cluster) -> None:
+    """Every pair of devices: its route, whether direct, and the links several pairs' routes share."""
+    names = cluster.device_names
+    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    users: Counter[str] = Counter()
+    rows = []
+    for a, b in pairs:
+        route = cluster.route(a, b)
+        users.update(link.name for link in route)
+        bandwidth = min(link.bandwidth_Bps for link in route)
+        latency = sum(link.latency_s for link in route)
+        how = "direct" if len(route) == 1 and len(route[0].members) == 2 else \
+            "shared bus" if len(route) == 1 else f"{len(route)} links"
+        rows.append((f"{a} <-> {b}", how, " > ".join(link.name for link in route),
+                     f"{bandwidth / 1e9:g} GB/s, {latency * 1e6:g} us"))
+    print(f"\nroutes ({len(pairs)} pairs; a copy passes through hosts and CPU devices, never through a GPU):")
+    _table(rows, ("PAIR", "HOW", "LINKS", "SLOWEST LINK, LATENCY"))
+    shared = [(name, n) for name, n in users.most_common() if n > 1]
+    if shared:
+        print("links on several pairs' routes (copies at once share them): "
+              + ", ".join(f"{name} ({n} pairs)" for name, n in shared))
+
+
+# --- describe-local --------------------------------------------------------------------------------
+
+GEMM_N = 1024
+COPY_BYTES = 64 * 2**20
+HANDOVER_BANDWIDTH = 1e15   # a hand-over between virtual CPU devices copies nothing: bytes cost ~nothing
+
+
+def _describe_local(args: argparse.Namespace) -> int:
+    import torch
+
+    from placer.devices import default_devices, parse_devices
+    from placer.engines.affinity import threads_and_cores
+    from placer.hardware.cluster import LOCAL_SOURCE
+
+    path = check_writable(args.output, "-o")
+    if path.suffix != ".toml":
+        raise PlacerError(f"-o {path}: a cluster file ends in .toml; name it like {path.with_suffix('.toml').name}")
+    devices = parse_devices(args.devices) if args.devices else default_devices()
+    threads, cores = threads_and_cores(devices)
+    host = socket.gethostname() or "localhost"
+    when = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    measured = f"{LOCAL_SOURCE} on {host}, {when}"   # Cluster.is_this_machine reads it back
+    start = time.perf_counter()
+    main_threads = torch.get_num_threads()
+    try:
+        figures = {d.name: _measure_device(d, threads.get(d.name), cores.get(d.name)) for d in devices}
+        links, hosts = _measure_links(devices, measured)
+    finally:
+        torch.set_num_threads(main_threads)
+    cpu_devices = [d for d in devices if d.kind == "cpu"]
+    ram = _physical_memory()
+    models = {}
+    for d in devices:
+        f = figures[d.name]
+        key = "local-" + d.name.replace(":", "")
+        if d.kind == "cpu":
+            memory = d.mem_cap or max(1, ram // max(1, len(cpu_devices)))
+            n = threads.get(d.name)
+            name = f"{_cpu_name()}, {n} thread{'s' if n != 1 else ''}"
+            memory_note = ("its mem cap" if d.mem_cap else
+                           f"this machine's RAM shared by {len(cpu_devices)} CPU device(s)")
+        else:
+            memory = d.mem_cap or torch.cuda.get_device_properties(d.index).total_memory
+            name = torch.cuda.get_device_name(d.index)
+            memory_note = "its mem cap" if d.mem_cap else "torch.cuda total_memory"
+        source = (f"{measured}: float32 GEMM {GEMM_N}x{GEMM_N} best of 3 (2n^3/t)"
+                  + (", float16 GEMM on tensor cores likewise" if f.get("tensor_float16") else "")
+                  + f"; memory bandwidth: copy of {COPY_BYTES // 2**20} MiB into a tensor already allocated, "
+                  f"2 x bytes / t, best of 3; launch: median time of adding two 1-element tensors; "
+                  f"memory: {memory_note}")
+        models[key] = {"name": name, "kind": d.kind, "peak_flops": {"float32": f["float32"]},
+                       "tensor_flops": {"float16": f["tensor_float16"]} if f.get("tensor_float16") else {},
+                       "memory_bandwidth_Bps": f["bandwidth"], "memory_bytes": int(memory),
+                       "launch_overhead_s": f["launch"], "source": source}
+    name = args.name or f"local-{host}"
+    text = _cluster_toml(name, f"This machine ({host}) as placer sees it: {', '.join(str(d) for d in devices)}",
+                         measured, [(d.name, "local-" + d.name.replace(":", "")) for d in devices], models,
+                         links, hosts)
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise PlacerError(f"cannot write {path}: {exc.strerror or exc}; choose another -o PATH") from exc
+    from placer.hardware import load_cluster
+
+    cluster = load_cluster(str(path))   # what was written loads back
+    print(f"wrote {path} ({len(cluster.devices)} devices, {len(cluster.links)} links) "
+          f"in {time.perf_counter() - start:.1f} s")
+    for d in cluster.devices:
+        m = d.model
+        print(f"  {d.name}: {m.peak_flops['float32'] / 1e9:.1f} GFLOPS float32, "
+              f"{m.memory_bandwidth_Bps / 1e9:.1f} GB/s, launch {m.launch_overhead_s * 1e6:.2f} us")
+    for link in cluster.links:
+        print(f"  {link.name}: {', '.join(link.members)}, latency {link.latency_s * 1e6:.1f} us")
+    return 0
+
+
+def _measure_device(device, threads: int | None, cores: frozenset[int] | None) -> dict[str, float]:
+    """GEMM peak, memory bandwidth and launch overhead, on the device's own worker thread (pinned and
+    with its thread count, as the engines run it)."""
+    result: dict[str, float] = {}
+    error: list[BaseException] = []
+
+    def work() -> None:
+        import torch
+
+        try:
+            if cores:
+                from placer.engines.affinity import pin_this_thread
+
+                pin_this_thread(cores)
+            if device.kind == "cpu" and threads:
+                torch.set_num_threads(threads)
+            result.update(_device_figures(device))
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            error.append(exc)
+
+    thread = threading.Thread(target=work, name=f"describe-{device.name}")
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result
+
+
+def _device_figures(device) -> dict[str, float]:
+    import torch
+
+    where = device.torch_device
+
+    def sync() -> None:
+        if device.kind == "cuda":
+            torch.cuda.synchronize(where)
+
+    def best(fn, repeats: int = 3) -> float:
+        fn()
+        sync()
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    a = torch.randn(GEMM_N, GEMM_N, device=where)
+    b = torch.randn(GEMM_N, GEMM_N, device=where)
+    figures = {"float32": 2 * GEMM_N**3 / best(lambda: torch.matmul(a, b))}
+    if device.kind == "cuda" and torch.cuda.get_device_capability(device.index)[0] >= 7:
+        ah, bh = a.half(), b.half()
+        figures["tensor_float16"] = 2 * GEMM_N**3 / best(lambda: torch.matmul(ah, bh))
+    big = torch.ones(COPY_BYTES // 4, dtype=torch.float32, device=where)
+    into = torch.zeros_like(big)   # allocated and touched once: the copy times the memory, not page faults
+    figures["bandwidth"] = 2 * COPY_BYTES / best(lambda: into.copy_(big))
+    x, y = torch.ones(1, device=where), torch.ones(1, device=where)
+    for _ in range(20):
+        torch.add(x, y)
+    sync()
+    samples = []
+    for _ in range(200):
+        t = time.perf_counter()
+        torch.add(x, y)
+        sync()
+        samples.append(time.perf_counter() - t)
+    figures["launch"] = statistics.median(samples)
+    return figures
+
+
+def _measure_links(devices, measured: str) -> tuple[list[dict], list[str]]:
+    """Links between the devices: a hand-over among the virtual CPU devices, host<->GPU copies,
+    and peer copies where two GPUs can reach each other directly."""
+    import torch
+
+    from placer.costmodel.profiler import _handover_latency
+
+    cpus = [d for d in devices if d.kind == "cpu"]
+    gpus = [d for d in devices if d.kind == "cuda"]
+    links: list[dict] = []
+    hosts: list[str] = []
+    if len(cpus) > 1:
+        latency = min(_handover_latency(200) for _ in range(3))
+        links.append({"name": "handover-cpu", "members": [d.name for d in cpus], "bandwidth_Bps": HANDOVER_BANDWIDTH,
+                      "latency_s": latency,
+                      "source": f"{measured}: half the round trip of two threads waking each other, best of "
+                                "3 x 200 (placer.costmodel.profiler's hand-over); the virtual CPU devices share "
+                                "memory and hand a tensor over by reference, so bytes cost nothing: bandwidth "
+                                "written as 1e15 B/s"})
+    if gpus:
+        anchor = cpus[0].name if cpus else "host"
+        if not cpus:
+            hosts.append("host")
+        for g in gpus:
+            bandwidth, latency = _copy_figures("cpu", g.torch_device, pinned=True)
+            links.append({"name": f"pcie-{g.name.replace(':', '')}", "members": [g.name, anchor],
+                          "bandwidth_Bps": bandwidth, "latency_s": latency,
+                          "source": f"{measured}: host->device copies of pinned memory, 1 KiB (latency) and "
+                                    f"{COPY_BYTES // 2**20} MiB (bandwidth = bytes / (t - latency)), best of 3"})
+        for i, a in enumerate(gpus):
+            for b in gpus[i + 1:]:
+                if torch.cuda.can_device_access_peer(a.index, b.index):
+                    bandwidth, latency = _copy_figures(a.torch_device, b.torch_device, pinned=False)
+                    links.append({"name": f"peer-{a.index}-{b.index}", "members": [a.name, b.name],
+                                  "bandwidth_Bps": bandwidth, "latency_s": latency,
+                                  "source": f"{measured}: peer copies {a.name}->{b.name}, 1 KiB (latency) and "
+                                            f"{COPY_BYTES // 2**20} MiB (bandwidth), best of 3"})
+    return links, hosts
+
+
+def _copy_figures(src: str, dst: str, pinned: bool) -> tuple[float, float]:
+    import torch
+
+    gpus = [torch.device(d) for d in (src, dst) if d.startswith("cuda")]
+
+    def sync() -> None:
+        for d in gpus:
+            torch.cuda.synchronize(d)
+
+    def timed(nbytes: int) -> float:
+        x = torch.empty(nbytes // 4, dtype=torch.float32, device=src)
+        if pinned:
+            x = x.pin_memory()
+        times = []
+        for i in range(4):
+            sync()
+            t = time.perf_counter()
+            x.to(dst, non_blocking=True)
+            sync()
+            if i:
+                times.append(time.perf_counter() - t)
+        return min(times)
+
+    latency = timed(1024)
+    big = timed(COPY_BYTES)
+    return COPY_BYTES / max(big - latency, 1e-9), latency
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 * 2**30
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)   # a JSON string is a valid TOML basic string
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write {value} to TOML")
+        return repr(float(f"{value:.4g}"))   # 4 significant digits: more than a measurement holds
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(type(value))
+
+
+def _cluster_toml(name: str, description: str, source: str, devices: list[tuple[str, str]], models: dict,
+                  links: list[dict], hosts: list[str]) -> str:
+    lines = ["# Written by `placer cluster describe-local`: this machine's devices, measured.",
+             "# Format: placer/hardware/catalogue/README.md. Figures are in base units (FLOP/s, B/s, bytes, s).",
+             "", f"name = {_toml_value(name)}", f"description = {_toml_value(description)}",
+             f"source = {_toml_value(source)}"]
+    if hosts:
+        lines.append(f"hosts = {_toml_value(hosts)}")
+    for device, model in devices:
+        lines += ["", "[[device]]", f"name = {_toml_value(device)}", f"model = {_toml_value(model)}",
+                  'machine = "m0"']
+    for link in links:
+        lines += ["", "[[link]]"] + [f"{k} = {_toml_value(v)}" for k, v in link.items()]
+    for key, model in models.items():
+        lines += ["", f"[models.{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in model.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,117 @@
+"""`RooflineCostModel`: op and transfer times on a described cluster (`placer.hardware`), from the
+devices' datasheet figures: placing for hardware placer cannot run on.
+
+An op costs its device's launch overhead plus the larger of its compute time and its memory time
+(the roofline: an op is bound by one or the other, not by their sum):
+
+- compute: FLOPs / (peak FLOP/s of its dtype x an efficiency). Matmul-class ops (convolutions,
+  GEMMs, recurrent cells) in half precision run on tensor cores where the device has them. The
+  efficiency grows with the op's size and saturates at its class's ceiling,
+  ``ceiling * flops / (flops + half_flops)``: a small kernel cannot fill a large device.
+- memory: bytes read and written (inputs, outputs and weights) / the device's memory bandwidth
+  times the fraction of it that kernels reach.
+
+A training step's backward costs `BACKWARD_FACTOR` forwards, and its loss, accumulate and update
+steps make `PASSES` passes over the gradient bytes, as in the analytic model. A copy crosses the
+links of the cluster's route between its devices: their latencies add up, the slowest link sets
+the bandwidth, and the copy occupies every one of them (`route`), so copies over a shared PCIe
+bridge or network link queue in the simulator. Memory capacities are the devices' caps
+(`Cluster.device_specs`), which the simulator enforces.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from placer.costmodel.simulator import BACKWARD_FACTOR, PASSES
+from placer.devices import device_kind
+from placer.graph.opgraph import OpGraph, OpNode
+from placer.hardware import Cluster, DeviceModel
+
+# Ops whose work is dense matrix products: they reach a large share of a device's peak, on tensor
+# cores in half precision.
+MATMUL_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "MatMulInteger", "QLinearConv", "QLinearMatMul",
+                        "ConvInteger", "LSTM", "GRU", "RNN", "Einsum", "Attention", "MultiHeadAttention"})
+_HALF = frozenset({"float16", "bfloat16"})
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The share of a device's datasheet peak ops reach. The defaults are typical figures (large
+    cuBLAS/cuDNN GEMMs and convolutions reach 60-80% of peak; element-wise kernels are memory
+    bound, and STREAM-like copies reach about 80% of the memory bandwidth); `fit_efficiency`
+    fits them to a profile of the machine at hand."""
+
+    matmul: float = 0.7         # ceiling of matmul-class ops
+    other: float = 0.3          # ceiling of every other op's compute
+    half_flops: float = 5e7     # an op of this many FLOPs reaches half its class's ceiling
+    memory: float = 0.8         # share of the memory bandwidth kernels reach
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+class RooflineCostModel:
+    """A `CostModel` of `graph` on `cluster` (see the module doc)."""
+
+    def __init__(self, cluster: Cluster, graph: OpGraph, efficiency: Efficiency = Efficiency()) -> None:
+        self.cluster, self.efficiency = cluster, efficiency
+        self.devices = cluster.device_names
+        self._model: dict[str, DeviceModel] = {d.name: d.model for d in cluster.devices}
+        activations = {name: info.nbytes for name, info in graph.tensors.items() if name not in graph.initializers}
+        # bytes an op reads besides its weights (which `param_bytes` counts)
+        self._input_bytes = {node.name: sum(activations.get(t, 0) for t in dict.fromkeys((*node.inputs,
+                                                                                          *node.implicit_inputs)) if t)
+                             for node in graph.nodes.values()}
+
+    def describe(self) -> dict[str, Any]:
+        """What the model is, for records: the cluster and the efficiencies."""
+        return {"cost_model": "roofline", "cluster": self.cluster.name, "efficiency": self.efficiency.to_dict()}
+
+    def peak_flops(self, node: OpNode, device: str) -> float:
+        """The FLOP/s `node` could reach on `device` at the best: tensor cores for a half-precision
+        matmul where the device has them, else its cores' peak for the node's dtype (float32's for
+        integer and boolean ops)."""
+        model = self._model[device]
+        dtype = node.output_info[0].dtype if node.output_info else "float32"
+        if node.op_type in MATMUL_OPS and dtype in _HALF and dtype in model.tensor_flops:
+            return model.tensor_flops[dtype]
+        return model.peak_flops.get(dtype) or model.peak_flops["float32"]
+
+    def compute_time(self, node: OpNode, device: str) -> float:
+        flops = max(node.flops, 0.0)
+        if flops == 0.0:
+            return 0.0
+        e = self.efficiency
+        ceiling = e.matmul if node.op_type in MATMUL_OPS else e.other
+        return flops / (self.peak_flops(node, device) * ceiling * flops / (flops + e.half_flops))
+
+    def memory_time(self, node: OpNode, device: str) -> float:
+        moved = self._input_bytes.get(node.name, 0) + node.output_bytes + node.param_bytes
+        return moved / (self._model[device].memory_bandwidth_Bps * self.efficiency.memory)
+
+    def op_time(self, node: OpNode, device: str) -> float:
+        """Launch overhead + max(compute, memory); inf where the node cannot run on the device's kind."""
+        if device_kind(device) not in node.device_kinds:
+            return math.inf
+        return self._model[device].launch_overhead_s + max(self.compute_time(node, device),
+                                                           self.memory_time(node, device))
+
+    def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
+        """A backward: BACKWARD_FACTOR x the node's forward; else PASSES[kind] passes over `nbytes`."""
+        if kind == "backward":
+            return BACKWARD_FACTOR * self.op_time(node, device)
+        model = self._model[device]
+        return PASSES[kind] * nbytes / (model.memory_bandwidth_Bps * self.efficiency.memory) + model.launch_overhead_s
+
+    def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
+        """The route's latencies plus `nbytes` over its slowest link (0 on one device)."""
+        links = self.cluster.route(src, dst)
+        if not links:
+            return 0.0
+        return sum(link.latency_s for link in links) + nbytes / min(link.bandwidth_Bps for link in links)
+
+    def route(self, src: str, dst: str) -> tuple[str, ...]:
+        return tuple(link.name for link in self.cluster.route(src, dst))

@@ -1,0 +1,83 @@
+"""The roofline cost model on a described cluster: each op bound by compute or memory (the larger,
+not the sum), tensor cores for half-precision matmuls, copies over their route, capacities as caps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from placer.costmodel.roofline import Efficiency, RooflineCostModel
+from placer.costmodel.simulator import SimulatedMeasurer
+from placer.devices import parse_devices
+from placer.graph.load import load_graph
+from placer.hardware import Cluster, ClusterDevice, DeviceModel, Link
+from placer.placement import Placement
+
+GPU = DeviceModel("gpu", "a GPU", "cuda", {"float32": 10e12, "float16": 20e12}, {"float16": 100e12}, 1e12,
+                  1 * 2**30, 5e-6, "test figures")
+CPU = DeviceModel("cpu", "a CPU", "cpu", {"float32": 1e12}, {}, 50e9, 64 * 2**30, 1e-6, "test figures")
+
+
+def cluster(gpu_memory: int = 2**30) -> Cluster:
+    gpu = DeviceModel(**{**GPU.__dict__, "memory_bytes": gpu_memory})
+    return Cluster("test", "a CPU and two GPUs under one PCIe bridge", (
+        ClusterDevice("cpu:0", CPU), ClusterDevice("cuda:0", gpu), ClusterDevice("cuda:1", gpu)), (
+        Link("pcie0", ("cuda:0", "host"), 16e9, 10e-6, "test"),
+        Link("pcie1", ("cuda:1", "host"), 16e9, 10e-6, "test"),
+        Link("bridge", ("host", "cpu:0"), 32e9, 2e-6, "test")), hosts=("host",))
+
+
+def matmul_model(n: int, dtype=TensorProto.FLOAT):
+    """y = x @ w, both n x n."""
+    np_dtype = np.float16 if dtype == TensorProto.FLOAT16 else np.float32
+    w = numpy_helper.from_array(np.ones((n, n), np_dtype), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", dtype, [n, n])],
+                              [helper.make_tensor_value_info("y", dtype, [n, n])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_op_takes_the_larger_of_compute_and_memory_time_not_their_sum():
+    graph = load_graph(matmul_model(512))
+    cost = RooflineCostModel(cluster(), graph)
+    node = graph.nodes["mm"]
+    compute, memory = cost.compute_time(node, "cuda:0"), cost.memory_time(node, "cuda:0")
+    assert compute > 0 and memory > 0
+    assert cost.op_time(node, "cuda:0") == pytest.approx(5e-6 + max(compute, memory))
+    # 512^3 x 2 FLOPs at 10 TFLOP/s x 0.7 x size efficiency; x, w and y read or written once at 0.8 TB/s
+    e = Efficiency()
+    flops = 2 * 512**3
+    assert compute == pytest.approx(flops / (10e12 * e.matmul * flops / (flops + e.half_flops)))
+    assert memory == pytest.approx(3 * 512 * 512 * 4 / (1e12 * e.memory))
+    assert cost.op_time(node, "cpu:0") > 8 * cost.op_time(node, "cuda:0")   # a tenth of the FLOP/s, 1/20 the bandwidth
+
+
+def test_half_precision_matmuls_run_on_tensor_cores_where_the_device_has_them():
+    half = load_graph(matmul_model(2048, TensorProto.FLOAT16))
+    single = load_graph(matmul_model(2048))
+    c = cluster()
+    assert RooflineCostModel(c, half).peak_flops(half.nodes["mm"], "cuda:0") == 100e12
+    assert RooflineCostModel(c, single).peak_flops(single.nodes["mm"], "cuda:0") == 10e12
+    assert RooflineCostModel(c, half).peak_flops(half.nodes["mm"], "cpu:0") == 1e12   # no float16 figure: float32's
+
+
+def test_a_copy_crosses_its_route_its_latencies_adding_up_and_the_slowest_link_setting_the_pace():
+    graph = load_graph(matmul_model(64))
+    cost = RooflineCostModel(cluster(), graph)
+    assert cost.route("cuda:0", "cuda:1") == ("pcie0", "pcie1")   # through host memory, no peer link
+    assert cost.transfer_time(2**20, "cuda:0", "cuda:1") == pytest.approx(20e-6 + 2**20 / 16e9)
+    assert cost.route("cuda:0", "cpu:0") == ("pcie0", "bridge")
+    assert cost.transfer_time(2**20, "cuda:0", "cpu:0") == pytest.approx(12e-6 + 2**20 / 16e9)
+    assert cost.transfer_time(2**20, "cuda:0", "cuda:0") == 0.0 and cost.route("cpu:0", "cpu:0") == ()
+
+
+def test_a_devices_memory_capacity_is_a_hard_cap():
+    graph = load_graph(matmul_model(1024))   # 4 MiB of weights, 4 MiB in, 4 MiB out
+    for memory, fits in ((2**30, True), (8 * 2**20, False)):
+        c = cluster(gpu_memory=memory)
+        devices = parse_devices(",".join(c.device_specs()))
+        measurer = SimulatedMeasurer(graph, devices, RooflineCostModel(c, graph))
+        m = measurer.measure(Placement.single_device(list(graph.nodes), "cuda:0", graph.sha256,
+                                                     devices=c.device_names))
+        assert m.ok is fits and (fits or m.failure == "oom")
