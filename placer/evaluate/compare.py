@@ -149,7 +149,8 @@ def baseline_rows(graph: OpGraph, devices: list[str], cost: CostModel, caps: Cap
                   seed: int = 0, options: dict[str, dict[str, Any]] | None = None,
                   training: TrainingSpec | None = None) -> list[CompareRow]:
     """Run the placers (`single` expands to one row per device); a refusal becomes a row too.
-    `options`: extra keyword arguments per placer name, e.g. {"random_search": {"samples": 2000}}.
+    `options`: extra keyword arguments per placer name, e.g. {"random_search": {"samples": 2000}};
+    local search takes random search's samples and pipeline unless given its own (`SAME_BUDGET`).
     With `training` the placers see a training step's costs (`TrainingStepCosts`)."""
     check_placer_names(placers)
     if training is not None:
@@ -157,7 +158,7 @@ def baseline_rows(graph: OpGraph, devices: list[str], cost: CostModel, caps: Cap
     rows = []
     for name in placers:
         spec = PLACERS[name]
-        extra = (options or {}).get(name, {})
+        extra = _options_of(name, options or {})
         variants = [(f"single:{d}", {"device": d}) for d in devices] if name == "single" else [(name, extra)]
         for label, kwargs in variants:
             row = CompareRow(label, name, spec.respects_memory, None)
@@ -167,6 +168,19 @@ def baseline_rows(graph: OpGraph, devices: list[str], cost: CostModel, caps: Cap
                 row.refused = str(exc)
             rows.append(row)
     return rows
+
+
+# Placers searching the simulator with random search's budget: unless given their own options, they
+# take these of random search's (its sample count, the learner's: the same yardstick; its pipeline).
+SAME_BUDGET = {"local_search": ("samples", "pipeline")}
+
+
+def _options_of(name: str, options: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The keyword arguments of placer `name`: its own options, else what it shares of random search's."""
+    if name in options or name not in SAME_BUDGET:
+        return options.get(name, {})
+    shared = options.get("random_search", {})
+    return {k: shared[k] for k in SAME_BUDGET[name] if k in shared}
 
 
 def learned_row(graph: OpGraph, placement: Placement, devices: list[str], *, name: str = "learned",

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 from placer.placers.base import (Caps, Placer, book_peak_memory, caps_from_devices, executor_peak_memory,
                                  node_memory)
+from placer.placers.exact import exact
+from placer.placers.expert import expert
 from placer.placers.heft import heft
+from placer.placers.local_search import local_search
 from placer.placers.m_etf import m_etf
 from placer.placers.m_sct import m_sct
 from placer.placers.metis import metis
@@ -49,10 +52,16 @@ PLACERS: dict[str, PlacerSpec] = {spec.name: spec for spec in [
                "DeepSpeed balance by parameters: a contiguous stage per device"),
     PlacerSpec("random_search", random_search, True, True,
                "best of N random group placements in the simulator (--samples; the yardstick for learning)"),
+    PlacerSpec("local_search", local_search, True, True,
+               "first-improvement group then node moves from the best list heuristic, within --samples simulated"),
+    PlacerSpec("exact", exact, True, True,
+               "CP-SAT over <= 40 groups: placement and order, transfers and caps, time-limited; reports its gap"),
+    PlacerSpec("expert", expert, False, True,
+               "the human expert of Mirhoseini et al. 2017: RNN layers one per GPU, else the fastest device"),
 ]}
 
 __all__ = ["PLACERS", "PlacerSpec", "Placer", "Caps", "caps_from_devices", "node_memory", "book_peak_memory",
            "executor_peak_memory",
            "single_device", "random_placement", "round_robin", "metis", "m_topo", "m_etf", "m_sct",
            "memory_greedy", "heft", "pipeline_dp", "pipeline_balanced", "pipeline_params", "random_search",
-           "random_search_curve"]
+           "random_search_curve", "local_search", "exact", "expert"]

@@ -1,0 +1,218 @@
+"""Local search: first-improvement moves from the best list heuristic, within a sample budget.
+
+The yardstick a learner must beat at the same number of simulated placements (`samples`, the same
+meaning as random search's: every placement the simulator scores counts, the starting candidates
+included). It starts from the fastest of the cheap baselines in the simulator (m-ETF, m-SCT, HEFT
+and every single device; on a pipelined step the pipeline partitioners too) that fits the caps,
+then moves
+
+1. whole groups (`placer.graph.grouping.group_graph`, at most `groups`, default 64) to another
+   device, then, when no group move helps,
+2. single nodes,
+
+and goes back to group moves whenever a node move helped, until neither helps (a local optimum)
+or the budget is spent. Candidate moves (unit, device) are scanned in a seeded shuffled order,
+`CHUNK` at a time, each chunk simulated in one `simulate_batch` call; the fastest move of a chunk
+that lowers the simulated step time and fits the caps (the simulator's and the executor's memory
+check) is taken, and the scan goes on after the chunk. A neighbourhood is at its local optimum
+once every one of its moves has been scanned since the last improvement.
+
+On the training objective (`cost` a `TrainingStepCosts`) the moves are scored on the simulated
+training step (backward, gradients and optimizer state included), with `pipeline` on the
+pipelined step, as random search does. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from placer.errors import PlacerError
+from placer.graph.grouping import group_graph
+from placer.graph.opgraph import OpGraph
+from placer.costmodel.protocol import CostModel
+from placer.costmodel.simulator import Simulator, simulate_batch
+from placer.costmodel.training_costs import TrainingStepCosts
+from placer.placement import Placement
+from placer.placers.base import (Caps, does_not_fit, make_placement, over_caps, require_cost, require_devices,
+                                 training_of)
+from placer.placers.heft import heft
+from placer.placers.m_etf import m_etf
+from placer.placers.m_sct import m_sct
+from placer.placers.partitioners import pipeline_balanced, pipeline_dp, pipeline_params
+
+CHUNK = 64          # candidate moves simulated per batch
+GROUPS = 64         # the most groups moved whole
+START_PLACERS = {"m_etf": m_etf, "m_sct": m_sct, "heft": heft}
+PIPELINE_START_PLACERS = {"pipeline_dp": pipeline_dp, "pipeline_balanced": pipeline_balanced,
+                          "pipeline_params": pipeline_params}
+# A move must lower the step time by more than this share of it: float noise is no improvement.
+MIN_GAIN = 1e-9
+
+
+def make_simulator(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None,
+                   pipeline=None) -> Simulator:
+    """The simulator a search scores placements with: of the training step when `cost` is a
+    `TrainingStepCosts` (on its inner costs), of the pipelined step with `pipeline`."""
+    training = training_of(cost)
+    inner = cost.inner if isinstance(cost, TrainingStepCosts) else cost
+    return Simulator(graph, devices, inner, [(caps or {}).get(d) for d in devices], training=training,
+                     pipeline=pipeline)
+
+
+@dataclass
+class Start:
+    """The best starting baseline: its name, node assignment (device index per node in graph order)
+    and simulated step time, with every candidate's time (None: refused, invalid or over the caps)."""
+
+    name: str | None
+    assign: np.ndarray | None
+    step_time: float
+    candidates: dict[str, float | None] = field(default_factory=dict)
+    simulated: int = 0   # placements the simulator scored to choose it
+
+
+def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None, sim: Simulator, *,
+               seed: int = 0, limit: int | None = None, pipeline=None) -> Start:
+    """The fastest in `sim` of the list heuristics' placements and every single device that fits
+    the caps (the simulator's memory and the executor's check); `limit`: score at most that many
+    (a placement two of them agree on counts once, under the first one's name)."""
+    placers = {**START_PLACERS, **(PIPELINE_START_PLACERS if pipeline is not None and pipeline.pipelined else {})}
+    index = {d: i for i, d in enumerate(devices)}
+    labels, rows = [], []
+    candidates: dict[str, float | None] = {}
+    for name, place in placers.items():
+        try:
+            p = place(graph, devices, cost, caps, seed=seed)
+        except PlacerError:
+            candidates[name] = None
+            continue
+        labels.append(name)
+        rows.append([index[p.nodes[n]] for n in graph.nodes])
+    for d, device in enumerate(devices):
+        labels.append(f"single:{device}")
+        rows.append([d] * len(graph.nodes))
+    seen: dict[tuple[int, ...], str] = {}   # a placement two heuristics agree on is simulated once
+    twins: dict[str, str] = {}
+    for label, row in zip(labels, rows):
+        twins[label] = seen.setdefault(tuple(row), label)
+    labels, rows = list(seen.values()), [list(row) for row in seen]
+    if limit is not None:
+        labels, rows = labels[:limit], rows[:limit]
+    if not rows:
+        return Start(None, None, math.inf, candidates)
+    assign = np.asarray(rows, dtype=np.int64)
+    result = simulate_batch(sim, assign)
+    times = np.where([f is None for f in result.failure], result.step_time, np.inf)
+    for label, t in zip(labels, times):
+        candidates[label] = float(t) if np.isfinite(t) else None
+    candidates.update({label: candidates.get(first) for label, first in twins.items() if label != first})
+    training = training_of(cost)
+    for i in np.argsort(times, kind="stable"):
+        if not np.isfinite(times[i]):
+            break
+        if caps and over_caps(graph, Placement(list(devices), {n: devices[k] for n, k in zip(graph.nodes, assign[i])}),
+                              caps, training):
+            candidates.update({label: None for label, first in twins.items() if first == labels[i]})
+            continue
+        return Start(labels[i], assign[i].copy(), float(times[i]), candidates, len(rows))
+    return Start(None, None, math.inf, candidates, len(rows))
+
+
+class _Search:
+    """The search state: the current assignment, its step time, and the budget left."""
+
+    def __init__(self, graph: OpGraph, devices: list[str], sim: Simulator, caps: Caps | None,
+                 training, assign: np.ndarray, step_time: float, budget: int, rng: np.random.Generator) -> None:
+        self.graph, self.devices, self.sim, self.caps, self.training = graph, devices, sim, caps, training
+        self.assign, self.step_time, self.budget, self.rng = assign, step_time, budget, rng
+        self.spent = 0
+        self.moves = {"group": 0, "node": 0}
+        # runnable[node, device]: every step of the node can run there (an INVALID move is not tried)
+        times = np.asarray(sim.op_time, dtype=float).reshape(len(sim.op_time), len(devices))
+        runnable = np.ones((len(graph.nodes), len(devices)), dtype=bool)
+        np.logical_and.at(runnable, np.asarray(sim.step_node), np.isfinite(times))
+        self.runnable = runnable
+
+    def fits(self, assign: np.ndarray) -> bool:
+        """The executor's memory check (the simulator's was passed already)."""
+        if not self.caps:
+            return True
+        nodes = {n: self.devices[int(k)] for n, k in zip(self.graph.nodes, assign)}
+        return not over_caps(self.graph, Placement(list(self.devices), nodes), self.caps, self.training)
+
+    def neighbourhood(self, units: list[np.ndarray], kind: str) -> bool:
+        """First-improvement over moving each unit (node indices) to each device; True if any move helped."""
+        D = len(self.devices)
+        pairs = self.rng.permutation(len(units) * D)
+        pos, since, improved = 0, 0, False
+        while since < len(pairs) and self.spent < self.budget:
+            batch: list[tuple[int, int]] = []
+            while since < len(pairs) and len(batch) < min(CHUNK, self.budget - self.spent):
+                u, d = divmod(int(pairs[pos]), D)
+                pos = (pos + 1) % len(pairs)
+                since += 1
+                nodes = units[u]
+                if (self.assign[nodes] == d).all() or not self.runnable[nodes, d].all():
+                    continue
+                batch.append((u, d))
+            if not batch:
+                break
+            rows = np.repeat(self.assign[None, :], len(batch), axis=0)
+            for r, (u, d) in enumerate(batch):
+                rows[r, units[u]] = d
+            result = simulate_batch(self.sim, rows)
+            self.spent += len(batch)
+            times = np.where([f is None for f in result.failure], result.step_time, np.inf)
+            for r in np.argsort(times, kind="stable"):
+                if not times[r] < self.step_time * (1 - MIN_GAIN):
+                    break
+                if self.fits(rows[r]):
+                    self.assign, self.step_time = rows[r].copy(), float(times[r])
+                    self.moves[kind] += 1
+                    since, improved = 0, True
+                    break
+        return improved
+
+
+def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = None, caps: Caps | None = None,
+                 *, seed: int = 0, samples: int = 2000, groups: int = GROUPS, pipeline=None) -> Placement:
+    """First-improvement local search from the best list heuristic in the simulator: group moves,
+    then node moves, within `samples` simulated placements (the starting candidates count)."""
+    require_devices(devices)
+    cost = require_cost(cost, "local_search")
+    if samples < 1:
+        raise PlacerError(f"local_search needs at least 1 sample, not {samples}")
+    if groups < 1:
+        raise PlacerError(f"local_search needs at least 1 group, not {groups}")
+    sim = make_simulator(graph, devices, cost, caps, pipeline)
+    start = best_start(graph, devices, cost, caps, sim, seed=seed, limit=samples, pipeline=pipeline)
+    if start.assign is None:
+        if caps:
+            raise does_not_fit("local_search", graph, dict(caps), cost=cost)
+        raise PlacerError(f"local_search: no starting placement can run on {', '.join(devices)}: each puts some op "
+                          "on a device that cannot run it")
+    grouping = group_graph(graph, min(groups, len(graph.nodes)), len(devices))
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    group_units = [np.asarray([position[n] for n in members], dtype=np.int64) for members in grouping.groups]
+    node_units = [np.asarray([i], dtype=np.int64) for i in range(len(graph.nodes))]
+    search = _Search(graph, devices, sim, caps, training_of(cost), start.assign.copy(), start.step_time,
+                     samples - start.simulated, np.random.default_rng(seed))
+    rounds, local_optimum = 0, False
+    while search.spent < search.budget:
+        rounds += 1
+        search.neighbourhood(group_units, "group")
+        improved = search.neighbourhood(node_units, "node")
+        if search.spent >= search.budget:
+            break
+        if not improved:   # every group move and every node move scanned, none helps
+            local_optimum = True
+            break
+    nodes = {n: devices[int(k)] for n, k in zip(graph.nodes, search.assign)}
+    return make_placement(graph, devices, nodes, "local_search", seed=seed, samples=samples,
+                          simulated=start.simulated + search.spent, groups=len(grouping), start=start.name,
+                          start_step_time=start.step_time, simulated_step_time=search.step_time,
+                          group_moves=search.moves["group"], node_moves=search.moves["node"], rounds=rounds,
+                          local_optimum=local_optimum, candidates=start.candidates)

@@ -1,0 +1,194 @@
+"""The exact placer: optimal in its own model on tiny graphs (against brute force over every
+placement and order), time-limited with a proven gap on larger ones, never worse than the list
+heuristic it is hinted with, within the memory caps, and deterministic."""
+
+import dataclasses
+import itertools
+import time
+
+import networkx as nx
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from placer_testkit import LinearCost, make_graph, random_dag
+
+from placer.costmodel.simulator import AnalyticCostModel, Simulator
+from placer.costmodel.training_costs import TrainingStepCosts
+from placer.errors import PlacerError
+from placer.graph.load import load_graph
+from placer.placers import exact, single_device
+from placer.placers.base import executor_peak_memory
+from placer.placers.exact import _parts, _project, acyclic_groups, build_problem
+from placer.placers.local_search import best_start, make_simulator
+from placer.program.training import TrainingSpec
+
+TRIO = ["cpu:0", "cuda:0", "cuda:1"]
+
+
+@pytest.fixture
+def tiny():
+    """src -> (a1 -> a2) and (b1 -> b2) -> join -> out, 200 MB tensors: transfers cost."""
+    return make_graph([("src", [], 2e8), ("a1", ["src"], 3e9), ("a2", ["a1"], 1e9), ("b1", ["src"], 1e9),
+                       ("b2", ["b1"], 3e9), ("join", ["a2", "b2"], 5e8), ("out", ["join"], 2e8)], numel=50_000_000)
+
+
+@pytest.fixture
+def hetero():
+    """A slow device and two GPUs of different speeds, 1 GB/s links."""
+    return LinearCost({"cpu:0": 1e9, "cuda:0": 4e9, "cuda:1": 2e9}, latency=1e-3, bandwidth=1e9)
+
+
+def orders(problem):
+    """Every topological order of the problem's tasks."""
+    dag = nx.DiGraph(list(problem.edges))
+    dag.add_nodes_from(range(len(problem.tasks)))
+    return list(nx.all_topological_sorts(dag))
+
+
+def model_optimum(problem, assignments):
+    """The least makespan (ticks) of the model over `assignments` and every order: list-scheduling
+    every topological order reaches every schedule's makespan or better."""
+    every = [dataclasses.replace(problem, order=o) for o in orders(problem)]
+    return min(p.schedule(a)[2] for a in assignments for p in every)
+
+
+def test_exact_is_optimal_in_its_model_on_a_tiny_graph_against_brute_force(tiny, hetero):
+    p = exact(tiny, TRIO, hetero)
+    info = p.extra["placer"]
+    assert info["groups"] == len(tiny.nodes) and info["status"] == "OPTIMAL" and info["gap"] == 0.0
+    problem = build_problem(tiny, TRIO, hetero, [[n] for n in tiny.nodes])
+    problem.unit = info["tick_s"]
+    best = model_optimum(problem, itertools.product(range(3), repeat=len(tiny.nodes)))
+    assert info["objective"] == pytest.approx(best * problem.unit, rel=1e-12)
+    assert info["bound"] == pytest.approx(info["objective"], rel=1e-12)
+    # the placement returned reaches the optimum in some order
+    assert model_optimum(problem, [[TRIO.index(p.nodes[n]) for n in tiny.nodes]]) == best
+    assert info["objective"] < info["hint_objective"]   # the list heuristic was not optimal here
+    assert len(set(p.nodes.values())) > 1
+
+
+def test_exact_returns_within_its_time_limit_with_a_gap():
+    dag = random_dag(60, seed=2)
+    cost = AnalyticCostModel(["cpu:0", "cpu:1"])
+    began = time.perf_counter()
+    p = exact(dag, ["cpu:0", "cpu:1"], cost, time_limit=1.0, work_limit=100.0)
+    took = time.perf_counter() - began
+    info = p.extra["placer"]
+    assert info["solve_s"] <= 1.0 + 0.3 and took < 1.0 + 10.0
+    assert info["status"] in ("OPTIMAL", "FEASIBLE") and info["gap"] >= 0.0
+    assert 0 < info["bound"] <= info["objective"] <= info["hint_objective"]
+    if info["status"] == "FEASIBLE":
+        assert info["stopped_by"] == "wall clock" and info["gap"] > 0
+
+
+@pytest.mark.parametrize("work_limit", [1e-9, 0.5])
+def test_exact_is_never_worse_than_the_heuristic_it_is_hinted_with(work_limit):
+    dag = random_dag(50, seed=3)
+    cost = AnalyticCostModel(TRIO, speeds={"cpu:0": 4e10, "cuda:1": 3e12})
+    p = exact(dag, TRIO, cost, work_limit=work_limit)
+    info = p.extra["placer"]
+    # the hint, rebuilt: the best start in the simulator, projected on the model's groups
+    start = best_start(dag, TRIO, cost, None, make_simulator(dag, TRIO, cost, None))
+    hint_nodes = {n: TRIO[k] for n, k in zip(dag.nodes, start.assign)}
+    parts = _parts(dag, 40, hint_nodes)
+    assert info["hint"] == start.name and info["groups"] == len(parts) and info["hint_exact"]
+    problem = build_problem(dag, TRIO, cost, parts)
+    problem.unit = info["tick_s"]
+    hint_ticks = problem.schedule(_project(dag, parts, hint_nodes, TRIO))[2]
+    assert info["hint_objective"] == pytest.approx(hint_ticks * problem.unit, rel=1e-12)
+    assert info["objective"] <= info["hint_objective"]
+    if info["used"] != "solver":   # nothing better in the time: the heuristic's own placement
+        assert {n: p.nodes[n] for n in dag.nodes} == hint_nodes
+
+
+def test_exact_respects_the_memory_caps():
+    dag = random_dag(24, seed=5)
+    devices = ["cpu:0", "cpu:1"]
+    cost = AnalyticCostModel(devices, speeds={"cpu:0": 4e9, "cpu:1": 1e9})
+    free = exact(dag, devices, cost, time_limit=2.0)
+    caps = {"cpu:0": executor_peak_memory(dag, single_device(dag, devices))["cpu:0"] // 2}
+    assert executor_peak_memory(dag, free)["cpu:0"] > caps["cpu:0"]   # the caps bite
+    p = exact(dag, devices, cost, caps, time_limit=2.0)
+    info = p.extra["placer"]
+    assert executor_peak_memory(dag, p)["cpu:0"] <= caps["cpu:0"]
+    assert info["used"] == "solver" and info["objective"] >= free.extra["placer"]["objective"] * (1 - 1e-9)
+    assert info["objective"] < info["hint_objective"]
+    # within the model's memory budget too (weights once, every output, none freed)
+    problem = build_problem(dag, devices, cost, [[n] for n in dag.nodes])   # 24 nodes: a part each
+    assert problem.part_memory([devices.index(p.nodes[n]) for n in dag.nodes])[0] <= caps["cpu:0"]
+    sim = Simulator(dag, devices, cost, [caps["cpu:0"], None])
+    assert sim.simulate([devices.index(p.nodes[n]) for n in dag.nodes]).failure is None
+    with pytest.raises(PlacerError, match="mem="):
+        exact(dag, devices, cost, {"cpu:0": 10_000, "cpu:1": 10_000}, time_limit=2.0)
+
+
+def test_a_hint_beyond_the_models_memory_budget_is_returned_when_the_solver_finds_nothing_faster():
+    """The model's budget frees nothing, the executor does: the heuristic fits the caps but not the
+    model, and every placement within the model's budget is slower in it than the heuristic's."""
+    dag = random_dag(24, seed=5)
+    devices = ["cpu:0", "cpu:1"]
+    cost = AnalyticCostModel(devices, speeds={"cpu:0": 4e9, "cpu:1": 1e9})
+    caps = {"cpu:0": int(executor_peak_memory(dag, single_device(dag, devices))["cpu:0"] * 0.9)}
+    p = exact(dag, devices, cost, caps, time_limit=2.0)
+    info = p.extra["placer"]
+    assert not info["hint_in_model"] and info["used"] == "hint"
+    assert info["objective"] == info["hint_objective"] and info["bound"] is None and info["gap"] is None
+    start = best_start(dag, devices, cost, caps, make_simulator(dag, devices, cost, caps))
+    assert [devices.index(p.nodes[n]) for n in dag.nodes] == start.assign.tolist()
+    assert executor_peak_memory(dag, p)["cpu:0"] <= caps["cpu:0"]
+
+
+def test_exact_is_deterministic_when_its_work_limit_stops_it():
+    dag = random_dag(60, seed=2)
+    cost = AnalyticCostModel(["cpu:0", "cpu:1"])
+    runs = [exact(dag, ["cpu:0", "cpu:1"], cost, time_limit=60.0, work_limit=0.3) for _ in range(2)]
+    assert runs[0].extra["placer"]["stopped_by"] == "deterministic time"
+    assert runs[0].extra["placer"]["deterministic_time"] == pytest.approx(0.3, abs=0.05)
+    assert runs[0].nodes == runs[1].nodes
+    assert runs[0].extra["placer"]["objective"] == runs[1].extra["placer"]["objective"]
+
+
+def test_the_groups_graph_has_no_cycle_and_follows_the_hint():
+    dag = random_dag(120, seed=8)
+    hint = {n: ("cpu:0" if i % 3 else "cpu:1") for i, n in enumerate(dag.nodes)}
+    for nodes in (None, hint):
+        parts = acyclic_groups(dag, 30, nodes)
+        assert sorted(n for m in parts for n in m) == sorted(dag.nodes)
+        of = {n: i for i, m in enumerate(parts) for n in m}
+        quotient = nx.DiGraph([(of[u], of[v]) for u, v in dag.dag.edges if of[u] != of[v]])
+        assert nx.is_directed_acyclic_graph(quotient)
+        if nodes is not None:
+            assert len(parts) <= 1.5 * 30 and all(len({hint[n] for n in m}) == 1 for m in parts)
+        else:
+            assert len(parts) == 30
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    """x -> mm0 -> ... -> mm4, each MatMul with its own weight, and a Relu side branch per rung."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x, outputs = [], [], "x", []
+    for i in range(5):
+        inits.append(numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
+        nodes.append(helper.make_node("Relu", [f"y{i}"], [f"r{i}"], name=f"relu{i}"))
+        x = f"y{i}"
+        outputs.append(f"r{i}")
+    graph = helper.make_graph(nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [64, 64]) for o in outputs], inits)
+    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_exact_models_the_training_step_in_phases(ladder):
+    devices = ["cpu:0", "cpu:1"]
+    cost = TrainingStepCosts(ladder, devices, AnalyticCostModel(devices), TrainingSpec())
+    p = exact(ladder, devices, cost, time_limit=3.0)
+    info = p.extra["placer"]
+    problem = build_problem(ladder, devices, cost, [[n] for n in ladder.nodes])
+    # a forward task per node, a backward one per node, an update per weight's owner
+    assert info["tasks"] == len(problem.tasks) == 2 * len(ladder.nodes) + 5
+    assert info["status"] == "OPTIMAL" and info["gap"] == 0.0
+    # a step of everything on one device costs in the model what its steps add up to
+    one = problem.schedule([0] * len(ladder.nodes), seconds=True)[2]
+    assert one == pytest.approx(sum(cost.op_time(n, "cpu:0") for n in ladder.nodes.values()))
+    assert info["objective"] <= info["hint_objective"] <= one * (1 + 1e-6)

@@ -1,0 +1,159 @@
+"""Local search: never worse than its start, finds what the list heuristics miss, respects the
+caps and spends no more simulated placements than its budget."""
+
+import importlib
+import itertools
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from placer_testkit import LinearCost, make_graph, random_dag
+
+from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
+from placer.costmodel.training_costs import TrainingStepCosts
+from placer.evaluate.compare import baseline_rows, compare
+from placer.graph.load import load_graph
+from placer.placers import PLACERS, local_search, single_device
+from placer.placers.base import executor_peak_memory
+from placer.program.training import TrainingSpec
+
+DEVICES = ["cpu:0", "cpu:1"]
+
+
+@pytest.fixture
+def two_branches():
+    """src -> a heavy chain (h1, h2) and a light one (l1, l2) -> join. On a fast and a slow device
+    every list heuristic keeps everything on the fast one; the best placement runs l1 on the slow
+    device while the fast one runs the heavy chain."""
+    return make_graph([("src", [], 1e8), ("h1", ["src"], 2e9), ("h2", ["h1"], 2e9), ("l1", ["src"], 1e9),
+                       ("l2", ["l1"], 1e9), ("join", ["h2", "l2"], 1e8)], numel=1000)
+
+
+@pytest.fixture
+def fast_slow():
+    return LinearCost({"cpu:0": 3e9, "cpu:1": 1e9}, latency=1e-3, bandwidth=1e9)
+
+
+def step_of(graph, cost, placement, caps=None, training=None):
+    sim = Simulator(graph, DEVICES, cost, [(caps or {}).get(d) for d in DEVICES], training=training)
+    return sim.simulate([DEVICES.index(placement.nodes[n]) for n in graph.nodes])
+
+
+def test_local_search_finds_the_placement_the_list_heuristics_miss(two_branches, fast_slow):
+    sim = Simulator(two_branches, DEVICES, fast_slow)
+    optimum = min(sim.simulate(a).step_time for a in itertools.product(range(2), repeat=len(two_branches.nodes)))
+    starts = {name: step_of(two_branches, fast_slow, PLACERS[name].place(two_branches, DEVICES, fast_slow)).step_time
+              for name in ("m_etf", "m_sct", "heft")}
+    assert min(starts.values()) > optimum * 1.15   # every list heuristic is fooled
+    p = local_search(two_branches, DEVICES, fast_slow)
+    info = p.extra["placer"]
+    assert info["start_step_time"] == pytest.approx(min(min(starts.values()), sim.simulate([0] * 6).step_time))
+    assert info["simulated_step_time"] == pytest.approx(optimum) == step_of(two_branches, fast_slow, p).step_time
+    assert p.nodes["l1"] == "cpu:1" and p.nodes["h1"] == p.nodes["h2"] == "cpu:0"
+    assert info["local_optimum"] and info["simulated"] < info["samples"]
+
+
+def test_node_moves_go_on_where_group_moves_stop(two_branches, fast_slow):
+    """With one group, a group move is a single-device placement: only node moves reach the optimum."""
+    p = local_search(two_branches, DEVICES, fast_slow, groups=1)
+    info = p.extra["placer"]
+    assert info["groups"] == 1 and info["group_moves"] == 0 and info["node_moves"] >= 1
+    assert p.nodes["l1"] == "cpu:1" and info["simulated_step_time"] < info["start_step_time"] / 1.15
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_local_search_is_never_worse_than_its_start_and_reproducible(seed):
+    dag = random_dag(30, seed=seed)
+    cost = AnalyticCostModel(DEVICES + ["cuda:0"], speeds={"cpu:1": 5e9})
+    devices = DEVICES + ["cuda:0"]
+    p = local_search(dag, devices, cost, seed=seed, samples=300)
+    info = p.extra["placer"]
+    sim = Simulator(dag, devices, cost)
+    step = sim.simulate([devices.index(p.nodes[n]) for n in dag.nodes]).step_time
+    assert step == pytest.approx(info["simulated_step_time"])
+    assert step <= info["start_step_time"] == min(t for t in info["candidates"].values() if t is not None)
+    assert p.nodes == local_search(dag, devices, cost, seed=seed, samples=300).nodes
+
+
+def test_local_search_spends_at_most_its_budget(monkeypatch):
+    dag = random_dag(40, seed=4)
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
+    module = importlib.import_module("placer.placers.local_search")   # the package exports the function
+    counted = []
+    real = module.simulate_batch
+    monkeypatch.setattr(module, "simulate_batch", lambda sim, assign: counted.append(len(assign)) or real(sim, assign))
+    for samples in (1, 5, 37, 150):
+        counted.clear()
+        p = local_search(dag, DEVICES, cost, samples=samples)
+        assert sum(counted) == p.extra["placer"]["simulated"] <= samples
+        assert not p.extra["placer"]["local_optimum"]
+    assert sum(counted) == 150   # the whole budget went on moves
+
+
+def test_local_search_respects_the_caps():
+    dag = random_dag(30, seed=5)
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 4e9, "cpu:1": 1e9})
+    free = local_search(dag, DEVICES, cost, samples=400)
+    caps = {"cpu:0": executor_peak_memory(dag, single_device(dag, DEVICES))["cpu:0"] // 2}
+    assert executor_peak_memory(dag, free)["cpu:0"] > caps["cpu:0"]   # the caps bite
+    p = local_search(dag, DEVICES, cost, caps, samples=400)
+    assert executor_peak_memory(dag, p)["cpu:0"] <= caps["cpu:0"]
+    assert step_of(dag, cost, p, caps).failure is None
+    assert p.extra["placer"]["simulated_step_time"] >= free.extra["placer"]["simulated_step_time"]
+
+
+def test_the_executors_memory_check_has_the_last_word(monkeypatch):
+    """A move the simulator fits but the executor would refuse before running is never taken."""
+    module = importlib.import_module("placer.placers.local_search")
+    dag = random_dag(20, seed=7)
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 4e9, "cpu:1": 1e9})
+    refused = lambda graph, placement, caps, training=None: "cpu:0" in placement.nodes.values()  # noqa: E731
+    monkeypatch.setattr(module, "over_caps", refused)
+    p = local_search(dag, DEVICES, cost, {"cpu:0": 10**9}, samples=200)
+    assert set(p.nodes.values()) == {"cpu:1"} and p.extra["placer"]["start"] == "single:cpu:1"
+
+
+@pytest.fixture(scope="module")
+def ladder():
+    """x -> mm0 -> ... -> mm4, each MatMul with its own weight, and a Relu side branch per rung."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x, outputs = [], [], "x", []
+    for i in range(5):
+        inits.append(numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
+        nodes.append(helper.make_node("Relu", [f"y{i}"], [f"r{i}"], name=f"relu{i}"))
+        x = f"y{i}"
+        outputs.append(f"r{i}")
+    graph = helper.make_graph(nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [64, 64]) for o in outputs], inits)
+    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_local_search_scores_moves_on_the_simulated_training_step(ladder):
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 1e9, "cpu:1": 1e9})
+    training = TrainingSpec()
+    p = local_search(ladder, DEVICES, TrainingStepCosts(ladder, DEVICES, cost, training), samples=200)
+    info = p.extra["placer"]
+    assert info["simulated_step_time"] == pytest.approx(step_of(ladder, cost, p, training=training).step_time,
+                                                        rel=1e-12)
+    assert info["simulated_step_time"] <= info["start_step_time"]
+    assert info["simulated_step_time"] != pytest.approx(step_of(ladder, cost, p).step_time)   # not the forward pass
+
+
+def test_compare_runs_the_new_placers_in_the_simulator_with_random_searchs_budget():
+    dag = random_dag(25, seed=6)
+    devices = ["cpu:0", "cuda:0", "cuda:1"]
+    cost = AnalyticCostModel(devices, speeds={"cuda:1": 2e13})
+    assert {"local_search", "exact", "expert"} <= set(PLACERS)
+    rows = baseline_rows(dag, devices, cost, {}, ["single", "local_search", "exact", "expert", "random_search"],
+                         options={"random_search": {"samples": 60}, "exact": {"time_limit": 2.0}})
+    result = compare(dag, devices, SimulatedMeasurer(dag, devices, cost), cost, rows)
+    named = {r.name: r for r in result.rows}
+    for name in ("local_search", "exact", "expert"):
+        row = named[name]
+        assert row.status == "ok" and row.step_time == pytest.approx(row.predicted_step_time)
+        assert row.step_time <= named["single:cpu:0"].step_time
+    assert named["local_search"].placement.extra["placer"]["samples"] == 60   # the learner's budget
+    assert named["exact"].placement.extra["placer"]["simulated_step_time"] == pytest.approx(named["exact"].step_time)
+    assert named["local_search"].step_time <= min(named[f"single:{d}"].step_time for d in devices)
+    assert named["expert"].placement.extra["placer"]["device"] == "cuda:1"   # a DAG of no RNN: the fastest device
