@@ -95,6 +95,26 @@ def varied_placements(graph, devices, cost, seed: int = 0, n_random: int = 12, n
     return out
 
 
+def roofline_of_this_machine(graph, devices, op_times):
+    """The roofline model of this machine: `placer cluster describe-local` on `devices` (measured
+    now), its efficiencies fitted to the profile's per-node times."""
+    import tempfile
+
+    from placer.cli import main as placer_main
+    from placer.costmodel.roofline import RooflineCostModel, fit_efficiency
+    from placer.hardware import load_cluster
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "local.toml"
+        with contextlib.redirect_stdout(sys.stderr):
+            code = placer_main(["cluster", "describe-local", "-o", str(path),
+                                "--devices", ",".join(str(d) for d in devices)])
+        if code != 0:
+            raise SystemExit("placer cluster describe-local failed")
+        cluster = load_cluster(str(path))
+    return RooflineCostModel(cluster, graph, fit_efficiency(graph, cluster, op_times))
+
+
 def spearman(a: list[float], b: list[float]) -> float:
     """Spearman rank correlation (average ranks for ties)."""
     from scipy.stats import spearmanr
@@ -121,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=300.0, help="cap of the interleaved rounds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--refresh-profile", action="store_true")
+    parser.add_argument("--cost-model", choices=("profiled", "analytic"), default="profiled",
+                        help="what the simulator predicts with: the calibrated profile (default), or the roofline "
+                             "model of this machine described by placer cluster describe-local, its efficiencies "
+                             "fitted to the profile's per-node times ('uncalibrated' is then the roofline model "
+                             "with its default efficiencies)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on stdout (the rest on stderr)")
     parser.add_argument("--out", default="benchmarks/results/simulator_fidelity.json")
     args = parser.parse_args(argv)
@@ -139,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     from placer.costmodel.profiled import ProfiledCostModel
     from placer.costmodel.profile_cache import profiled_cost_model
     from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
+    from placer.costmodel.roofline import RooflineCostModel
     from placer.costmodel.simulator import Simulator
 
     graph = load_graph(resolve(args.graph), parse_input_shapes(args.input_shape))
@@ -158,6 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         placements.append(("learned", learned_rows(graph, args.include_rl, names)[0].placement))
     sim = Simulator(graph, names, cost)
     bare = Simulator(graph, names, ProfiledCostModel(replace(cost.profile, calibration={})))
+    analytic = None
+    if args.cost_model == "analytic":
+        analytic = roofline_of_this_machine(graph, devs, cost.profile.op_times)
+        say(f"roofline model of this machine ({analytic.cluster.name}), efficiencies fitted to the profile: "
+            f"{analytic.efficiency.to_dict()}")
+        sim = Simulator(graph, names, analytic)
+        bare = Simulator(graph, names, RooflineCostModel(analytic.cluster, graph))
     index = {d: i for i, d in enumerate(names)}
 
     # Identical placements (memory_greedy without caps is single-device) count once.
@@ -184,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     result = measure_in_rounds([Candidate(label, partial(measurer.open, p)) for label, p, _ in unique], protocol,
                                reference=f"single:{names[0]}",
                                progress=lambda k, r: say(f"round {k}: {r.seconds:.0f} s"))
-    bound = lower_bound(graph, names, cost)
+    bound = lower_bound(graph, names, analytic or cost)
 
     results = []
     say(f"{'placement':20s} {'simulated ms':>12s} {'measured ms':>12s} {'95% interval':>17s} {'rel err':>8s}")
@@ -215,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     note = check_bound(bound, {r["placement"]: r["measured_s"] for r in results})
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     summary = {"graph": args.graph, "nodes": len(graph.nodes), "devices": [str(d) for d in devs],
+               "cost_model": args.cost_model,
+               **({"efficiency": analytic.efficiency.to_dict()} if analytic is not None else {}),
                "n": len(results), **figures([r["simulated_s"] for r in results], measured),
                "range": max(measured) / min(measured) if measured else None,
                # a violation: the measured step's whole 95% interval below the bound; its median below, counted apart

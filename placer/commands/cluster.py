@@ -162,7 +162,8 @@ def _describe_local(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     main_threads = torch.get_num_threads()
     try:
-        figures = {d.name: _measure_device(d, threads.get(d.name), cores.get(d.name)) for d in devices}
+        figures = _alike_devices_alike({d.name: _measure_device(d, threads.get(d.name), cores.get(d.name))
+                                        for d in devices}, devices, threads)
         links, hosts = _measure_links(devices, measured)
     finally:
         torch.set_num_threads(main_threads)
@@ -211,6 +212,25 @@ def _describe_local(args: argparse.Namespace) -> int:
     for link in cluster.links:
         print(f"  {link.name}: {', '.join(link.members)}, latency {link.latency_s * 1e6:.1f} us")
     return 0
+
+
+def _alike_devices_alike(figures: dict[str, dict[str, float]], devices, threads) -> dict[str, dict[str, float]]:
+    """Identical devices (the same spec but for the index, with the same threads: what the profiler
+    calls a class) get the same figures, the best any of them measured: two virtual CPU devices
+    read 157 and 173 GFLOPS here one run apart, and a model must not take that noise for a
+    difference between them."""
+    from dataclasses import replace
+
+    classes: dict[str, list[str]] = {}
+    for d in devices:
+        key = str(replace(d, index=None, threads=threads.get(d.name))) if d.kind == "cpu" else d.name
+        classes.setdefault(key, []).append(d.name)
+    alike = {}
+    for members in classes.values():
+        best = {k: (min if k == "launch" else max)(figures[m][k] for m in members if k in figures[m])
+                for k in figures[members[0]]}
+        alike.update({m: dict(best) for m in members})
+    return alike
 
 
 def _measure_device(device, threads: int | None, cores: frozenset[int] | None) -> dict[str, float]:

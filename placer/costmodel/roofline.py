@@ -25,6 +25,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from placer.costmodel.simulator import BACKWARD_FACTOR, PASSES
 from placer.devices import device_kind
 from placer.graph.opgraph import OpGraph, OpNode
@@ -115,3 +117,44 @@ class RooflineCostModel:
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         return tuple(link.name for link in self.cluster.route(src, dst))
+
+
+def fit_efficiency(graph: OpGraph, cluster: Cluster, op_times: dict[str, dict[str, float]],
+                   grid: int = 12) -> Efficiency:
+    """The efficiencies under which the roofline model best predicts measured per-node times
+    (`op_times`: node -> device -> seconds, a profile's, on the cluster's devices): least squares
+    of log times over a grid of the four parameters, every node with a finite positive time counted."""
+    model = RooflineCostModel(cluster, graph)
+    rows = []   # (flops, bytes moved, is matmul, peak, bandwidth, launch, measured)
+    for name, per in op_times.items():
+        node = graph.nodes.get(name)
+        if node is None:
+            continue
+        for device, t in per.items():
+            if device in model._model and 0 < t < math.inf:
+                m = model._model[device]
+                moved = model._input_bytes.get(name, 0) + node.output_bytes + node.param_bytes
+                rows.append((max(node.flops, 0.0), moved, node.op_type in MATMUL_OPS, model.peak_flops(node, device),
+                             m.memory_bandwidth_Bps, m.launch_overhead_s, t))
+    if not rows:
+        return Efficiency()
+    f, b, mm, peak, bw, launch, measured = (np.asarray(c, dtype=float) for c in zip(*rows))
+    ceilings = np.geomspace(0.01, 1.0, grid)
+    halves = np.geomspace(1e3, 1e10, grid)
+    memories = np.geomspace(0.02, 1.0, grid)
+    target = np.log(measured)
+    best = (math.inf, Efficiency())
+    for half in halves:
+        size = np.where(f > 0, f / (f + half), 1.0)
+        for memory in memories:
+            mem_t = b / (bw * memory)
+            # compute time of each node under every (matmul, other) ceiling pair, matmul nodes use the first
+            ceiling = np.where(mm[:, None, None], ceilings[:, None][None, :, :], ceilings[None, :][None, :, :])
+            comp = np.where(f[:, None, None] > 0, f[:, None, None] / (peak[:, None, None] * ceiling * size[:, None, None]),
+                            0.0)
+            predicted = launch[:, None, None] + np.maximum(comp, mem_t[:, None, None])
+            error = ((np.log(predicted) - target[:, None, None]) ** 2).sum(axis=0)
+            i, j = np.unravel_index(np.argmin(error), error.shape)
+            if error[i, j] < best[0]:
+                best = (float(error[i, j]), Efficiency(float(ceilings[i]), float(ceilings[j]), float(half), float(memory)))
+    return best[1]
