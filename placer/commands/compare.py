@@ -152,8 +152,8 @@ def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, s
     # the searches get the learner's sample count: a learner must beat them at the same number of samples
     options = {"random_search": {**searched, "pipeline": pipeline}, "local_search": {"samples": searched["samples"]}}
     rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
-    if run_dir:
-        rows.extend(learned_rows(graph, run_dir, names))
+    if run_dir:   # its devices are the cluster's, not this machine's
+        rows.extend(learned_rows(graph, run_dir, names, check_devices=False))
     measurer = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     comparison = compare(graph, names, measurer, cost, rows, caps, training=training, pipeline=pipeline)
     comparison.info = {"simulated": True, "cluster": cluster.name, **cost.describe(),
@@ -193,7 +193,7 @@ def _random_search_options(graph, names: list[str], run_dir, samples: int | None
     return options
 
 
-def learned_rows(graph, run_dir, devices: list[str]):
+def learned_rows(graph, run_dir, devices: list[str], check_devices: bool = True):
     """The best placement of a training run (`run_dir` is its folder, runs/NAME, or a placement
     file) as the row "learned" and, when the run saved it, the policy's own greedy placement as
     "learned_greedy": the one that shows what the policy learned."""
@@ -206,7 +206,8 @@ def learned_rows(graph, run_dir, devices: list[str]):
         files["learned_greedy"] = run_dir / "greedy_placement.json"
     summary = run_summary(run_dir)
     return [learned_row(graph, Placement.load(path), devices, name=name, find_time_s=summary.get("wall_time_s"),
-                        samples=summary.get("samples")) for name, path in files.items()]
+                        samples=summary.get("samples"), check_devices=check_devices)
+            for name, path in files.items()]
 
 
 def run_summary(run_dir) -> dict[str, Any]:

@@ -184,12 +184,14 @@ def _options_of(name: str, options: dict[str, dict[str, Any]]) -> dict[str, Any]
 
 
 def learned_row(graph: OpGraph, placement: Placement, devices: list[str], *, name: str = "learned",
-                find_time_s: float | None = None, samples: int | None = None) -> CompareRow:
-    """A learned placement as a row, checked against the graph and the compared devices;
-    `find_time_s` is the training time, `samples` the placements the learner drew."""
+                find_time_s: float | None = None, samples: int | None = None,
+                check_devices: bool = True) -> CompareRow:
+    """A learned placement as a row, checked against the graph and the compared devices (and,
+    with `check_devices`, against this machine's: not for a simulated comparison on a described
+    cluster); `find_time_s` is the training time, `samples` the placements the learner drew."""
     from placer.annotate.resolve import resolve_placement
 
-    placement = resolve_placement(graph, placement)
+    placement = resolve_placement(graph, placement, check_devices=check_devices)
     outside = sorted(set(placement.nodes.values()) - set(devices))
     if outside:
         raise PlacerError(f"the learned placement uses {', '.join(outside)}, which are not among the compared "
