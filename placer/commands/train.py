@@ -39,6 +39,10 @@ def register(subparsers) -> None:
                         help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
                         help="stop after N sampled placements in all (whole updates; a resumed run continues to N)")
+    parser.add_argument("--polish", type=float, default=None, metavar="F",
+                        help="with --reward simulated and --samples: spend this share of the samples polishing the "
+                             "learned placement with local search in the simulator (group, then node moves from it; "
+                             "every simulated placement counts in --samples). Default 0.5 with --cluster, else 0")
     parser.add_argument("--run-dir", default=None, metavar="DIR",
                         help="run folder (default runs/<model>-<date>-<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the policy, the sampling and the inputs (default 0)")
@@ -172,7 +176,9 @@ def run(args: argparse.Namespace) -> int:
               f"simulated), on its {len(grouping)} groups split where {warm.source} cuts them")
     print(f"training a placement of {graph.source} ({len(graph.nodes)} ops in {len(grouping)} groups) "
           f"on {', '.join(str(d) for d in devices)}, {_reward_text(plan)}; run folder {run_dir}")
-    result = train(graph, measurer, grouping, run_dir, hp, samples=args.samples, budget_s=budget_s, seed=args.seed,
+    polish_samples = _polish_samples(args, plan.reward, described)
+    learn_samples = args.samples - polish_samples if polish_samples else args.samples
+    result = train(graph, measurer, grouping, run_dir, hp, samples=learn_samples, budget_s=budget_s, seed=args.seed,
                    resume=args.resume, progress=not args.no_progress, confirm=confirm,
                    reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction, warm_start=warm,
                    run_info={"graph": graph.source, "reward": plan.reward, "objective": args.objective,
@@ -187,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
                              "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout,
                              "workers": args.workers, "ray_address": args.ray_address})
     finish_pool(pool)
+    if polish_samples and not result.interrupted:
+        _polish(graph, devices, cost, training, pipeline, run_dir, polish_samples, args.seed, result.summary)
     s = result.summary
     if s["confirmed_side_by_side"]:
         print("simulated again side by side at the end (cluster "
@@ -272,6 +280,53 @@ def _paired(args: argparse.Namespace, graph, real, cost, run_dir: Path):
     rounds = RoundsProtocol(warmup=args.warmup, min_rounds=least, max_rounds=2 * least, max_seconds=120.0,
                             precision=0.05, seed=args.seed)
     return PairedMeasurer(real, reference, rounds, anchor_file=run_dir / "paired_anchor.json")
+
+
+def _polish_samples(args: argparse.Namespace, reward: str, described: bool) -> int:
+    """How many of --samples go to polishing the learned placement (`--polish`): a share of them,
+    in the simulator only."""
+    share = args.polish if args.polish is not None else (0.5 if described else 0.0)
+    if not 0.0 <= share < 1.0:
+        raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {share}")
+    if not share:
+        return 0
+    if reward != "simulated" or not args.samples:
+        raise PlacerError("--polish works in the simulator on a sample count: add --reward simulated and --samples N, "
+                          "or --polish 0")
+    return int(args.samples * share)
+
+
+def _polish(graph, devices, cost, training, pipeline, run_dir: Path, samples: int, seed: int, summary: dict) -> None:
+    """The learned placement polished by local search in the simulator, `samples` simulated
+    placements at most: placement.json becomes the polished one when it is faster (the policy's
+    own stays in greedy_placement.json), and the summary counts the samples and says what changed."""
+    import json
+
+    from placer.costmodel.training_costs import TrainingStepCosts
+    from placer.placement import Placement
+    from placer.placers import caps_from_devices
+    from placer.placers.local_search import local_search
+
+    names = [d.name for d in devices]
+    costs = cost if training is None else TrainingStepCosts(graph, names, cost, training)
+    learned = Placement.load(run_dir / "placement.json")
+    polished = local_search(graph, names, costs, caps_from_devices(devices), seed=seed, samples=samples,
+                            start=learned, pipeline=pipeline)
+    info = polished.extra["placer"]
+    before, after = info["start_step_time"], info["simulated_step_time"]
+    summary["samples"] += info["simulated"]
+    summary["samples_by_reward"]["simulated"] += info["simulated"]
+    summary["polish"] = {"samples": info["simulated"], "from_s": before, "to_s": after,
+                         "group_moves": info["group_moves"], "node_moves": info["node_moves"],
+                         "local_optimum": info["local_optimum"]}
+    if after < before:
+        polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": summary["polish"]}
+        polished.save(run_dir / "placement.json")
+        summary["best_step_time"] = after
+        summary["best_source"] = f"{summary['best_source']}, polished by local search"
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
+          f"in {info['simulated']} simulated placements")
 
 
 def _cost_model(args: argparse.Namespace, graph, devices, real):

@@ -75,14 +75,19 @@ class Start:
 
 
 def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None, sim: Simulator, *,
-               seed: int = 0, limit: int | None = None, pipeline=None) -> Start:
+               seed: int = 0, limit: int | None = None, pipeline=None, given: Placement | None = None) -> Start:
     """The fastest in `sim` of the list heuristics' placements and every single device that fits
     the caps (the simulator's memory and the executor's check); `limit`: score at most that many
-    (a placement two of them agree on counts once, under the first one's name)."""
+    (a placement two of them agree on counts once, under the first one's name). With `given`, that
+    placement alone (a learner's, to be polished)."""
     placers = {**START_PLACERS, **(PIPELINE_START_PLACERS if pipeline is not None and pipeline.pipelined else {})}
     index = {d: i for i, d in enumerate(devices)}
     labels, rows = [], []
     candidates: dict[str, float | None] = {}
+    if given is not None:
+        placers = {}
+        labels.append("given")
+        rows.append([index[given.nodes[n]] for n in graph.nodes])
     for name, place in placers.items():
         try:
             p = place(graph, devices, cost, caps, seed=seed)
@@ -91,7 +96,7 @@ def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps |
             continue
         labels.append(name)
         rows.append([index[p.nodes[n]] for n in graph.nodes])
-    for d, device in enumerate(devices):
+    for d, device in enumerate(devices if given is None else ()):
         labels.append(f"single:{device}")
         rows.append([d] * len(graph.nodes))
     seen: dict[tuple[int, ...], str] = {}   # a placement two heuristics agree on is simulated once
@@ -178,9 +183,11 @@ class _Search:
 
 
 def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = None, caps: Caps | None = None,
-                 *, seed: int = 0, samples: int = 2000, groups: int = GROUPS, pipeline=None) -> Placement:
-    """First-improvement local search from the best list heuristic in the simulator: group moves,
-    then node moves, within `samples` simulated placements (the starting candidates count)."""
+                 *, seed: int = 0, samples: int = 2000, groups: int = GROUPS, pipeline=None,
+                 start: Placement | None = None) -> Placement:
+    """First-improvement local search from the best list heuristic in the simulator (or from
+    `start`: a learned placement polished), group moves, then node moves, within `samples`
+    simulated placements (the starting candidates count)."""
     require_devices(devices)
     cost = require_cost(cost, "local_search")
     if samples < 1:
@@ -188,7 +195,8 @@ def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = No
     if groups < 1:
         raise PlacerError(f"local_search needs at least 1 group, not {groups}")
     sim = make_simulator(graph, devices, cost, caps, pipeline)
-    start = best_start(graph, devices, cost, caps, sim, seed=seed, limit=samples, pipeline=pipeline)
+    given = start
+    start = best_start(graph, devices, cost, caps, sim, seed=seed, limit=samples, pipeline=pipeline, given=given)
     if start.assign is None:
         if caps:
             raise does_not_fit("local_search", graph, dict(caps), cost=cost)

@@ -54,3 +54,28 @@ def test_train_on_a_described_cluster_learns_in_the_simulator_and_its_closing_co
     assert compared["info"]["simulated"] is True and compared["info"]["cluster"] == "paper-2xk40"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["samples_by_reward"]["real"] == 0
+
+
+def test_polishing_the_learned_placement_counts_in_the_samples_and_never_makes_it_slower(tmp_path, capsys):
+    from placer.costmodel.roofline import RooflineCostModel
+    from placer.costmodel.simulator import Simulator
+    from placer.graph.load import load_graph
+    from placer.hardware import load_cluster
+    from placer.placement import Placement
+
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model), "--cluster", "cpu-fast-slow-gpu", "--reward", "simulated",
+                 "--samples", "128", "--polish", "0.5", "--run-dir", str(run), "--no-progress", "--no-compare"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    polish = summary["polish"]
+    assert 0 < polish["samples"] <= 64 and polish["to_s"] <= polish["from_s"]
+    assert summary["samples"] <= 128 + 16   # the learner's whole updates, then the polish: the budget holds
+    graph, cluster = load_graph(model), load_cluster("cpu-fast-slow-gpu")
+    sim = Simulator(graph, cluster.device_names, RooflineCostModel(cluster, graph))
+    index = {d: i for i, d in enumerate(cluster.device_names)}
+    placed = Placement.load(run / "placement.json")
+    assert sim.simulate([index[placed.nodes[n]] for n in graph.nodes]).step_time == polish["to_s"]
+    assert main(["train", "--graph", str(model), "--cluster", "cpu-fast-slow-gpu", "--reward", "simulated",
+                 "--polish", "0.5", "--run-dir", str(tmp_path / "nosamples"), "--budget", "1s"]) == 2
+    assert "--samples" in capsys.readouterr().err
