@@ -16,6 +16,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.costmodel.protocol import CostModel
 from placer.costmodel.sim_program import SimProgram
+from placer.costmodel.simulator import Simulator
 from placer.program.training import TrainingSpec
 from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
@@ -273,3 +274,13 @@ def make_placement(graph: OpGraph, devices: list[str], nodes: dict[str, str], pl
         info = {**info, "moved_to_supporting_device": moved}
     return Placement(devices=list(devices), nodes=placed, graph_sha256=graph.sha256,
                      extra={"placer": {"name": placer, **info}})
+
+
+def make_simulator(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None,
+                   pipeline=None) -> Simulator:
+    """The simulator a search scores placements with: of the training step when `cost` is a
+    `TrainingStepCosts` (on its inner costs), of the pipelined step with `pipeline`."""
+    training = training_of(cost)
+    inner = cost.inner if isinstance(cost, TrainingStepCosts) else cost
+    return Simulator(graph, devices, inner, [(caps or {}).get(d) for d in devices], training=training,
+                     pipeline=pipeline)

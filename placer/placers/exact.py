@@ -59,7 +59,8 @@ from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
 from placer.placers.base import (Caps, does_not_fit, make_placement, over_caps, require_cost,
                                  require_devices, training_of)
-from placer.placers.local_search import best_start, make_simulator
+from placer.placers.base import make_simulator
+from placer.placers.local_search import best_start
 
 GROUPS = 40          # groups coarsened to (up to HINT_SLACK x as many to keep the hint's devices apart)
 TIME_LIMIT = 10.0    # wall-clock seconds

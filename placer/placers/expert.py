@@ -38,7 +38,7 @@ from placer.costmodel.protocol import CostModel
 from placer.costmodel.simulator import simulate_batch
 from placer.placement import Placement
 from placer.placers.base import Caps, make_placement, require_devices
-from placer.placers.local_search import make_simulator
+from placer.placers.base import make_simulator
 
 RECURRENT_OPS = {"LSTM", "GRU", "RNN"}
 GATE_OPS = {"Sigmoid", "Tanh"}          # a module with both is a recurrent cell (LSTM, GRU)

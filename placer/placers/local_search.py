@@ -2,7 +2,7 @@
 
 The yardstick a learner must beat at the same number of simulated placements (`samples`, the same
 meaning as random search's: every placement the simulator scores counts, the starting candidates
-included). It starts from the fastest of the cheap baselines in the simulator (m-ETF, m-SCT, HEFT
+included). It starts from the fastest of the cheap baselines in the simulator (m-ETF, m-SCT, HEFT, the expert
 and every single device; on a pipelined step the pipeline partitioners too) that fits the caps,
 then moves
 
@@ -34,10 +34,10 @@ from placer.graph.grouping import group_graph
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
 from placer.costmodel.simulator import Simulator, simulate_batch
-from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
-from placer.placers.base import (Caps, does_not_fit, make_placement, over_caps, require_cost, require_devices,
-                                 training_of)
+from placer.placers.base import (Caps, does_not_fit, make_placement, make_simulator, over_caps, require_cost,
+                                 require_devices, training_of)
+from placer.placers.expert import expert
 from placer.placers.heft import heft
 from placer.placers.m_etf import m_etf
 from placer.placers.m_sct import m_sct
@@ -45,21 +45,11 @@ from placer.placers.partitioners import pipeline_balanced, pipeline_dp, pipeline
 
 CHUNK = 64          # candidate moves simulated per batch
 GROUPS = 64         # the most groups moved whole
-START_PLACERS = {"m_etf": m_etf, "m_sct": m_sct, "heft": heft}
+START_PLACERS = {"m_etf": m_etf, "m_sct": m_sct, "heft": heft, "expert": expert}
 PIPELINE_START_PLACERS = {"pipeline_dp": pipeline_dp, "pipeline_balanced": pipeline_balanced,
                           "pipeline_params": pipeline_params}
 # A move must lower the step time by more than this share of it: float noise is no improvement.
 MIN_GAIN = 1e-9
-
-
-def make_simulator(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None,
-                   pipeline=None) -> Simulator:
-    """The simulator a search scores placements with: of the training step when `cost` is a
-    `TrainingStepCosts` (on its inner costs), of the pipelined step with `pipeline`."""
-    training = training_of(cost)
-    inner = cost.inner if isinstance(cost, TrainingStepCosts) else cost
-    return Simulator(graph, devices, inner, [(caps or {}).get(d) for d in devices], training=training,
-                     pipeline=pipeline)
 
 
 @dataclass

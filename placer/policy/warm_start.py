@@ -52,7 +52,7 @@ class WarmStart:
 
 
 # Placers the warm start may copy: everything but the random ones (a start that is luck is no start).
-WARM_START_PLACERS = ("single", "round_robin", "metis", "m_topo", "m_etf", "m_sct", "memory_greedy", "heft")
+WARM_START_PLACERS = ("single", "round_robin", "metis", "m_topo", "m_etf", "m_sct", "memory_greedy", "heft", "expert")
 PIPELINE_PLACERS = ("pipeline_dp", "pipeline_balanced", "pipeline_params")   # candidates of a pipelined step
 
 
