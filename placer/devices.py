@@ -7,9 +7,11 @@ Strings are parsed once, where they enter (the commands, the public constructors
 from __future__ import annotations
 
 import os
+import platform
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from placer.errors import PlacerError
 
@@ -148,3 +150,15 @@ def default_devices() -> list[Device]:
     cores = os.cpu_count() or 2
     per = max(1, cores // 2)
     return [Device("cpu", 0, threads=per), Device("cpu", 1, threads=per)]
+
+
+def cpu_model_name() -> str:
+    """This machine's CPU model as /proc/cpuinfo names it (else what `platform` knows), for records
+    of what a figure was measured on."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"

@@ -7,14 +7,13 @@ import datetime
 import json
 import math
 import os
-import platform
 import socket
 import statistics
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
+from placer.devices import cpu_model_name
 from placer.commands.common import check_writable
 from placer.errors import PlacerError
 
@@ -176,7 +175,7 @@ def _describe_local(args: argparse.Namespace) -> int:
         if d.kind == "cpu":
             memory = d.mem_cap or max(1, ram // max(1, len(cpu_devices)))
             n = threads.get(d.name)
-            name = f"{_cpu_name()}, {n} thread{'s' if n != 1 else ''}"
+            name = f"{cpu_model_name()}, {n} thread{'s' if n != 1 else ''}"
             memory_note = ("its mem cap" if d.mem_cap else
                            f"this machine's RAM shared by {len(cpu_devices)} CPU device(s)")
         else:
@@ -370,16 +369,6 @@ def _copy_figures(src: str, dst: str, pinned: bool) -> tuple[float, float]:
     latency = timed(1024)
     big = timed(COPY_BYTES)
     return COPY_BYTES / max(big - latency, 1e-9), latency
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "CPU"
 
 
 def _physical_memory() -> int:

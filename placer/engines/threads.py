@@ -158,3 +158,23 @@ class DeviceThreads:
         for t in self.threads:
             t.thread.join(timeout=1.0)
         self.threads = []
+
+
+class ClosesOnExit:
+    """What owns device threads stops them on `close()`, at the end of a `with` block, and when it
+    is collected (a failed build leaves nothing to stop: that close is a no-op)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown, or a build that failed half way
+            pass

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from placer.errors import PlacerError
-from placer.devices import Device
+from placer.devices import Device, cpu_model_name
 
 
 def check_gpu_names(devices: list[Device]) -> None:
@@ -36,20 +35,8 @@ def fingerprint(devices: list[Device]) -> dict[str, Any]:
             props = torch.cuda.get_device_properties(d.index)
             described[d.name] = f"{props.name}, {props.total_memory / 2**30:.0f} GiB"
         else:
-            described[d.name] = f"{_cpu_model()}, {d.threads or 1} thread(s)"
+            described[d.name] = f"{cpu_model_name()}, {d.threads or 1} thread(s)"
     return {"torch version": torch.__version__, "devices": described}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def mismatches(fingerprints: dict[str, dict[str, Any]]) -> dict[str, str]:

@@ -30,7 +30,7 @@ import onnxruntime as ort
 
 from placer.devices import Device
 from placer.engines.failures import KernelError, OutOfMemory
-from placer.engines.threads import Aborted, DeviceThread, DeviceThreads, Job
+from placer.engines.threads import ClosesOnExit, Aborted, DeviceThread, DeviceThreads, Job
 from placer.program.pipeline import tag
 
 
@@ -98,7 +98,7 @@ class _Step(Job):
                         self.slots[t, k].value = None
 
 
-class ConcurrentSessions:
+class ConcurrentSessions(ClosesOnExit):
     """Runs `pieces` (in a valid topological order) with one thread per device.
 
     `constants` are tensors no piece makes but some read or the graph outputs (values placer
@@ -159,17 +159,6 @@ class ConcurrentSessions:
         """Stop the device threads (idempotent)."""
         self._threads.close()
 
-    def __enter__(self) -> ConcurrentSessions:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
 
 class _DeviceWork:

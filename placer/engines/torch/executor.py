@@ -53,7 +53,7 @@ from placer.graph.opgraph import OpGraph
 from placer.graph.placement_check import assignment as checked_assignment
 from placer.engines.affinity import threads_and_cores
 from placer.engines.failures import KernelError, OutOfMemory, format_bytes
-from placer.engines.threads import DeviceThread, DeviceThreads, Job
+from placer.engines.threads import ClosesOnExit, DeviceThread, DeviceThreads, Job
 from placer.engines.torch.backward import bind_updates, step_functions, training_prepared, training_results
 from placer.program.memory import MemoryEstimate, predict_peak_memory
 from placer.program.pipeline import Pipeline, per_micro_batch, pipelined_plan, placed, tag
@@ -228,7 +228,7 @@ class _Inbox(dict):
         return value
 
 
-class PlacedExecutor:
+class PlacedExecutor(ClosesOnExit):
     """Runs `graph` under `placement` on `devices`, one worker thread per device holding nodes.
 
     Build it once per placement (parameters are loaded then), call `run(feeds)` for each step,
@@ -372,17 +372,6 @@ class PlacedExecutor:
         self._device_threads.close()
         self._workers = []
 
-    def __enter__(self) -> PlacedExecutor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
 
 def accounted_memory(graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None, *,
