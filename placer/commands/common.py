@@ -93,8 +93,9 @@ def refuse_real(args: argparse.Namespace, what: str) -> None:
     for on a described cluster this machine is not."""
     if simulated_only(args):
         raise PlacerError(f"{what} runs placements for real, and cluster {args.cluster!r} is hardware this machine "
-                          f"does not have; use --reward simulated or placer compare --cluster {args.cluster} for "
-                          "simulated figures, or describe this machine with placer cluster describe-local")
+                          f"does not have; place for it in the simulator instead (placer compare --cluster "
+                          f"{args.cluster}, or placer train --cluster {args.cluster} --reward simulated), or describe "
+                          "this machine with placer cluster describe-local")
 
 
 def add_placement_args(parser: argparse.ArgumentParser) -> None:

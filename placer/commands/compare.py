@@ -148,9 +148,8 @@ def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, s
     names = [d.name for d in devices]
     caps = caps_from_devices(devices)
     cost = RooflineCostModel(cluster, graph)
-    searched = _random_search_options(graph, names, run_dir, samples)
-    # the searches get the learner's sample count: a learner must beat them at the same number of samples
-    options = {"random_search": {**searched, "pipeline": pipeline}, "local_search": {"samples": searched["samples"]}}
+    # the searches get the learner's sample count (local search random search's: `SAME_BUDGET`)
+    options = {"random_search": {**_random_search_options(graph, names, run_dir, samples), "pipeline": pipeline}}
     rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
     if run_dir:   # its devices are the cluster's, not this machine's
         rows.extend(learned_rows(graph, run_dir, names, check_devices=False))

@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     check_engine_args(args)
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
     described = simulated_only(args)   # --cluster: hardware this machine is not, every figure simulated
+    polish_samples = _polish_samples(args, plan.reward, described)
     if described:
         if plan.reward != "simulated" or args.workers:
             refuse_real(args, "--reward " + plan.reward if plan.reward != "simulated" else "--workers")
@@ -151,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         cost = RooflineCostModel(cluster_from_args(args), graph)
         # the closing confirmation too is simulated, on the cluster's costs
         confirm = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
+        confirm.protocol["cluster"] = cluster_from_args(args).name   # part of the run's identity: resume refuses another
     else:
         # Real measurement, for the rewards unless they are simulated, and in every mode for the
         # side-by-side confirmation at the end: the reported figures are real measurements.
@@ -164,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
     measurer = pool if pool is not None else measurer
     simulator = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline) \
         if plan.reward != "real" else None
+    if simulator is not None and described:
+        simulator.protocol["cluster"] = cluster_from_args(args).name
     grouping = group_graph(graph, args.groups, len(devices), args.grouping)
     warm = None
     if hp.warm_start != "none":
@@ -176,7 +180,6 @@ def run(args: argparse.Namespace) -> int:
               f"simulated), on its {len(grouping)} groups split where {warm.source} cuts them")
     print(f"training a placement of {graph.source} ({len(graph.nodes)} ops in {len(grouping)} groups) "
           f"on {', '.join(str(d) for d in devices)}, {_reward_text(plan)}; run folder {run_dir}")
-    polish_samples = _polish_samples(args, plan.reward, described)
     learn_samples = args.samples - polish_samples if polish_samples else args.samples
     result = train(graph, measurer, grouping, run_dir, hp, samples=learn_samples, budget_s=budget_s, seed=args.seed,
                    resume=args.resume, progress=not args.no_progress, confirm=confirm,
@@ -193,8 +196,11 @@ def run(args: argparse.Namespace) -> int:
                              "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout,
                              "workers": args.workers, "ray_address": args.ray_address})
     finish_pool(pool)
-    if polish_samples and not result.interrupted:
-        _polish(graph, devices, cost, training, pipeline, run_dir, polish_samples, args.seed, result.summary)
+    if polish_samples and not result.interrupted and result.summary["best_step_time"] is not None:
+        # what the learner left of --samples (it stops on whole updates), so the budget holds
+        left = max(0, args.samples - result.summary["samples"])
+        if left:
+            _polish(graph, devices, cost, training, pipeline, run_dir, left, args.seed, result.summary)
     s = result.summary
     if s["confirmed_side_by_side"]:
         print("simulated again side by side at the end (cluster "
@@ -285,14 +291,16 @@ def _paired(args: argparse.Namespace, graph, real, cost, run_dir: Path):
 def _polish_samples(args: argparse.Namespace, reward: str, described: bool) -> int:
     """How many of --samples go to polishing the learned placement (`--polish`): a share of them,
     in the simulator only."""
-    share = args.polish if args.polish is not None else (0.5 if described else 0.0)
+    share = args.polish if args.polish is not None else (0.5 if described and args.samples else 0.0)
     if not 0.0 <= share < 1.0:
         raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {share}")
     if not share:
         return 0
-    if reward != "simulated" or not args.samples:
-        raise PlacerError("--polish works in the simulator on a sample count: add --reward simulated and --samples N, "
-                          "or --polish 0")
+    if not described:   # elsewhere the run's figures are real measurements, which a simulated polish cannot claim
+        raise PlacerError("--polish polishes in the simulator, so it needs --cluster (every figure simulated); "
+                          "drop --polish")
+    if not args.samples:
+        raise PlacerError("--polish spends a share of a sample count: add --samples N, or --polish 0")
     return int(args.samples * share)
 
 
@@ -324,6 +332,9 @@ def _polish(graph, devices, cost, training, pipeline, run_dir: Path, samples: in
         polished.save(run_dir / "placement.json")
         summary["best_step_time"] = after
         summary["best_source"] = f"{summary['best_source']}, polished by local search"
+        single = summary.get("single_device_step_times", {}).get(summary.get("best_single_device"))
+        if single:
+            summary["speedup_vs_best_single_device"] = single / after
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
           f"in {info['simulated']} simulated placements")
@@ -339,8 +350,7 @@ def _cost_model(args: argparse.Namespace, graph, devices, real):
 
     started = time.monotonic()
     costs = profiled_cost_model(graph, devices, refresh=args.refresh_profile, engine=args.engine,
-                                        check_cached=True, prepared=getattr(real, "prepared", None),
-                                        training=getattr(real, "training", None))
+                                        check_cached=True, prepared=real.prepared, training=real.training)
     if costs.from_cache:
         print(f"profiled costs read from {costs.path}")
     else:

@@ -31,13 +31,13 @@ class CostModel(Protocol):
         (`own_link`)."""
         ...
 
+    def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
+        """Seconds of a training step's `step` (`kind`: backward, loss, accumulate or update;
+        `placer.program.training_plan` names them) on `device`: `node` is the forward node whose
+        device runs it, `nbytes` the gradient (or loss output) bytes it reads."""
+        ...
+
 
 def own_link(src: str, dst: str) -> tuple[str, ...]:
     """The route of a copy over a link of its own: the directed link from `src` to `dst`."""
     return (f"{src}->{dst}",)
-
-    def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
-        """Seconds of a training step's `step` (`kind`: backward, loss, accumulate or update;
-        `placer.engines.torch.backward` names them) on `device`: `node` is the forward node whose
-        device runs it, `nbytes` the gradient (or loss output) bytes it reads."""
-        ...

@@ -45,6 +45,8 @@ class Engine(Protocol):
     devices: list[Device]
     live_node_times: bool       # whether `node_times` can be read after every traced step
     folded_nodes: set[str]      # nodes computed once per graph, not per step: they cost nothing
+    prepared: Any               # the graph prepared for placer's kernels (constants folded), or None: reused by
+                                # a profile of the same graph instead of preparing it again
 
     def open(self, placement: Placement) -> PlacedRun:
         """Build `placement` once; an invalid placement is a `PlacerError`, a placement over a

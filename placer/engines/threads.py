@@ -79,17 +79,23 @@ class DeviceThread:
         self.work, self.cores, self.setup, self.classify = work, cores, setup, classify
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.ready = threading.Event()
+        self.failed: BaseException | None = None   # why the thread could not set its device up
         self.native_id: int | None = None
         self.thread = threading.Thread(target=self._loop, name=f"placer-{name}", daemon=True)
         self.thread.start()
 
     def _loop(self) -> None:
         self.native_id = threading.get_native_id()
-        if self.cores:
-            pin_this_thread(self.cores)   # before any library thread starts: they inherit the mask
-        if self.setup is not None:
-            self.setup()
-        self.ready.set()
+        try:
+            if self.cores:
+                pin_this_thread(self.cores)   # before any library thread starts: they inherit the mask
+            if self.setup is not None:
+                self.setup()
+        except BaseException as exc:  # noqa: BLE001 - a device that cannot be set up: said by start()
+            self.failed = exc
+            return
+        finally:
+            self.ready.set()
         while True:
             job = self.jobs.get()
             if job is None:
@@ -123,6 +129,11 @@ class DeviceThreads:
             self.threads = list(self._make())
             for t in self.threads:
                 t.ready.wait()
+            failed = next((t for t in self.threads if t.failed is not None), None)
+            if failed is not None:
+                self.close()
+                raise KernelError(f"{failed.name} could not be set up: {type(failed.failed).__name__}: "
+                                  f"{failed.failed}") from failed.failed
         return self.threads
 
     def new_job(self, timeout_s: float | None, make_job: Callable[[int, float | None], Job] = Job) -> Job:
@@ -141,8 +152,9 @@ class DeviceThreads:
             if self._on_overrun is not None:
                 self._on_overrun(True)
             if not job.finished.wait(GRACE_S):
+                # the stop signal stays on: the work still running must not go on beside the next step
                 self.broken = "a kernel overran the step's time limit and is still running"
-            if self._on_overrun is not None:
+            elif self._on_overrun is not None:
                 self._on_overrun(False)
         errors = [e for e in job.errors if not isinstance(e, Aborted)]
         if errors:

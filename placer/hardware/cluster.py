@@ -305,8 +305,8 @@ def _model_from_table(key: str, table: Any, origin: str) -> DeviceModel:
     if kind not in KINDS:
         raise PlacerError(f"{where} in {origin} has kind {kind!r}; use 'cpu' or 'cuda'")
     peak = _flops_table(_required(table, ("peak_flops",), where, origin), f"{where} peak_flops", origin)
-    if not peak:
-        raise PlacerError(f"{where} in {origin} gives no peak_flops; give at least float32")
+    if "float32" not in peak:   # the figure every op falls back on (integer ops, dtypes not listed)
+        raise PlacerError(f"{where} in {origin} gives no float32 peak_flops; give at least float32")
     return DeviceModel(
         key=table.get("key", key), name=_text(_required(table, ("name",), where, origin), f"{where} name", origin),
         kind=kind, peak_flops=peak,

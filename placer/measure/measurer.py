@@ -86,6 +86,11 @@ class RealMeasurer:
                                   prepared=prepared, training=self.training, pipeline=self.pipeline,
                                   timeout_s=protocol.timeout_s)
 
+    @property
+    def prepared(self) -> PreparedGraph | None:
+        """The graph as the engine prepared it (constants folded), for a profile to reuse."""
+        return self.engine.prepared
+
     def protocol_record(self) -> dict:
         """What every measurement records of how it was measured: the protocol, the devices, the
         engine, the training step's loss and optimizer, the micro-batches."""

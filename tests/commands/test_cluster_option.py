@@ -79,3 +79,11 @@ def test_polishing_the_learned_placement_counts_in_the_samples_and_never_makes_i
     assert main(["train", "--graph", str(model), "--cluster", "cpu-fast-slow-gpu", "--reward", "simulated",
                  "--polish", "0.5", "--run-dir", str(tmp_path / "nosamples"), "--budget", "1s"]) == 2
     assert "--samples" in capsys.readouterr().err
+
+
+def test_a_budget_without_a_sample_count_trains_on_a_cluster_without_polishing(tmp_path):
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model), "--cluster", "paper-2xk40", "--reward", "simulated",
+                 "--budget", "2s", "--run-dir", str(run), "--no-progress", "--no-compare"]) == 0
+    assert "polish" not in json.loads((run / "summary.json").read_text())

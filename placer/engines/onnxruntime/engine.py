@@ -37,6 +37,7 @@ class OrtEngine:
                  timeout_s: float = 60.0) -> None:
         self.graph, self.devices, self.timeout_s = graph, list(devices), timeout_s
         self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
+        self.prepared = prepared
         self.folding = Folding.of(graph, prepared)
         self.folded_nodes = set(self.folding.nodes)
         given = check_feeds(graph, dict(inputs))
