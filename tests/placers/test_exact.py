@@ -7,15 +7,12 @@ import itertools
 import time
 
 import networkx as nx
-import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from placer_testkit import LinearCost, make_graph, random_dag
 
 from placer.costmodel.simulator import AnalyticCostModel, Simulator
 from placer.costmodel.training_costs import TrainingStepCosts
 from placer.errors import PlacerError
-from placer.graph.load import load_graph
 from placer.placers import exact, single_device
 from placer.placers.base import executor_peak_memory
 from placer.placers.exact import _parts, _project, acyclic_groups, build_problem
@@ -162,22 +159,6 @@ def test_the_groups_graph_has_no_cycle_and_follows_the_hint():
             assert len(parts) <= 1.5 * 30 and all(len({hint[n] for n in m}) == 1 for m in parts)
         else:
             assert len(parts) == 30
-
-
-@pytest.fixture(scope="module")
-def ladder():
-    """x -> mm0 -> ... -> mm4, each MatMul with its own weight, and a Relu side branch per rung."""
-    rng = np.random.default_rng(0)
-    nodes, inits, x, outputs = [], [], "x", []
-    for i in range(5):
-        inits.append(numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
-        nodes.append(helper.make_node("Relu", [f"y{i}"], [f"r{i}"], name=f"relu{i}"))
-        x = f"y{i}"
-        outputs.append(f"r{i}")
-    graph = helper.make_graph(nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [64, 64]) for o in outputs], inits)
-    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
 def test_exact_models_the_training_step_in_phases(ladder):

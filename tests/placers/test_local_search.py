@@ -4,15 +4,12 @@ caps and spends no more simulated placements than its budget."""
 import importlib
 import itertools
 
-import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from placer_testkit import LinearCost, make_graph, random_dag
 
 from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
 from placer.costmodel.training_costs import TrainingStepCosts
 from placer.evaluate.compare import baseline_rows, compare
-from placer.graph.load import load_graph
 from placer.placers import PLACERS, local_search, single_device
 from placer.placers.base import executor_peak_memory
 from placer.program.training import TrainingSpec
@@ -111,22 +108,6 @@ def test_the_executors_memory_check_has_the_last_word(monkeypatch):
     monkeypatch.setattr(module, "over_caps", refused)
     p = local_search(dag, DEVICES, cost, {"cpu:0": 10**9}, samples=200)
     assert set(p.nodes.values()) == {"cpu:1"} and p.extra["placer"]["start"] == "single:cpu:1"
-
-
-@pytest.fixture(scope="module")
-def ladder():
-    """x -> mm0 -> ... -> mm4, each MatMul with its own weight, and a Relu side branch per rung."""
-    rng = np.random.default_rng(0)
-    nodes, inits, x, outputs = [], [], "x", []
-    for i in range(5):
-        inits.append(numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
-        nodes.append(helper.make_node("Relu", [f"y{i}"], [f"r{i}"], name=f"relu{i}"))
-        x = f"y{i}"
-        outputs.append(f"r{i}")
-    graph = helper.make_graph(nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [64, 64]) for o in outputs], inits)
-    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
 
 
 def test_local_search_scores_moves_on_the_simulated_training_step(ladder):
