@@ -115,6 +115,8 @@ def _show(args: argparse.Namespace) -> int:
 
 def _routes(cluster) -> None:
     """Every pair of devices: its route, whether direct, and the links several pairs' routes share."""
+    from placer.hardware import route_figures
+
     names = cluster.device_names
     pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
     users: Counter[str] = Counter()
@@ -122,8 +124,7 @@ def _routes(cluster) -> None:
     for a, b in pairs:
         route = cluster.route(a, b)
         users.update(link.name for link in route)
-        bandwidth = min(link.bandwidth_Bps for link in route)
-        latency = sum(link.latency_s for link in route)
+        latency, bandwidth = route_figures(route)
         how = "direct" if len(route) == 1 and len(route[0].members) == 2 else \
             "shared bus" if len(route) == 1 else f"{len(route)} links"
         rows.append((f"{a} <-> {b}", how, " > ".join(link.name for link in route),

@@ -30,7 +30,7 @@ import numpy as np
 from placer.costmodel.simulator import BACKWARD_FACTOR, PASSES
 from placer.devices import device_kind
 from placer.graph.opgraph import OpGraph, OpNode
-from placer.hardware import Cluster, DeviceModel
+from placer.hardware import Cluster, DeviceModel, route_time
 
 # Ops whose work is dense matrix products: they reach a large share of a device's peak, on tensor
 # cores in half precision.
@@ -110,10 +110,7 @@ class RooflineCostModel:
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """The route's latencies plus `nbytes` over its slowest link (0 on one device)."""
-        links = self.cluster.route(src, dst)
-        if not links:
-            return 0.0
-        return sum(link.latency_s for link in links) + nbytes / min(link.bandwidth_Bps for link in links)
+        return route_time(self.cluster.route(src, dst), nbytes)
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         return tuple(link.name for link in self.cluster.route(src, dst))

@@ -41,6 +41,7 @@ this machine as such a file, from measurements.
 """
 
 from placer.hardware.cluster import (Cluster, ClusterDevice, DeviceModel, Link, catalogue_models, catalogue_names,
-                                     load_cluster)
+                                     load_cluster, route_figures, route_time)
 
-__all__ = ["Cluster", "ClusterDevice", "DeviceModel", "Link", "catalogue_models", "catalogue_names", "load_cluster"]
+__all__ = ["Cluster", "ClusterDevice", "DeviceModel", "Link", "catalogue_models", "catalogue_names", "load_cluster",
+           "route_figures", "route_time"]

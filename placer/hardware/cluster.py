@@ -148,6 +148,22 @@ class Cluster:
                 "hosts": list(self.hosts)}
 
 
+def route_figures(links: Iterable[Link]) -> tuple[float, float]:
+    """A route's latency (its links' latencies summed) and bandwidth (its slowest link's)."""
+    links = list(links)
+    return sum(link.latency_s for link in links), min(link.bandwidth_Bps for link in links)
+
+
+def route_time(links: Iterable[Link], nbytes: float) -> float:
+    """Seconds a copy of `nbytes` takes over `links` (0 with none): the one route-cost formula, by
+    which the route is chosen, the roofline model prices a copy and `placer cluster show` describes it."""
+    links = list(links)
+    if not links:
+        return 0.0
+    latency, bandwidth = route_figures(links)
+    return latency + nbytes / bandwidth
+
+
 def _best_route(links: Iterable[Link], relays: set[str], src: str, dst: str) -> tuple[Link, ...] | None:
     """The path's cost is not additive (its slowest link counts once), so for each bandwidth floor
     b: the least-latency path (then fewest links) over links of bandwidth >= b; the best of those.
@@ -158,7 +174,7 @@ def _best_route(links: Iterable[Link], relays: set[str], src: str, dst: str) -> 
         path = _least_latency(links, relays, src, dst, floor)
         if path is None:
             continue
-        cost = sum(link.latency_s for link in path) + ROUTE_PROBE_BYTES / min(link.bandwidth_Bps for link in path)
+        cost = route_time(path, ROUTE_PROBE_BYTES)
         key = (round(cost, 12), len(path))
         if best is None or key < best[0]:
             best = (key, path)

@@ -10,7 +10,8 @@ import pytest
 
 from placer.devices import parse_device
 from placer.errors import PlacerError
-from placer.hardware import Cluster, DeviceModel, catalogue_models, catalogue_names, load_cluster
+from placer.hardware import (Cluster, DeviceModel, catalogue_models, catalogue_names, load_cluster, route_figures,
+                             route_time)
 from placer.hardware.cluster import parse_bandwidth, parse_flops, parse_time
 
 REQUIRED = {"paper-4xk40", "paper-2xk40", "dgx1-v100", "4xa100-nvlink", "8xh100-nvlink", "2xt4-pcie", "cpu-rtx4090",
@@ -167,6 +168,15 @@ def test_nvswitch_pairs_cross_both_ports():
     cluster = load_cluster("8xh100-nvlink")
     route = cluster.route("cuda:1", "cuda:6")
     assert names(route) == ["nvlink-port1", "nvlink-port6"] and min(l.bandwidth_Bps for l in route) == 450e9
+
+
+def test_a_route_costs_its_latencies_plus_the_bytes_over_its_slowest_link():
+    route = load_cluster("paper-4xk40").route("cuda:0", "cuda:1")   # PCIe, host bridge, PCIe
+    latency, bandwidth = route_figures(route)
+    assert latency == pytest.approx(sum(link.latency_s for link in route)) and latency > route[0].latency_s
+    assert bandwidth == min(link.bandwidth_Bps for link in route)
+    assert route_time(route, 2**20) == pytest.approx(latency + 2**20 / bandwidth)
+    assert route_time((), 2**20) == 0.0
 
 
 def test_the_route_weighs_latency_against_bandwidth_and_prefers_fewer_links_on_a_tie(tmp_path):
