@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from placer.costmodel.simulator import BACKWARD_FACTOR, PASSES
-from placer.devices import device_kind
+from placer.costmodel.simulator import BACKWARD_FACTOR, PASSES, SimulatedMeasurer
+from placer.devices import as_devices, device_kind
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.hardware import Cluster, DeviceModel, route_time
 
@@ -114,6 +114,17 @@ class RooflineCostModel:
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         return tuple(link.name for link in self.cluster.route(src, dst))
+
+
+def cluster_measurer(cluster: Cluster, graph: OpGraph, cost: RooflineCostModel | None = None, *,
+                     training=None, pipeline=None) -> SimulatedMeasurer:
+    """The measurer of a placement on `cluster`: its devices with their memory capacities as caps,
+    every step time simulated with `cost` (default: the cluster's roofline model), the cluster
+    named in the protocol, so that figures of two clusters are never taken for one another."""
+    measurer = SimulatedMeasurer(graph, as_devices(cluster.device_specs()), cost or RooflineCostModel(cluster, graph),
+                                 training=training, pipeline=pipeline)
+    measurer.protocol["cluster"] = cluster.name
+    return measurer
 
 
 def fit_efficiency(graph: OpGraph, cluster: Cluster, op_times: dict[str, dict[str, float]],

@@ -23,6 +23,7 @@ from placer.env.features import group_features
 from placer.errors import PlacerError
 from placer.graph.grouping import Grouping, group_graph
 from placer.graph.opgraph import OpGraph
+from placer.hardware import Cluster, load_cluster
 from placer.measure.measurement import Measurement, Measurer
 
 MODES = ("one_shot", "sequential")
@@ -33,7 +34,9 @@ class PlacementEnv(gym.Env):
 
     `graph` is an `OpGraph` or a path to an ONNX file (whose dynamic dimensions `input_shapes`
     binds, as `--input-shape` does). Without a `measurer`, placements are
-    simulated with the analytic cost model on `devices` (default: the machine's devices).
+    simulated with the analytic cost model on `devices` (default: the machine's devices), or, with
+    `cluster` (a catalogue name, a TOML file or a `Cluster`), with the cluster's roofline costs on
+    its devices, their memory capacities as caps.
     Observation: ``features`` (groups x features), ``adjacency`` (groups x groups) and
     ``placed`` (the device of each group so far; the number of devices marks "not yet").
     """
@@ -43,13 +46,16 @@ class PlacementEnv(gym.Env):
     def __init__(self, graph: OpGraph | str | os.PathLike, measurer: Measurer | None = None,
                  devices: Sequence[Device | str] | None = None, grouping: Grouping | None = None,
                  n_groups: int | None = None, grouping_method: str = "partition", mode: str = "one_shot",
-                 failure_time: float = 100.0, input_shapes: dict[str, tuple[int, ...]] | None = None) -> None:
+                 failure_time: float = 100.0, input_shapes: dict[str, tuple[int, ...]] | None = None,
+                 cluster: Cluster | str | os.PathLike | None = None) -> None:
         if mode not in MODES:
             raise PlacerError(f"unknown environment mode {mode!r}; use one of {', '.join(MODES)}")
         if isinstance(graph, (str, os.PathLike)):
             from placer.kernels.loading import load_graph
 
             graph = load_graph(graph, input_shapes)
+        if cluster is not None:
+            measurer = _cluster_measurer(graph, cluster, measurer, devices)
         if measurer is None:
             from placer.devices import default_devices
             from placer.costmodel.simulator import SimulatedMeasurer
@@ -115,3 +121,16 @@ class PlacementEnv(gym.Env):
         """-sqrt(step time in seconds); a failure counts as `failure_time` seconds."""
         ok = measurement.ok and measurement.step_time is not None and math.isfinite(measurement.step_time)
         return -math.sqrt(measurement.step_time if ok else self.failure_time)
+
+
+def _cluster_measurer(graph: OpGraph, cluster: Cluster | str | os.PathLike, measurer, devices) -> Measurer:
+    """The simulated measurer of a described cluster: its devices (memory capacities as caps) and
+    its roofline costs. The cluster says which devices and what time, so neither may come twice."""
+    from placer.costmodel.roofline import cluster_measurer
+
+    if measurer is not None or devices is not None:
+        raise PlacerError("give the environment a cluster, or devices or a measurer, not both: the cluster's devices "
+                          "are the devices and its simulated step times the rewards")
+    if not isinstance(cluster, Cluster):
+        cluster = load_cluster(os.fspath(cluster))
+    return cluster_measurer(cluster, graph)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import placer.env
+import placer.hardware
 from placer.devices import parse_devices
 from placer.env import ENV_ID, PlacementEnv
 from placer.errors import PlacerError
@@ -91,3 +93,36 @@ def test_the_observation_holds_group_features_and_adjacency_in_unit_range(graph)
 def test_a_bad_mode_is_a_placer_error(graph):
     with pytest.raises(PlacerError, match="mode"):
         PlacementEnv(graph, devices=DEVICES, mode="batch")
+
+
+def test_on_a_described_cluster_the_devices_are_its_and_the_rewards_its_simulated_step_times(graph, tmp_path):
+    from placer.costmodel.roofline import RooflineCostModel
+    from placer.costmodel.simulator import Simulator
+    from placer.hardware import load_cluster
+
+    cluster = load_cluster("cpu-fast-slow-gpu")
+    path = tmp_path / "mine.toml"
+    path.write_text((Path(placer.hardware.__file__).parent / "catalogue" / "clusters" / "cpu-fast-slow-gpu.toml")
+                    .read_text())
+    sim = Simulator(graph, cluster.device_names, RooflineCostModel(cluster, graph))
+    for given in ("cpu-fast-slow-gpu", path, cluster):   # a catalogue name, a file, a Cluster
+        env = gymnasium.make(ENV_ID, graph=graph, cluster=given, n_groups=4).unwrapped
+        assert env.devices == cluster.device_names and env.n_devices == 3
+        env.reset(seed=0)
+        action = np.array([0, 1, 2, 1])
+        _, reward, _, _, info = env.step(action)
+        assign = [int(action[env.grouping.node_group[n]]) for n in graph.nodes]
+        expected = sim.simulate(assign).step_time
+        m = info["measurement"]
+        assert m["ok"] and m["step_time"] == expected and reward == pytest.approx(-math.sqrt(expected))
+        assert m["protocol"]["kind"] == "simulated" and m["protocol"]["cluster"] == "cpu-fast-slow-gpu"
+
+
+def test_a_cluster_with_devices_or_a_measurer_is_refused_and_an_unknown_one_is_one_line(graph):
+    with pytest.raises(PlacerError, match="not both"):
+        PlacementEnv(graph, devices=DEVICES, cluster="paper-2xk40")
+    with pytest.raises(PlacerError, match="not both"):
+        PlacementEnv(graph, SimulatedMeasurer(graph, DEVICES), cluster="paper-2xk40")
+    with pytest.raises(PlacerError, match="unknown cluster 'dgx-9000'") as refused:
+        PlacementEnv(graph, cluster="dgx-9000")
+    assert "\n" not in str(refused.value)
