@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_graph_args, add_placement_args, check_writable
+from placer.commands.common import (add_cluster_arg, add_graph_args, add_placement_args, check_writable,
+                                    cluster_from_args, placement_on_cluster)
 
 
 def register(subparsers) -> None:
@@ -17,6 +18,8 @@ def register(subparsers) -> None:
                     "--placement or --device, the placement already stored in the model is used.")
     add_graph_args(parser)
     add_placement_args(parser)
+    add_cluster_arg(parser, "write a placement for described hardware (placer cluster list, or a TOML file): the "
+                            "model lists the cluster's devices, and a node on a device it does not have is refused")
     parser.add_argument("-o", "--output", metavar="PLACED.onnx", help="where to write the annotated model")
     parser.add_argument("--split", metavar="DIR",
                         help="also write one ONNX model per device stage into DIR, chained by DIR/split.json")
@@ -42,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.output, "-o")
     if args.split:
         check_writable(args.split, "--split", folder=True)
+    cluster = cluster_from_args(args)
     path = resolve(args.graph)
     original = read_model(path)
     graph = load_graph(original, parse_input_shapes(args.input_shape))
@@ -57,12 +61,15 @@ def run(args: argparse.Namespace) -> int:
                               "or --device D")
     # The devices need not be on this machine: a placement for a GPU box can be written anywhere.
     placement = resolve_placement(graph, placement, parse_device_map(args.map), check_devices=False)
+    if cluster is not None:
+        placement = placement_on_cluster(cluster, placement)
     placed = apply_placement(original, placement, graph)
 
     counts = ", ".join(f"{d} {n}" for d, n in placement.device_counts().items())
     if args.output:
         save_model(placed, args.output)
-        print(f"wrote {args.output}: {len(graph.nodes)} nodes placed ({counts})")
+        print(f"wrote {args.output}: {len(graph.nodes)} nodes placed ({counts})"
+              + (f" for cluster {cluster.name} ({', '.join(cluster.device_names)})" if cluster else ""))
     if args.split:
         index = write_split(placed, placement, graph, args.split)
         stages = json.loads(index.read_text())["stages"]

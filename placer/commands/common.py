@@ -27,11 +27,50 @@ def add_devices_arg(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--devices", default=None, metavar="D1,D2",
                        help="devices to place on, e.g. cpu:0,cpu:1 or cuda:0,cpu "
                             "(default: every GPU plus the CPU; without a GPU, two virtual CPU devices)")
-    group.add_argument("--cluster", default=None, metavar="NAME|FILE.toml",
-                       help="place for described hardware instead (placer cluster list; a TOML file describes any "
-                            "other): every figure is simulated from its devices' and links' datasheet figures, "
-                            "memory capacities are hard caps, and nothing runs for real unless the file describes "
-                            "this machine (placer cluster describe-local)")
+    add_cluster_arg(group, "place for described hardware instead (placer cluster list; a TOML file describes any "
+                           "other): every figure is simulated from its devices' and links' datasheet figures, "
+                           "memory capacities are hard caps, and nothing runs for real unless the file describes "
+                           "this machine (placer cluster describe-local)")
+
+
+def add_cluster_arg(parser, help: str) -> None:
+    """--cluster NAME|FILE.toml: a catalogue cluster or a cluster file (`placer.hardware.load_cluster`)."""
+    parser.add_argument("--cluster", default=None, metavar="NAME|FILE.toml", help=help)
+
+
+def ignored_on_cluster(parser: argparse.ArgumentParser, *options: str) -> None:
+    """Mark `options` (already added) as doing nothing when --cluster is hardware this machine is
+    not, so that `refuse_ignored_on_cluster` refuses them there instead of dropping them silently."""
+    parser.set_defaults(_ignored_on_cluster={o: parser.get_default(_dest(o)) for o in options})
+
+
+def refuse_ignored_on_cluster(args: argparse.Namespace) -> None:
+    """A `PlacerError` in one line naming the options `ignored_on_cluster` marked that were given a
+    value of their own, when every figure is simulated (`simulated_only`): they would do nothing."""
+    if not simulated_only(args):
+        return
+    given = [o for o, default in getattr(args, "_ignored_on_cluster", {}).items() if getattr(args, _dest(o)) != default]
+    if given:
+        raise PlacerError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} nothing on cluster "
+                          f"{args.cluster!r}: nothing runs or is measured there, every figure is simulated from "
+                          f"its datasheet figures; drop {'it' if len(given) == 1 else 'them'}")
+
+
+def _dest(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+def placement_on_cluster(cluster, placement):
+    """`placement` with the cluster's devices as its device list (in the cluster's order); a
+    `PlacerError` in one line when it puts a node on a device the cluster does not have."""
+    import dataclasses
+
+    outside = sorted(set(placement.nodes.values()) - set(cluster.device_names))
+    if outside:
+        raise PlacerError(f"the placement puts nodes on {', '.join(outside)}, which cluster {cluster.name!r} does not "
+                          f"have (its devices: {', '.join(cluster.device_names)}); give a placement made for it "
+                          f"(placer train --cluster), or rename a device with --map {outside[0]}=<one of those>")
+    return dataclasses.replace(placement, devices=cluster.device_names)
 
 
 def add_engine_arg(parser: argparse.ArgumentParser) -> None:

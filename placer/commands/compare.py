@@ -14,8 +14,8 @@ from typing import Any
 
 from placer.commands.common import (add_devices_arg, cluster_from_args, simulated_only, add_engine_arg, add_graph_args, add_objective_args,
                                    add_pipeline_args, add_rounds_args, check_engine_args, check_writable,
-                                   devices_from_args, load_graph_from_args, pipeline_from_args, rounds_from_args,
-                                   training_spec_from_args)
+                                   devices_from_args, ignored_on_cluster, load_graph_from_args, pipeline_from_args,
+                                   refuse_ignored_on_cluster, rounds_from_args, training_spec_from_args)
 from placer.errors import PlacerError
 
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
@@ -60,6 +60,8 @@ def register(subparsers) -> None:
     parser.add_argument("--no-plot", action="store_true", help="do not draw compare.png")
     parser.add_argument("--json", action="store_true",
                         help="print the comparison as JSON (what compare.json holds) instead of the table")
+    ignored_on_cluster(parser, "--engine", "--warmup", "--min-rounds", "--max-rounds", "--max-seconds", "--precision",
+                       "--timeout", "--refresh-profile")
     parser.set_defaults(func=run)
 
 
@@ -73,6 +75,9 @@ def run(args: argparse.Namespace) -> int:
     placers = [p.strip() for p in args.placers.split(",") if p.strip()]
     check_placer_names(placers)
     check_engine_args(args)
+    refuse_ignored_on_cluster(args)
+    if args.include_rl:
+        check_run_hardware(args, args.include_rl)
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
     out = check_writable(args.out or Path("runs") / f"compare-{Path(args.graph).stem}", "--out", folder=True)
@@ -207,6 +212,28 @@ def learned_rows(graph, run_dir, devices: list[str], check_devices: bool = True)
     return [learned_row(graph, Placement.load(path), devices, name=name, find_time_s=summary.get("wall_time_s"),
                         samples=summary.get("samples"), check_devices=check_devices)
             for name, path in files.items()]
+
+
+def check_run_hardware(args: argparse.Namespace, run_dir) -> None:
+    """A `PlacerError` in one line naming both when the run in `run_dir` was trained for other
+    hardware than the comparison's: another cluster, a cluster and this machine, or the reverse.
+    A bare placement file (no summary.json beside it) says nothing of its hardware and passes."""
+    summary = run_summary(run_dir)
+    if not summary:
+        return
+    protocols = [(summary.get(k) or {}).get("protocol") or {} for k in ("measurer", "simulator")]
+    trained = next((p["cluster"] for p in protocols if isinstance(p, dict) and p.get("cluster")), None)
+    here = cluster_from_args(args).name if simulated_only(args) else None
+    if trained == here:
+        return
+    run = f"--include-rl {run_dir}"
+    retrain = f", or train for it (placer train --cluster {args.cluster} --reward simulated)" if here else ""
+    if trained is None:
+        raise PlacerError(f"{run} was trained on this machine's devices ({', '.join(summary.get('devices', []))}), "
+                          f"not for cluster {here!r}; compare it without --cluster{retrain}")
+    raise PlacerError(f"{run} was trained for cluster {trained!r}, not "
+                      f"{f'for cluster {here!r}' if here else 'on this machine'}; compare it with --cluster "
+                      f"{trained}{retrain}")
 
 
 def run_summary(run_dir) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from placer.commands.common import (add_devices_arg, cluster_from_args, refuse_real, simulated_only, add_engine_arg, add_graph_args, add_objective_args,
-                                    add_pipeline_args, check_engine_args)
+                                    add_pipeline_args, check_engine_args, ignored_on_cluster, refuse_ignored_on_cluster)
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS, RewardPlan
@@ -85,6 +85,7 @@ def register(subparsers) -> None:
     for f in fields(Hyperparameters):
         hp.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                         metavar=f.type.upper() if isinstance(f.type, str) else None, help=f.metadata["help"] + " (default %(default)s)")
+    ignored_on_cluster(parser, "--engine", "--warmup", "--repeats", "--timeout", "--cost-model", "--refresh-profile")
     parser.set_defaults(func=run)
 
 
@@ -124,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
+    refuse_ignored_on_cluster(args)
     budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
     hp = Hyperparameters(**{f.name: getattr(args, f.name) for f in fields(Hyperparameters)})
     if hp.samples_per_update < 1 or hp.hidden_size < 1:
@@ -147,12 +149,12 @@ def run(args: argparse.Namespace) -> int:
     if described:
         if plan.reward != "simulated" or args.workers:
             refuse_real(args, "--reward " + plan.reward if plan.reward != "simulated" else "--workers")
-        from placer.costmodel.roofline import RooflineCostModel
+        from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
 
         cost = RooflineCostModel(cluster_from_args(args), graph)
-        # the closing confirmation too is simulated, on the cluster's costs
-        confirm = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
-        confirm.protocol["cluster"] = cluster_from_args(args).name   # part of the run's identity: resume refuses another
+        # the closing confirmation too is simulated, on the cluster's costs; the cluster named in its
+        # protocol is part of the run's identity (resume refuses another)
+        confirm = cluster_measurer(cluster_from_args(args), graph, cost, training=training, pipeline=pipeline)
     else:
         # Real measurement, for the rewards unless they are simulated, and in every mode for the
         # side-by-side confirmation at the end: the reported figures are real measurements.
@@ -164,10 +166,8 @@ def run(args: argparse.Namespace) -> int:
     measurer = _paired(args, graph, confirm, cost, run_dir) if plan.reward != "simulated" else None
     pool = pool_from_args(args, graph, devices, protocol, training, args.engine)   # --workers: many placements measured at once
     measurer = pool if pool is not None else measurer
-    simulator = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline) \
-        if plan.reward != "real" else None
-    if simulator is not None and described:
-        simulator.protocol["cluster"] = cluster_from_args(args).name
+    simulator = None if plan.reward == "real" else confirm if described else \
+        SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     grouping = group_graph(graph, args.groups, len(devices), args.grouping)
     warm = None
     if hp.warm_start != "none":

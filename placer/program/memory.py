@@ -25,24 +25,31 @@ class MemoryEstimate:
     peak_step: str | None  # the step at which the peak is reached (None: before any step)
 
 
-def device_peak(sched: DeviceSchedule, size: Callable[[str], int], held: int = 0) -> MemoryEstimate:
+def device_peak(sched: DeviceSchedule, size: Callable[[str], int], held: int = 0,
+                received: Callable[[str], int] | None = None) -> MemoryEstimate:
     """Walk one device's steps, adding tensors as they appear and dropping them after last use;
-    `held` bytes (a training step's optimizer state) are resident too."""
+    `held` bytes (a training step's optimizer state) are resident too. `received`: the bytes of a
+    copy received from another device where they are not the tensor's `size` where it is made
+    (an updated parameter: the owner's parameter itself there, a full copy elsewhere)."""
+    received = received or size
     resident = held + sum(size(t) for t in sched.consts)
     live = sum(size(t) for t in sched.feeds)
     peak, peak_step = resident + live, None
+    copies: set[str] = set()   # the tensors received here
     for i, step in enumerate(sched.steps):
-        live += sum(size(t) for t in sched.recv[i])
+        copies.update(sched.recv[i])
+        live += sum(received(t) for t in sched.recv[i])
         live += sum(size(t) for t in step.outputs if t)
         if resident + live > peak:
             peak, peak_step = resident + live, step.name
-        live -= sum(size(t) for t in sched.frees[i])
+        live -= sum(received(t) if t in copies else size(t) for t in sched.frees[i])
     return MemoryEstimate(sched.device, resident, peak, peak_step)
 
 
 def predict_peak_memory(schedule: Schedule, size: Callable[[str], int],
-                        held: Mapping[str, int] | None = None) -> dict[str, MemoryEstimate]:
+                        held: Mapping[str, int] | None = None,
+                        received: Callable[[str], int] | None = None) -> dict[str, MemoryEstimate]:
     """Device name -> its predicted peak, for every device of the schedule (`held`: extra
-    resident bytes per device)."""
+    resident bytes per device; `received`: as `device_peak`)."""
     held = held or {}
-    return {d: device_peak(s, size, held.get(d, 0)) for d, s in schedule.per_device.items()}
+    return {d: device_peak(s, size, held.get(d, 0), received) for d, s in schedule.per_device.items()}

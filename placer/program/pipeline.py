@@ -74,8 +74,9 @@ def per_micro_batch(feeds: Mapping | Sequence[Mapping], micro_batches: int) -> l
 
 
 def phase_of(step: Step) -> int:
-    """FORWARD (a node, a loss term), BACKWARD (a VJP, a gradient sum) or UPDATE."""
-    if step.op_type == "update":
+    """FORWARD (a node, a loss term), BACKWARD (a VJP, a gradient sum) or UPDATE (an update, a
+    refresh of another device's copy of the updated parameter)."""
+    if step.op_type in ("update", "refresh"):
         return UPDATE
     return BACKWARD if step.op_type in ("backward", "accumulate") else FORWARD
 
@@ -99,7 +100,7 @@ def unroll(steps: Sequence[Step], outputs: Sequence[str], shared: Collection[str
 
     `shared`: tensors every micro-batch reads as they are (parameters, constants). An update
     step (op_type ``update``, inputs ``(p, grad)``) runs once, on the sum of the micro-batches'
-    gradients.
+    gradients, and so do the refreshes after it.
     """
     M = micro_batches
     if M < 2:

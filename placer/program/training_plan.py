@@ -18,6 +18,11 @@ for the forward pass. Names:
 - ``updated:<param>``: a parameter after the optimizer's step (``update:<param>``), on the
   device of the parameter's last contributor (a backward step, or the loss step of a parameter
   that is an output and has no other reader), which holds its optimizer state.
+- ``refresh:<param>@<device>``: every other device that reads the parameter holds a copy of it;
+  after the update the new value is sent there (``updated:<param>`` crosses from the owner) and
+  copied into that copy, so the next step reads the weights the update made, and the step pays
+  for sending them. ``updated:<param>`` is the owner's live parameter (no new bytes there); a copy
+  received elsewhere takes the parameter's bytes (`copied_as`).
 
 The plan is plain data: the simulator walks its steps, and the torch engine makes each step's
 callable from the facts the plan keeps for it (`placer.engines.torch.backward.step_functions`).
@@ -191,9 +196,37 @@ def plan_training(graph: OpGraph, assignment: dict[str, str], forward: Sequence[
         for p in diffs:
             if p in pending:
                 contributed(p, assignment[s.name])
+    steps += refresh_steps(steps, where, owner, trained)
     outputs = loss_terms + [f"grad:{p}" for p in trained] + [f"updated:{p}" for p in trained]
     return TrainingPlan(steps, where, trained, owner, loss_terms, outputs, gradient_of,
                         leaves, losses, backwards, accumulates)
+
+
+def refresh_steps(steps: Sequence[Step], where: dict[str, str], owner: dict[str, str],
+                  trained: Sequence[str]) -> list[Step]:
+    """One ``refresh:<p>@<device>`` per trained parameter and device other than its owner that
+    has a step reading it, placed there (`where` gets them): it reads the updated value (a copy
+    from the owner) and the device's own copy, which it overwrites in place."""
+    devices: dict[str, dict[str, None]] = {}   # parameter -> the devices reading it, in step order
+    for s in steps:
+        for t in s.inputs:
+            if t in owner:
+                devices.setdefault(t, {})[where[s.name]] = None
+    refreshes = []
+    for p in trained:
+        for device in devices.get(p, {}):
+            if device != owner[p]:
+                name = f"refresh:{p}@{device}"
+                refreshes.append(Step(name, "refresh", (p, f"updated:{p}"), ()))
+                where[name] = device
+    return refreshes
+
+
+def copied_as(tensor: str) -> str:
+    """The tensor whose bytes a copy of `tensor` received on another device takes: an updated
+    parameter's (``updated:<p>`` is p itself on its owner, updated in place, and a full copy of p
+    where it is sent), else the tensor's own."""
+    return tensor.removeprefix("updated:")
 
 
 def forward_step_with_record(step: Step) -> Step:

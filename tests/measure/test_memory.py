@@ -69,6 +69,21 @@ def test_held_bytes_are_resident_on_their_own_device_for_the_whole_step():
     assert held["cpu:1"] == plain["cpu:1"]
 
 
+def test_a_received_updated_parameter_is_a_full_copy_freed_after_its_refresh():
+    """updated:w is w itself on its owner (no bytes there) and a copy of w where it is sent, alive
+    until that device's refresh has copied it in."""
+    steps = [Step("A", "Conv", ("x", "w"), ("a",)), Step("update:w", "update", ("w", "a"), ("updated:w",)),
+             Step("refresh:w@cpu:1", "refresh", ("w", "updated:w"), ()), Step("D", "Relu", ("x",), ("y",))]
+    where = {"A": "cpu:0", "update:w": "cpu:0", "refresh:w@cpu:1": "cpu:1", "D": "cpu:1"}
+    schedule = build_schedule(steps, where, ["cpu:0", "cpu:1"], consts={"w"}, feeds={"x"}, outputs=["y"])
+    size = {**SIZES, "updated:w": 0}.__getitem__
+    peaks = predict_peak_memory(schedule, size, received=lambda t: SIZES[t.removeprefix("updated:")])
+    assert (peaks["cpu:0"].peak, peaks["cpu:0"].peak_step) == (1000 + 110, "A")
+    # cpu:1: w and x resident and live, then the copy of w; after the refresh only y joins them
+    assert (peaks["cpu:1"].peak, peaks["cpu:1"].peak_step) == (1000 + 100 + 1000, "refresh:w@cpu:1")
+    assert predict_peak_memory(schedule, size)["cpu:1"].peak == 1000 + 100 + 5
+
+
 @pytest.mark.parametrize("optimizer, copies", [(OptimizerSpec(momentum=0.0), 0), (OptimizerSpec(), 1),
                                                (OptimizerSpec("adam"), 2)])
 def test_a_training_step_accounts_its_optimizer_state_per_parameter(optimizer, copies):

@@ -32,24 +32,33 @@ def _train(graph, placement, feeds, spec, prepared=None, threads=None):
 def autograd_over_the_whole_graph(graph, feeds, spec: TrainingSpec):
     """The oracle: every kernel run in one autograd graph from leaf parameters, then one
     `torch.autograd.grad` of the loss and one torch optimizer over all parameters."""
+    return torch_eager_steps(graph, feeds, spec, 1)[0]
+
+
+def torch_eager_steps(graph, feeds, spec: TrainingSpec, steps: int) -> list[dict[str, torch.Tensor]]:
+    """`autograd_over_the_whole_graph` for `steps` training steps in a row, the parameters and
+    the optimizer's state carried from one to the next: each step's loss, gradients and weights."""
     prepared = prepare(graph, fold=False)
     loss_outputs = spec.loss.outputs(graph, spec.targets)
     trained = trained_parameters(graph, host_read_inputs(graph), loss_outputs)
     leaves = {p: prepared.params[p].clone().requires_grad_(True) for p in trained}
-    env = {**prepared.params, **leaves, **{k: torch.as_tensor(v) for k, v in feeds.items()}}
-    for name, node in graph.nodes.items():
-        outputs = prepared.kernels[name]([env[t] if t else None for t in node.inputs])
-        env.update((t, v) for t, v in zip(node.outputs, outputs) if t)
-    loss = sum(loss_term(spec.loss, o, env[o], spec.targets.get(o)) for o in loss_outputs)
-    grads = torch.autograd.grad(loss, [leaves[p] for p in trained])
-    result = {"loss": loss.detach().double()}
     optimizer = build_optimizer(spec.optimizer, list(leaves.values()))
-    for p, g in zip(trained, grads):
-        result[f"grad:{p}"] = g
-        leaves[p].grad = g
-    optimizer.step()
-    result.update({f"updated:{p}": leaves[p].detach() for p in trained})
-    return result
+    results = []
+    for _ in range(steps):
+        env = {**prepared.params, **leaves, **{k: torch.as_tensor(v) for k, v in feeds.items()}}
+        for name, node in graph.nodes.items():
+            outputs = prepared.kernels[name]([env[t] if t else None for t in node.inputs])
+            env.update((t, v) for t, v in zip(node.outputs, outputs) if t)
+        loss = sum(loss_term(spec.loss, o, env[o], spec.targets.get(o)) for o in loss_outputs)
+        grads = torch.autograd.grad(loss, [leaves[p] for p in trained])
+        result = {"loss": loss.detach().double()}
+        for p, g in zip(trained, grads):
+            result[f"grad:{p}"] = g
+            leaves[p].grad = g
+        optimizer.step()
+        result.update({f"updated:{p}": leaves[p].detach().clone() for p in trained})
+        results.append(result)
+    return results
 
 
 def _assert_same(got, expected, what, rtol=1e-4):
@@ -410,6 +419,67 @@ def test_an_initializer_that_is_an_output_gets_its_loss_gradient_and_its_update(
     build_optimizer(OptimizerSpec(), [w, b]).step()
     expected.update({"updated:w": w.detach(), "updated:b": b.detach()})
     _assert_same(got, expected, f"m1 on {m1}, m2 on {m2}")
+
+
+def _shared_weight_graph():
+    """y = tanh(x @ w) @ w + b: the weight w read by both MatMuls."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from .conftest import make_model
+
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) * 0.5, "w"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm1"),
+             helper.make_node("Tanh", ["h"], ["t"], name="tanh"),
+             helper.make_node("MatMul", ["t", "w"], ["u"], name="mm2"),
+             helper.make_node("Add", ["u", "b"], ["y"], name="add")]
+    return load_graph(make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("mm1, mm2", [("cpu:0", "cpu:0"), ("cpu:0", "cpu:1"), ("cpu:1", "cpu:0")],
+                         ids=["one_device", "two_devices", "two_devices_swapped"])
+def test_three_training_steps_in_a_row_equal_three_steps_of_torch_eager(mm1, mm2, optimizer):
+    """w is read on both devices: after each update its owner sends the new value to the other
+    device, so from the second step on both read the weights the update made."""
+    graph = _shared_weight_graph()
+    feeds = random_feeds(graph, seed=4)
+    spec = TrainingSpec(optimizer=OptimizerSpec(optimizer, lr=0.1))
+    placement = Placement(["cpu:0", "cpu:1"], {"mm1": mm1, "tanh": mm1, "mm2": mm2, "add": mm2})
+    with PlacedExecutor(graph, placement, training=spec) as executor:
+        got = [{k: v.detach().clone() for k, v in executor.run(feeds).items()} for _ in range(3)]
+        refreshes = [s.name for s in executor.plan.steps if s.op_type == "refresh"]
+        crossings = executor.schedule.crossings
+    # w's update runs with its last contributor, backward:mm1; b is read on its owner only
+    owner = executor.plan.owner["w"]
+    assert owner == mm1
+    assert refreshes == ([] if mm1 == mm2 else [f"refresh:w@{mm2}"])
+    assert (("updated:w", mm1, mm2) in crossings) == (mm1 != mm2)
+    expected = torch_eager_steps(graph, feeds, spec, 3)
+    for step, (g, e) in enumerate(zip(got, expected), 1):
+        _assert_same(g, e, f"step {step}, mm1 on {mm1}, mm2 on {mm2}", rtol=1e-5)
+    assert not torch.equal(expected[2]["loss"], expected[1]["loss"])   # the steps do differ
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_three_pipelined_training_steps_on_two_devices_equal_three_on_one(schedule):
+    """Pipelined, the refresh runs once, after the update that follows every micro-batch."""
+    from placer.program.pipeline import Pipeline
+
+    graph = _shared_weight_graph()
+    feeds = [random_feeds(graph, seed=k) for k in range(2)]
+    spec, pipeline = TrainingSpec(optimizer=OptimizerSpec(lr=0.1)), Pipeline(2, schedule)
+
+    def three_steps(where):
+        with PlacedExecutor(graph, Placement(["cpu:0", "cpu:1"], where), training=spec,
+                            pipeline=pipeline) as executor:
+            return [{k: v.detach().clone() for k, v in executor.run(feeds).items()} for _ in range(3)]
+    one = three_steps({n: "cpu:0" for n in graph.nodes})
+    two = three_steps({"mm1": "cpu:0", "tanh": "cpu:0", "mm2": "cpu:1", "add": "cpu:1"})
+    for step, (t, o) in enumerate(zip(two, one), 1):
+        _assert_same(t, o, f"step {step}", rtol=1e-5)
 
 
 def _two_outputs_labels_for_one_model():

@@ -2,7 +2,8 @@
 plain data): each forward step on a gradient path runs its kernel on leaves that require a
 gradient and returns its autograd record (`Saved`), each backward step is its node's
 vector-Jacobian product on that record, a loss step gives its term and the output's gradient,
-an accumulate step adds two gradients, and an update step runs its parameter's optimizer.
+an accumulate step adds two gradients, an update step runs its parameter's optimizer, and a
+refresh step copies the updated parameter into another device's copy of it.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def step_functions(plan: TrainingPlan, prepared: PreparedGraph, spec: TrainingSp
         functions[name] = _backward_fn(node, output_positions)
     for name, in_place in plan.accumulates.items():
         functions[name] = _add_into if in_place else _add
+    functions.update((s.name, _refresh) for s in plan.steps if s.op_type == "refresh")
     return functions
 
 
@@ -137,6 +139,14 @@ def _add(inputs: list) -> list:
 def _add_into(inputs: list) -> list:
     # In place on the partial sum: an earlier accumulate step made it, and only this one reads it.
     return [inputs[0].add_(inputs[1])]
+
+
+def _refresh(inputs: list) -> list:
+    # Into this device's copy, in place: its next step reads that tensor. A copy, not the value
+    # received: between virtual CPU devices that is the owner's live parameter itself, which the
+    # owner's next update changes while this device may still read it.
+    inputs[0].copy_(inputs[1])
+    return []
 
 
 def _update_fn(spec: TrainingSpec, param: torch.Tensor) -> StepFn:

@@ -30,11 +30,14 @@ outputs (`walk.Step`), so the backward pass is more steps in the same list
 record ``saved:<node>``; then a loss step per loss output on that output's device, the VJP of
 each node on the node's device in reverse topological order reading ``grad:<tensor>`` names,
 ``accumulate:`` steps where a tensor has several readers, and the ``update:`` of each parameter
-on the device of its last contributor. `build_schedule` derives the crossings (gradients flow
-back over the same edges) and frees the same way (a record dies after its backward step), and a
-worker finds a backward step's callable where it finds a kernel (`step_functions`). Memory of
-gradients and optimizer state is accounted; a record keeps its node's inputs and outputs alive
-until its backward step (an upper bound: torch saves a subset), and an update is in place.
+on the device of its last contributor, then a ``refresh:`` on every other device reading the
+parameter (the updated value crosses from the owner into that device's copy, so the next step
+reads it). `build_schedule` derives the crossings (gradients flow back over the same edges) and
+frees the same way (a record dies after its backward step), and a worker finds a backward
+step's callable where it finds a kernel (`step_functions`). Memory of gradients and optimizer
+state is accounted (a received updated parameter as a copy of it); a record keeps its node's
+inputs and outputs alive until its backward step (an upper bound: torch saves a subset), and an
+update is in place.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from placer.kernels.prepare import PreparedGraph, check_feeds, prepare
 from placer.kernels.registry import host_read_inputs
 from placer.program.schedule import Schedule, build_schedule
 from placer.program.training import TrainingSpec
-from placer.program.training_plan import TrainingPlan, plan_training
+from placer.program.training_plan import TrainingPlan, copied_as, plan_training
 from placer.program.walk import Step, walk
 from placer.placement import Placement
 
@@ -427,8 +430,9 @@ def _accounted(graph: OpGraph, prepared: PreparedGraph, plan: TrainingPlan | Non
         info = graph.tensors.get(names.get(name, name))
         return info.nbytes if info is not None else 0
 
-    held = plan.state_bytes(training, size) if plan is not None else None
-    return predict_peak_memory(schedule, size, held)
+    if plan is None:
+        return predict_peak_memory(schedule, size)
+    return predict_peak_memory(schedule, size, plan.state_bytes(training, size), lambda t: size(copied_as(t)))
 
 
 def _forward_steps(graph: OpGraph, prepared: PreparedGraph) -> list[Step]:
