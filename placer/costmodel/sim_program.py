@@ -9,6 +9,12 @@ update on the device of the parameter's last contributor, a backward step or suc
 placement of the nodes places the whole program: the plan is made once with every node as its
 own "device", and `node_of` maps each step to that node. A gradient is the size of its tensor;
 the optimizer state of a parameter is resident on its update's device.
+
+After each update, every other device reading the parameter gets the new value: a refresh step
+per other reader (a node here, so a device may have several; the simulator copies a tensor once
+per device). A refresh takes no time of its own: its cost is the copy of the updated weights from
+the owner, which the cost model's `transfer_time` prices like any crossing (`SimProgram.copy_size`:
+the parameter's bytes). Its in-place copy into the device's own weights is not priced.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from placer.costmodel.protocol import CostModel
 from placer.kernels.registry import host_read_inputs
 from placer.program.pipeline import BACKWARD, Pipeline, Unrolled, order_1f1b, unroll
 from placer.program.training import TrainingSpec
-from placer.program.training_plan import plan_training
+from placer.program.training_plan import copied_as, plan_training
 from placer.program.walk import Step
 
 
@@ -36,6 +42,12 @@ class SimProgram:
     size: Callable[[str], int]         # tensor -> bytes
     held: list[tuple[int, int]]        # (bytes, step) resident wherever that step runs: optimizer state
     unrolled: Unrolled | None = None   # a pipelined step's unrolling, when each placement has its own order
+    copied: Callable[[str], int] | None = None   # tensor -> bytes a copy of it sent elsewhere takes; None: size
+
+    def copy_size(self, tensor: str) -> int:
+        """Bytes a copy of `tensor` on another device takes: an updated parameter, no bytes where
+        it is made (its owner's parameter, updated in place), is the parameter's bytes there."""
+        return (self.copied or self.size)(tensor)
 
     def order(self, device: Sequence[int]) -> list[int] | None:
         """The order of the steps when step i runs on device ``device[i]``, where it depends on
@@ -62,7 +74,9 @@ def training_program(graph: OpGraph, devices: Sequence[str], cost: CostModel, sp
     times = []
     for step, k in zip(plan.steps, node_of):
         node = graph.nodes[plan.assignment[step.name]]
-        if step.op_type in ("loss", "accumulate", "update", "backward"):
+        if step.op_type == "refresh":   # its cost is the copy of the updated weights to it
+            times.append([0.0] * len(devices))
+        elif step.op_type in ("loss", "accumulate", "update", "backward"):
             touched = sum(size(t) for t in step.inputs if t.startswith("grad:") or step.op_type == "loss")
             times.append([float(cost.training_step_time(step.name, step.op_type, node, touched, d))
                           for d in devices])
@@ -70,7 +84,8 @@ def training_program(graph: OpGraph, devices: Sequence[str], cost: CostModel, sp
             times.append([float(cost.op_time(node, d)) for d in devices])
     position = {s.name: i for i, s in enumerate(plan.steps)}
     held = [(spec.optimizer.state_bytes(size(p)), position[f"update:{p}"]) for p in plan.trained]
-    return SimProgram(plan.steps, node_of, times, set(plan.outputs), size, held)
+    return SimProgram(plan.steps, node_of, times, set(plan.outputs), size, held,
+                      copied=lambda t: size(copied_as(t)))
 
 
 # A micro-batch sum of a parameter's gradient makes 2 passes over its bytes, the update 4
@@ -94,7 +109,7 @@ def pipelined_program(program: SimProgram, pipeline: Pipeline, shared: Collectio
     ordered = pipeline.schedule == "1f1b" and BACKWARD in u.phase
     return SimProgram(u.steps, [program.node_of[i] for i in u.origin], times, set(u.outputs),
                       lambda t: program.size(u.names.get(t, t)), [(b, position[i]) for b, i in program.held],
-                      u if ordered else None)
+                      u if ordered else None, lambda t: program.copy_size(u.names.get(t, t)))
 
 
 def _tensor_size(graph: OpGraph, gradient_of: dict[str, str]) -> Callable[[str], int]:

@@ -20,7 +20,8 @@ fails the placement as out-of-memory.
 A training step (`training=TrainingSpec(...)`) is simulated the same way over its own steps
 (`placer.costmodel.sim_program`): the forward steps, the loss, each node's backward on the node's
 device in reverse topological order with gradients crossing the forward edges backwards (as many
-bytes as the forward tensor), and the updates; gradients and optimizer state count in memory.
+bytes as the forward tensor), the updates, and the copy of each updated parameter to every other
+device reading it (a refresh); gradients and optimizer state count in memory.
 
 Costs come only from a `placer.costmodel.protocol.CostModel`. A cost model with `slowdown` (device
 -> factor, fitted by `placer.costmodel.calibration`) adds contention: each step grows by
@@ -184,6 +185,7 @@ class Simulator:
         producer = {t: i for i, step in enumerate(program.steps) for t in step.outputs if t}
         self.t_producer: list[int] = []
         self.t_bytes: list[int] = []
+        self.t_copy_bytes: list[int] = []   # a copy on another device (an updated parameter: its bytes)
         self.t_consumers: list[list[int]] = []
         self.t_is_output: list[bool] = []
         self.t_xfer: list[list[float]] = []     # [src * D + dst] -> seconds
@@ -193,14 +195,15 @@ class Simulator:
             for t in step.outputs:
                 if not t or (t not in consumers and t not in program.outputs):
                     continue
-                nbytes = program.size(t)
+                nbytes, copied = program.size(t), program.copy_size(t)
                 tid = len(self.t_bytes)
                 tensor_id[t] = tid
                 self.t_producer.append(i)
                 self.t_bytes.append(nbytes)
+                self.t_copy_bytes.append(copied)
                 self.t_consumers.append(consumers.get(t, []))
                 self.t_is_output.append(t in program.outputs)
-                self.t_xfer.append([float(cost_model.transfer_time(nbytes, s, d))
+                self.t_xfer.append([float(cost_model.transfer_time(copied, s, d))
                                     for s in self.devices for d in self.devices])
                 self.out_tensors[i].append(tid)
         # The program the walk runs: each step reads the tensors other steps produce and writes
@@ -234,6 +237,7 @@ class Simulator:
         self._r_edge = np.asarray([r for r, cs in enumerate(self.r_consumers) for _ in cs], dtype=np.int64)
         self._r_reader = np.asarray([c for cs in self.r_consumers for c in cs], dtype=np.int64)
         self._t_bytes = np.asarray(self.t_bytes, dtype=np.int64)
+        self._t_copy_bytes = np.asarray(self.t_copy_bytes, dtype=np.int64)
         self._t_producer = np.asarray(self.t_producer, dtype=np.int64)
         self._t_is_output = np.asarray(self.t_is_output, dtype=bool)
         self._e_tensor = np.asarray([t for t, cs in enumerate(self.t_consumers) for _ in cs], dtype=np.int64)
@@ -351,7 +355,7 @@ class Simulator:
             np.maximum.at(free, ct, c[:, 3])              # the source copy lives until sent
             times.append(c[:, 2])
             devs.append(cd)
-            nbytes.append(self._t_bytes[ct])
+            nbytes.append(self._t_copy_bytes[ct])
             copy_free = np.maximum(last[ct, cd], c[:, 3])
         free = np.where(self._t_is_output, step, free)
         frees = [free] + ([copy_free] if copies else [])
@@ -497,7 +501,7 @@ def _batch_peaks(sim: Simulator, A: np.ndarray, start: np.ndarray, finish: np.nd
     times = np.concatenate([start[:, sim._t_producer], free,
                             np.where(has_copy, copy_start, 0.0).reshape(B, -1),
                             np.where(has_copy, copy_free, 0.0).reshape(B, -1)], axis=1)
-    copy_bytes = (has_copy * sim._t_bytes[None, :, None]).reshape(B, -1)
+    copy_bytes = (has_copy * sim._t_copy_bytes[None, :, None]).reshape(B, -1)
     deltas = np.concatenate([np.broadcast_to(nbytes, (B, T)), -np.broadcast_to(nbytes, (B, T)),
                              copy_bytes, -copy_bytes], axis=1)
     devs = np.concatenate([src, src, dst.reshape(B, -1), dst.reshape(B, -1)], axis=1)

@@ -74,7 +74,8 @@ WORK_PER_SECOND = 0.25
 HINT_SLACK = 1.5
 TICKS = 200_000      # ticks in the hint's makespan: the model's time resolution
 FORWARD, BACKWARD, UPDATE = 0, 1, 2
-_TRAINING_KINDS = {"loss": BACKWARD, "backward": BACKWARD, "accumulate": BACKWARD, "update": UPDATE}
+_TRAINING_KINDS = {"loss": BACKWARD, "backward": BACKWARD, "accumulate": BACKWARD, "update": UPDATE,
+                   "refresh": UPDATE}
 
 
 @dataclass
@@ -293,7 +294,7 @@ def build_problem(graph: OpGraph, devices: list[str], cost: CostModel, parts: li
             i = producer.get(t)
             if i is not None and step_task[i] != step_task[j]:
                 crossing.setdefault((step_task[i], step_task[j]), set()).add(t)
-    edges = {e: sum(program.size(t) for t in ts) for e, ts in crossing.items()}
+    edges = {e: sum(program.copy_size(t) for t in ts) for e, ts in crossing.items()}
     pair_seconds = {e: np.array([[float(link.transfer_time(nbytes, a, b)) if a != b else 0.0 for b in devices]
                                  for a in devices]) for e, nbytes in edges.items()}
     dag = nx.DiGraph()

@@ -15,7 +15,7 @@ from placer.costmodel.profiled import ProfiledCostModel
 from placer.costmodel.sim_program import training_program
 from placer.costmodel.simulator import (BACKWARD_FACTOR, AnalyticCostModel, SimulatedMeasurer, Simulator,
                                       simulate_batch)
-from placer.program.training import OptimizerSpec, TrainingSpec
+from placer.program.training import Loss, OptimizerSpec, TrainingSpec
 from placer.placement import Placement
 
 from .test_simulator import ACT, WEIGHT, _model, _weight, chain, fork
@@ -64,6 +64,44 @@ def test_gradients_cross_the_forward_edges_backwards():
     assert sim.simulate([0, 0]).step_time == 0.0
     # y0 goes forward and grad:y0 (as many bytes) comes back, one after the other
     assert sim.simulate([0, 1]).step_time == pytest.approx(2 * (1.0 + ACT * 1e-3))
+
+
+def shared_weight_chain():
+    """x -> mm0 -> mm1, both reading the one weight w."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y0"], name="mm0"),
+             helper.make_node("MatMul", ["y0", "w"], ["y1"], name="mm1")]
+    return _model(nodes, ["y1"], [_weight("w", 0)])
+
+
+def test_the_updated_weights_are_sent_to_every_other_device_reading_them():
+    g = load_graph(shared_weight_chain())
+    sim = Simulator(g, DEVICES, OnlyTransfers(DEVICES), training=TrainingSpec())
+    assert sim.simulate([0, 0]).step_time == 0.0
+    act, weight = 1.0 + ACT * 1e-3, 1.0 + WEIGHT * 1e-3
+    # y0 forward; grad:y0 and mm1's share of grad:w back to w's update on cpu:0, one after the other
+    # on the link; then the updated w to cpu:1, whose mm1 reads it in the next step
+    assert sim.simulate([0, 1]).step_time == pytest.approx(2 * act + 2 * weight)
+    refreshes = [s.name for s in sim.program.steps if s.op_type == "refresh"]
+    assert refreshes == ["refresh:w@mm1"]
+
+
+def test_a_device_that_only_reads_the_weights_gets_them_and_holds_the_copy():
+    """logits = x @ w (cross-entropy on it) on cpu:0, y1 = x @ w (no loss) on cpu:1: cpu:1 sends
+    no gradient, but it still reads w, so the updated w is copied to it after the update."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["logits"], name="mm0"),
+             helper.make_node("MatMul", ["x", "w"], ["y1"], name="mm1")]
+    g = load_graph(_model(nodes, ["logits", "y1"], [_weight("w", 0)]))
+    spec = TrainingSpec(loss=Loss("cross_entropy"), targets={"logits": np.zeros(4, dtype=np.int64)},
+                        optimizer=OptimizerSpec(momentum=0.0))
+    sim = Simulator(g, DEVICES, OnlyTransfers(DEVICES), training=spec)
+    alone, split = sim.simulate([0, 0]), sim.simulate([0, 1])
+    assert alone.step_time == 0.0 and split.step_time == pytest.approx(1.0 + WEIGHT * 1e-3)
+    # cpu:1: w and x for the whole step, and the copy of the updated w at its end
+    assert split.peak_memory[1] == 2 * WEIGHT + ACT
+    batch = simulate_batch(sim, np.array([[0, 0], [0, 1], [1, 0]]))
+    for row, step, peaks in zip([[0, 0], [0, 1], [1, 0]], batch.step_time, batch.peak_memory):
+        one = sim.simulate(row)
+        assert one.step_time == step and one.peak_memory == peaks.tolist()
 
 
 def test_training_memory_holds_gradients_saved_activations_and_optimizer_state():

@@ -174,3 +174,27 @@ def test_exact_models_the_training_step_in_phases(ladder):
     one = problem.schedule([0] * len(ladder.nodes), seconds=True)[2]
     assert one == pytest.approx(sum(cost.op_time(n, "cpu:0") for n in ladder.nodes.values()))
     assert info["objective"] <= info["hint_objective"] <= one * (1 + 1e-6)
+
+
+def test_exact_models_the_updated_weights_sent_to_another_device_reading_them():
+    """x -> mm0 -> mm1, one weight w read by both: on two devices, the model's step sends w's
+    update to mm1's device after it (a refresh, in the update phase: no cycle) with w's bytes."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from placer.graph.load import load_graph
+
+    w = numpy_helper.from_array(np.ones((64, 64), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y0"], name="mm0"),
+             helper.make_node("MatMul", ["y0", "w"], ["y1"], name="mm1")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [4, 64])], [w]))
+    graph = load_graph(model)
+    devices = ["cpu:0", "cpu:1"]
+    cost = TrainingStepCosts(graph, devices, AnalyticCostModel(devices), TrainingSpec())
+    problem = build_problem(graph, devices, cost, [[n] for n in graph.nodes])
+    # mm0's part updates w (its last contributor) and sends the new w to mm1's part's refresh
+    owner, reader = problem.tasks.index((0, 2)), problem.tasks.index((1, 2))
+    assert problem.edges[(owner, reader)] == 64 * 64 * 4
+    assert exact(graph, devices, cost, time_limit=2.0).extra["placer"]["status"] == "OPTIMAL"
