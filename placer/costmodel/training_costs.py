@@ -4,7 +4,9 @@ HEFT, m-ETF, m-SCT, METIS and the others price a node and an edge. For the train
 node's time is everything that runs on its device because of it: its forward, its backward, its
 outputs' loss terms and the updates of the parameters it owns (`placer.costmodel.sim_program`);
 an edge between devices carries the tensor forward and its gradient back, so it costs two copies.
-The simulator and the lower bound do not need this view: they walk the whole training step.
+A weight read by nodes on several devices is sent from its update to each of the others (a
+refresh): no edge joins those nodes, so this view leaves that copy out. The simulator and the
+lower bound do not need this view: they walk the whole training step, refreshes included.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from placer.graph.load import load_graph
-from placer.engines.torch.executor import PlacedExecutor
+from placer.engines.torch.executor import PlacedExecutor, StepProfile
 from placer.graph.feeds import random_feeds
 from placer.kernels.prepare import prepare
 from placer.engines.torch.training import build_optimizer, check_targets, loss_term
@@ -448,15 +448,18 @@ def test_three_training_steps_in_a_row_equal_three_steps_of_torch_eager(mm1, mm2
     feeds = random_feeds(graph, seed=4)
     spec = TrainingSpec(optimizer=OptimizerSpec(optimizer, lr=0.1))
     placement = Placement(["cpu:0", "cpu:1"], {"mm1": mm1, "tanh": mm1, "mm2": mm2, "add": mm2})
+    traced = StepProfile()
     with PlacedExecutor(graph, placement, training=spec) as executor:
-        got = [{k: v.detach().clone() for k, v in executor.run(feeds).items()} for _ in range(3)]
+        got = [{k: v.detach().clone() for k, v in executor.run(feeds, profile=traced if k == 0 else None).items()}
+               for k in range(3)]
         refreshes = [s.name for s in executor.plan.steps if s.op_type == "refresh"]
         crossings = executor.schedule.crossings
     # w's update runs with its last contributor, backward:mm1; b is read on its owner only
-    owner = executor.plan.owner["w"]
-    assert owner == mm1
+    assert executor.plan.owner["w"] == mm1
     assert refreshes == ([] if mm1 == mm2 else [f"refresh:w@{mm2}"])
+    # the new w crosses to mm2's device inside the step, which the refresh there waits for
     assert (("updated:w", mm1, mm2) in crossings) == (mm1 != mm2)
+    assert {n: traced.node_device[n] for n in refreshes} == {n: mm2 for n in refreshes}
     expected = torch_eager_steps(graph, feeds, spec, 3)
     for step, (g, e) in enumerate(zip(got, expected), 1):
         _assert_same(g, e, f"step {step}, mm1 on {mm1}, mm2 on {mm2}", rtol=1e-5)
