@@ -15,7 +15,8 @@ A training step's backward costs `BACKWARD_FACTOR` forwards, and its loss, accum
 steps make `PASSES` passes over the gradient bytes, as in the analytic model. A copy crosses the
 links of the cluster's route between its devices: their latencies add up, the slowest link sets
 the bandwidth, and the copy occupies every one of them (`route`), so copies over a shared PCIe
-bridge or network link queue in the simulator. Memory capacities are the devices' caps
+bridge or network link queue in the simulator. A device with a `contention` figure (virtual CPU
+devices sharing a machine's memory) runs that many times slower while another device is busy. Memory capacities are the devices' caps
 (`Cluster.device_specs`), which the simulator enforces.
 """
 
@@ -61,6 +62,8 @@ class RooflineCostModel:
     def __init__(self, cluster: Cluster, graph: OpGraph, efficiency: Efficiency = Efficiency()) -> None:
         self.cluster, self.efficiency = cluster, efficiency
         self.devices = cluster.device_names
+        # contention as the simulator and the bound read it (`placer.costmodel.contention`)
+        self.slowdown = {d.name: d.contention for d in cluster.devices}
         self._model: dict[str, DeviceModel] = {d.name: d.model for d in cluster.devices}
         activations = {name: info.nbytes for name, info in graph.tensors.items() if name not in graph.initializers}
         # bytes an op reads besides its weights (which `param_bytes` counts)

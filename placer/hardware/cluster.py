@@ -61,6 +61,9 @@ class ClusterDevice:
     name: str
     model: DeviceModel
     machine: str = "m0"
+    # runs this many times slower while another device of its machine is busy: virtual CPU devices
+    # share the machine's memory bandwidth and caches (measured by describe-local; 1: not modelled)
+    contention: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,8 @@ class Cluster:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "source": self.source,
-                "devices": [{"name": d.name, "machine": d.machine, "model": d.model.to_dict()} for d in self.devices],
+                "devices": [{"name": d.name, "machine": d.machine, "contention": d.contention, "model": d.model.to_dict()}
+                            for d in self.devices],
                 "links": [{"name": link.name, "members": list(link.members), "bandwidth_Bps": link.bandwidth_Bps,
                            "latency_s": link.latency_s, "source": link.source} for link in self.links],
                 "hosts": list(self.hosts)}
@@ -270,7 +274,7 @@ def _size(value: Any, what: str) -> int:
 
 _MODEL_FIELDS = {"key", "name", "kind", "peak_flops", "tensor_flops", "memory_bandwidth", "memory_bandwidth_Bps",
                  "memory", "memory_bytes", "launch_overhead", "launch_overhead_s", "source"}
-_DEVICE_FIELDS = {"name", "model", "machine"}
+_DEVICE_FIELDS = {"name", "model", "machine", "contention"}
 _LINK_FIELDS = {"name", "members", "bandwidth", "bandwidth_Bps", "latency", "latency_s", "source"}
 _CLUSTER_FIELDS = {"name", "description", "source", "hosts", "device", "link", "models"}
 
@@ -427,7 +431,11 @@ def _cluster_from_dict(data: dict, origin: str, default_name: str) -> Cluster:
         machine = table.get("machine", "m0")
         if not isinstance(machine, str) or not machine:
             raise PlacerError(f"{where} in {origin}: machine must be a name like \"m0\"")
-        devices.append(ClusterDevice(name=name, model=model, machine=machine))
+        contention = table.get("contention", 1.0)
+        if isinstance(contention, bool) or not isinstance(contention, (int, float)) or not contention >= 1.0:
+            raise PlacerError(f"device {name} in {origin}: contention must be a number of at least 1 (how many times "
+                              f"slower it runs while another device of its machine is busy), not {contention!r}")
+        devices.append(ClusterDevice(name=name, model=model, machine=machine, contention=float(contention)))
     if not devices:
         raise PlacerError(f"{origin} declares no device; add at least one [[device]] with name and model")
     names = [d.name for d in devices]

@@ -113,3 +113,31 @@ def test_the_efficiencies_are_fitted_back_from_times_they_made():
             assert again.op_time(node, d) == pytest.approx(times[n][d], rel=1e-9)
     assert fitted.matmul == pytest.approx(truth.matmul)   # (the memory share is not identifiable here:
     # at these ceilings every node is compute-bound, so any low enough share predicts the same times)
+
+
+def two_branch_model(n: int = 256):
+    """x -> two independent MatMul chains -> Add: two devices can run the branches at once."""
+    w = numpy_helper.from_array(np.ones((n, n), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="a"), helper.make_node("MatMul", ["x", "w"], ["b"], name="b"),
+             helper.make_node("Add", ["a", "b"], ["y"], name="y")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_devices_that_contend_run_slower_while_both_are_busy():
+    """Two virtual CPUs sharing a machine: the branches run at once, each `contention` times slower
+    while the other runs, so a parallel step costs more than on devices that do not contend."""
+    graph = load_graph(two_branch_model())
+
+    def step(contention: float) -> float:
+        c = Cluster("two cpus", "", (ClusterDevice("cpu:0", CPU, contention=contention),
+                                     ClusterDevice("cpu:1", CPU, contention=contention)),
+                    (Link("handover", ("cpu:0", "cpu:1"), 1e15, 1e-6, "test"),))
+        measurer = SimulatedMeasurer(graph, as_devices(c.device_specs()), RooflineCostModel(c, graph))
+        return measurer.measure(Placement(c.device_names, {"a": "cpu:0", "b": "cpu:1", "y": "cpu:0"})).step_time
+
+    free, contended = step(1.0), step(1.5)
+    branch = RooflineCostModel(Cluster("x", "", (ClusterDevice("cpu:0", CPU),), ()), graph).op_time(
+        graph.nodes["a"], "cpu:0")
+    assert contended == pytest.approx(free + 0.5 * branch, rel=0.05)

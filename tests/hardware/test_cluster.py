@@ -303,3 +303,11 @@ def test_a_model_of_the_wrong_kind_and_an_unknown_field(tmp_path):
                                                     'name = "cpu:0"\nmodel = "tesla-k40"')), "cuda device")
     one_line_error(write(tmp_path, TWO_GPUS.replace('latency = "5 us"', 'latncy = "5 us"', 1)),
                    "unknown field 'latncy'")
+
+
+def test_a_devices_contention_is_read_and_must_be_at_least_one(tmp_path):
+    text = TWO_GPUS.replace('name = "cpu:0"\n', 'name = "cpu:0"\ncontention = 1.25\n', 1)
+    assert 'contention = 1.25' in text
+    cluster = load_cluster(str(write(tmp_path, text)))
+    assert cluster.device("cpu:0").contention == 1.25 and cluster.device("cuda:0").contention == 1.0
+    one_line_error(write(tmp_path, text.replace("1.25", "0.5")), "contention must be a number of at least 1", "cpu:0")
