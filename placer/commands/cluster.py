@@ -165,6 +165,7 @@ def _describe_local(args: argparse.Namespace) -> int:
         figures = _alike_devices_alike({d.name: _measure_device(d, threads.get(d.name), cores.get(d.name))
                                         for d in devices}, devices, threads)
         links, hosts = _measure_links(devices, measured)
+        contention = _measure_contention([d for d in devices if d.kind == "cpu"], threads, cores)
     finally:
         torch.set_num_threads(main_threads)
     cpu_devices = [d for d in devices if d.kind == "cpu"]
@@ -194,8 +195,8 @@ def _describe_local(args: argparse.Namespace) -> int:
                        "launch_overhead_s": f["launch"], "source": source}
     name = args.name or f"local-{host}"
     text = _cluster_toml(name, f"This machine ({host}) as placer sees it: {', '.join(str(d) for d in devices)}",
-                         measured, [(d.name, "local-" + d.name.replace(":", "")) for d in devices], models,
-                         links, hosts)
+                         measured, [(d.name, "local-" + d.name.replace(":", ""), contention.get(d.name, 1.0))
+                                    for d in devices], models, links, hosts)
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -208,7 +209,8 @@ def _describe_local(args: argparse.Namespace) -> int:
     for d in cluster.devices:
         m = d.model
         print(f"  {d.name}: {m.peak_flops['float32'] / 1e9:.1f} GFLOPS float32, "
-              f"{m.memory_bandwidth_Bps / 1e9:.1f} GB/s, launch {m.launch_overhead_s * 1e6:.2f} us")
+              f"{m.memory_bandwidth_Bps / 1e9:.1f} GB/s, launch {m.launch_overhead_s * 1e6:.2f} us, "
+              f"{d.contention:.2f}x slower while another device is busy")
     for link in cluster.links:
         print(f"  {link.name}: {', '.join(link.members)}, latency {link.latency_s * 1e6:.1f} us")
     return 0
@@ -233,32 +235,71 @@ def _alike_devices_alike(figures: dict[str, dict[str, float]], devices, threads)
     return alike
 
 
-def _measure_device(device, threads: int | None, cores: frozenset[int] | None) -> dict[str, float]:
-    """GEMM peak, memory bandwidth and launch overhead, on the device's own worker thread (pinned and
-    with its thread count, as the engines run it)."""
-    result: dict[str, float] = {}
+def _on_device_threads(devices, threads: dict, cores: dict, task) -> dict[str, object]:
+    """`task(device)` on each device's own worker thread (pinned and with its thread count, as the
+    engines run it), all at once; each device's result."""
+    results: dict[str, object] = {}
     error: list[BaseException] = []
 
-    def work() -> None:
+    def work(device) -> None:
         import torch
 
         try:
-            if cores:
+            if cores.get(device.name):
                 from placer.engines.affinity import pin_this_thread
 
-                pin_this_thread(cores)
-            if device.kind == "cpu" and threads:
-                torch.set_num_threads(threads)
-            result.update(_device_figures(device))
+                pin_this_thread(cores[device.name])
+            if device.kind == "cpu" and threads.get(device.name):
+                torch.set_num_threads(threads[device.name])
+            results[device.name] = task(device)
         except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
             error.append(exc)
 
-    thread = threading.Thread(target=work, name=f"describe-{device.name}")
-    thread.start()
-    thread.join()
+    workers = [threading.Thread(target=work, args=(d,), name=f"describe-{d.name}") for d in devices]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
     if error:
         raise error[0]
-    return result
+    return results
+
+
+def _measure_device(device, threads: int | None, cores: frozenset[int] | None) -> dict[str, float]:
+    """GEMM peak, memory bandwidth and launch overhead, on the device's own worker thread."""
+    return _on_device_threads([device], {device.name: threads}, {device.name: cores}, _device_figures)[device.name]
+
+
+CONTENTION_TRIALS = 5
+
+
+def _measure_contention(devices, threads: dict, cores: dict) -> dict[str, float]:
+    """How many times slower each CPU device runs a mix of GEMMs and memory-bound element-wise work
+    while every other one runs it too, against alone (median of CONTENTION_TRIALS, at least 1):
+    virtual CPU devices share the machine's memory bandwidth and caches. One device: nothing to share."""
+    if len(devices) < 2:
+        return {}
+    import torch
+
+    def mix(device) -> float:
+        a, b = torch.randn(384, 384), torch.randn(384, 384)
+        x = torch.randn(4 * 2**20)
+        start = time.perf_counter()
+        for _ in range(8):
+            torch.matmul(a, b)
+            torch.mul(x, 1.5, out=x)
+            torch.add(x, 1.0, out=x)
+        return time.perf_counter() - start
+
+    _on_device_threads(devices, threads, cores, mix)   # warm up every device's thread pool
+    alone: dict[str, list[float]] = {d.name: [] for d in devices}
+    together: dict[str, list[float]] = {d.name: [] for d in devices}
+    for _ in range(CONTENTION_TRIALS):
+        for d in devices:
+            alone[d.name].append(_on_device_threads([d], threads, cores, mix)[d.name])
+        for name, t in _on_device_threads(devices, threads, cores, mix).items():
+            together[name].append(t)
+    return {name: max(1.0, statistics.median(together[name]) / statistics.median(alone[name])) for name in alone}
 
 
 def _device_figures(device) -> dict[str, float]:
@@ -397,7 +438,7 @@ def _toml_value(value) -> str:
     raise TypeError(type(value))
 
 
-def _cluster_toml(name: str, description: str, source: str, devices: list[tuple[str, str]], models: dict,
+def _cluster_toml(name: str, description: str, source: str, devices: list[tuple[str, str, float]], models: dict,
                   links: list[dict], hosts: list[str]) -> str:
     lines = ["# Written by `placer cluster describe-local`: this machine's devices, measured.",
              "# Format: placer/hardware/catalogue/README.md. Figures are in base units (FLOP/s, B/s, bytes, s).",
@@ -405,9 +446,9 @@ def _cluster_toml(name: str, description: str, source: str, devices: list[tuple[
              f"source = {_toml_value(source)}"]
     if hosts:
         lines.append(f"hosts = {_toml_value(hosts)}")
-    for device, model in devices:
+    for device, model, contention in devices:
         lines += ["", "[[device]]", f"name = {_toml_value(device)}", f"model = {_toml_value(model)}",
-                  'machine = "m0"']
+                  'machine = "m0"'] + ([f"contention = {contention:.3f}"] if contention > 1.0 else [])
     for link in links:
         lines += ["", "[[link]]"] + [f"{k} = {_toml_value(v)}" for k, v in link.items()]
     for key, model in models.items():
