@@ -8,7 +8,7 @@ pipelined step, warm-started from the fastest baseline there, as `placer train` 
 the same interleaved rounds.
 Each row gives the step (median over the rounds), the throughput (micro-batches/s), the speedup over
 the best single 1-thread device, over the whole machine and over pipeline_dp (paired over the same rounds: the median
-of the per-round ratios, with its 95% interval; "~" marks a speedup tied with 1), the simulated step
+of the per-round ratios, with its 95% interval; "~" marks a speedup tied with 1 (its interval within 2%), "?" one not resolved), the simulated step
 and its bubble (idle share of the devices the placement uses) beside the textbook (p-1)/(m+p-1).
 
     python benchmarks/pipeline.py [--quick] [--models resnet50 transformer inception_v3]
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from _bench import machine_note, save_json, zoo_graph
 from placer.devices import parse_devices
-from placer.measure.intervals import TIED, format_ratio, speedup_verdict
+from placer.measure.intervals import NOT_RESOLVED, TIED, format_ratio, verdict_record
 from placer.costmodel.lower_bound import lower_bound
 from placer.measure.measurer import MeasureProtocol, RealMeasurer
 from placer.program.pipeline import Pipeline
@@ -180,14 +180,14 @@ def local_search(graph, names, sim, start: Placement, max_sweeps: int = 5) -> tu
 def _speedup(result, name: str, reference: str) -> dict | None:
     """`reference`'s time over `name`'s, paired over the rounds, with its interval and verdict."""
     ratio = result.ratio(reference, name)
-    return None if ratio is None else {**ratio.to_dict(), "verdict": speedup_verdict(ratio)}
+    return None if ratio is None else {**ratio.to_dict(), **verdict_record(ratio)}
 
 
 def _cell(speedup: dict | None) -> str:
-    """'1.72x [1.70, 1.74]', with ' ~' when tied with 1."""
+    """'1.72x [1.70, 1.74]', with ' ~' when tied with 1, ' ?' when not resolved."""
     if speedup is None:
         return "-"
-    tied = " ~" if speedup["verdict"] == TIED else ""
+    tied = {TIED: " ~", NOT_RESOLVED: " ?"}.get(speedup["verdict"], "")
     return format_ratio(speedup["value"], speedup["low"], speedup["high"]) + tied
 
 

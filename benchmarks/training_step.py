@@ -25,7 +25,7 @@ from _bench import ThreadRunner, eager_row, machine_note, zoo_model_and_inputs, 
 from placer.cli import main as placer
 from placer.engines.torch.executor import PlacedExecutor
 from placer.engines.torch.training import build_optimizer
-from placer.measure.intervals import format_ratio
+from placer.measure.intervals import Interval, format_ratio, verdict_words
 from placer.program.training import TrainingSpec
 from placer.placement import Placement
 
@@ -109,8 +109,8 @@ def placement_table(names: list[str], samples: int) -> None:
         got = verdict["speedup"]
         print(f"{name:14s} {single * 1e3:11.1f} {best['name']:>18s} {best['step_time_s'] * 1e3:8.1f} "
               f"{_speedup(best):>19s} {ms} {_speedup(learned):>19s} {bound * 1e3:11.1f}   "
-              f"{verdict['subject']} over {best['name']}: {format_ratio(got['value'], got['low'], got['high'])} "
-              f"({verdict['verdict']})")
+              f"{verdict['subject']} over {best['name']}: {format_ratio(got['value'], got['low'], got['high'])}, "
+              f"{verdict_words(Interval.from_dict(got))}")
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ import onnxruntime as ort
 
 import graphs
 from _bench import SessionRun, machine_note, zoo_graph
-from placer.measure.intervals import TIED, verdict
+from placer.measure.intervals import NOT_RESOLVED, TIED, verdict
 from placer.graph.feeds import random_feeds
 from placer.measure.measurer import MeasureProtocol, RealMeasurer
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
@@ -70,13 +70,14 @@ def main() -> int:
             print(f"{'':12s} {result.cap_note()}")
         sys.stdout.flush()
     print(f"ratio = time / the plain session's, median of the per-round ratios [95% interval]; target for the "
-          f"ort engine <= {TARGET}x (* over it, ~ tied with 1)")
+          f"ort engine <= {TARGET}x (* over it, ~ tied with 1: the interval within 2%, ? not resolved)")
     return 0
 
 
 def _mark(ratio, label: str) -> str:
-    if verdict(ratio) == TIED:
-        return " ~"
+    said = verdict(ratio)
+    if said in (TIED, NOT_RESOLVED):
+        return " ~" if said == TIED else " ?"
     return " *" if label == "ort engine" and ratio.low > TARGET else ""
 
 

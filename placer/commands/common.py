@@ -298,9 +298,9 @@ def read_inputs(path: str | None):
         raise PlacerError(f"cannot read inputs from {path} ({exc}); give an .npz written by numpy.savez") from None
 
 
-def add_rounds_args(parser: argparse.ArgumentParser, *, warmup: int = 2) -> None:
-    """How placements measured side by side are measured: interleaved rounds until every paired
-    interval is within --precision, or a cap in rounds or seconds."""
+def add_rounds_args(parser: argparse.ArgumentParser, *, warmup: int = 2, blocks: int = 1) -> None:
+    """How placements measured side by side are measured: in --blocks blocks, each of interleaved
+    rounds until every paired interval is within --precision, or a cap in rounds or seconds."""
     from placer.measure.rounds import RoundsProtocol
 
     d = RoundsProtocol()
@@ -314,6 +314,10 @@ def add_rounds_args(parser: argparse.ArgumentParser, *, warmup: int = 2) -> None
                         help=f"seconds of rounds at most (default {d.max_seconds:g})")
     parser.add_argument("--precision", type=float, default=d.precision, metavar="F",
                         help=f"stop once every 95%% interval is within +-F of its value (default {d.precision})")
+    parser.add_argument("--blocks", type=int, default=blocks, metavar="N",
+                        help="measure in N blocks, every placement built afresh in each, the rounds options per "
+                             "block, --max-seconds shared; intervals then hold the variation between blocks, as "
+                             f"between runs (default {blocks})")
 
 
 def rounds_from_args(args: argparse.Namespace, seed: int = 0):
@@ -321,4 +325,4 @@ def rounds_from_args(args: argparse.Namespace, seed: int = 0):
     from placer.measure.rounds import RoundsProtocol
 
     return RoundsProtocol(warmup=args.warmup, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
-                          max_seconds=args.max_seconds, precision=args.precision, seed=seed)
+                          max_seconds=args.max_seconds, precision=args.precision, seed=seed, blocks=args.blocks)

@@ -19,6 +19,9 @@ from placer.commands.common import (add_devices_arg, cluster_from_args, simulate
 from placer.errors import PlacerError
 
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
+# Blocks of rounds, every row built afresh in each: three let a block that moved (as a run does)
+# show in the interval, at the cost of two more builds and warm-ups of every row.
+BLOCKS = 3
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +34,12 @@ def register(subparsers) -> None:
         "compare", help="measure every baseline placer (and a learned placement) side by side",
         description="Profile the graph on the devices (cached), run every baseline placer, measure each "
                     "placement for real in interleaved rounds (every round runs every placement once, shuffled), "
-                    "and print each median step time with its 95%% interval, the paired speedup over the best "
-                    "single device and over the whole machine as one device, which rows are tied with the "
-                    "fastest, the ratio to the lower bound, peak memory and the time each placer took. A "
+                    "in --blocks blocks (every placement built afresh in each, so that the intervals hold the "
+                    "variation between runs), and print each step time with its 95% interval, the paired speedup "
+                    "over the best single device and over the whole machine as one device, each row's verdict "
+                    "against the fastest (faster or slower only when the whole interval clears 2%, tied when it "
+                    "lies within, else not resolved), the ratio to the lower bound, peak memory and the time each "
+                    "placer took; rows that moved outside their interval of the previous run are noted. A "
                     "control row measures the best single device twice; ONNX Runtime on the whole model is a "
                     "row too. "
                     "Saves compare.csv, compare.json and a bar chart compare.png (matplotlib) in --out; "
@@ -52,7 +58,13 @@ def register(subparsers) -> None:
                              f"from the --include-rl run's summary.json, else {DEFAULT_SAMPLES})")
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="where to save the table and chart (default: runs/compare-<graph name>)")
-    add_rounds_args(parser)
+    add_rounds_args(parser, blocks=BLOCKS)
+    parser.add_argument("--history-dir", default=None, metavar="DIR",
+                        help="where compare keeps the history of its runs, a file per graph and device set, to say "
+                             "which rows moved outside their interval of the previous run (default: compare_history "
+                             "beside the profile cache, $PLACER_CACHE or ~/.cache/placer)")
+    parser.add_argument("--no-history", action="store_true",
+                        help="neither read nor append to the history of compare's runs")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds one step may take before it fails")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random placer and of the inputs")
     parser.add_argument("--refresh-profile", action="store_true",
@@ -61,7 +73,7 @@ def register(subparsers) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print the comparison as JSON (what compare.json holds) instead of the table")
     ignored_on_cluster(parser, "--engine", "--warmup", "--min-rounds", "--max-rounds", "--max-seconds", "--precision",
-                       "--timeout", "--refresh-profile")
+                       "--blocks", "--history-dir", "--no-history", "--timeout", "--refresh-profile")
     parser.set_defaults(func=run)
 
 
@@ -71,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     from placer.measure.measurer import MeasureProtocol
     from placer.costmodel.profile_cache import profiled_cost_model
     from placer.evaluate.compare import check_placer_names
+    from placer.evaluate.history import check_and_record, default_history_dir
 
     placers = [p.strip() for p in args.placers.split(",") if p.strip()]
     check_placer_names(placers)
@@ -81,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
     out = check_writable(args.out or Path("runs") / f"compare-{Path(args.graph).stem}", "--out", folder=True)
+    history = None if args.no_history else check_writable(args.history_dir or default_history_dir(),
+                                                           "--history-dir", folder=True)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
     protocol = MeasureProtocol(warmup=0, repeats=1, timeout_s=args.timeout, objective=args.objective)
@@ -105,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     comparison = _measure_side_by_side(graph, devices, cost, placers, args.include_rl, args.samples, args.seed,
                                        protocol, rounds, progress=lambda text: print(text, file=sys.stderr),
                                        training=training, engine=args.engine, pipeline=pipeline_from_args(args))
+    if history is not None:
+        comparison.notes += check_and_record(comparison, history)
 
     print(comparison_json(comparison) if args.json else format_table(comparison), end="" if args.json else "\n")
     _warn_if_profile_drifted(comparison, cost)

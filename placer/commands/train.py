@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
-    from placer.measure.intervals import format_ratio
+    from placer.policy.run_summary import speedup_text
     from placer.measure.measurer import MeasureProtocol
     from placer.measure.measurer import measurer_for
 
@@ -219,9 +219,8 @@ def run(args: argparse.Namespace) -> int:
                                            else "    failed") + "  (greedy decoding: what it learned)")
     print(f"  best placement found    {s['best_step_time'] * 1e3:10.3f} ms  ({s['best_source']}, "
           f"{done}, {s['wall_time_s']:.0f} s of training)")
-    if s["speedup_vs_best_single_device"]:
-        print(f"speedup over the best single device ({s['best_single_device']}): "
-              f"{format_ratio(s['speedup_vs_best_single_device'])}")
+    if speedup_text(s):
+        print(speedup_text(s))
     print(_convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
     if not args.no_compare and not result.interrupted:
@@ -314,6 +313,8 @@ def _polish(graph, devices, cost, training, pipeline, run_dir: Path, samples: in
     from placer.placement import Placement
     from placer.placers import caps_from_devices
     from placer.placers.local_search import local_search
+    from placer.measure.intervals import Interval
+    from placer.policy.run_summary import speedup_record
 
     names = [d.name for d in devices]
     costs = cost if training is None else TrainingStepCosts(graph, names, cost, training)
@@ -335,6 +336,7 @@ def _polish(graph, devices, cost, training, pipeline, run_dir: Path, samples: in
         single = summary.get("single_device_step_times", {}).get(summary.get("best_single_device"))
         if single:
             summary["speedup_vs_best_single_device"] = single / after
+            summary["vs_best_single_device"] = speedup_record(Interval(single / after, single / after, single / after, 1))
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
           f"in {info['simulated']} simulated placements")

@@ -18,6 +18,35 @@ path one micro-batch's (with the gradient sums after it), and the fill and drain
 micro-batches run one after another on its device, which cannot start before the first can
 (the longest path to it) nor end before the path after it, so no step beats
 head + M x its time + tail for any node.
+
+Transfers (`transfer_path`): the critical path above lets every node take its fastest device and
+pays no copy, so it is loose wherever the fastest device changes along a path (a small op fastest
+on the CPU, whose launch is cheap, between matmuls fastest on a GPU). The transfer path chooses a
+device per step and pays the copies that choice implies. Over the simulator's own program (its
+steps, the tensors each reads, the copy times, `Simulator`), in a valid order:
+
+    F[i][d] = t[i][d] + max over producers j of i of A[j->i][d]
+    A[j->i][d] = F[j][d]                                          if j runs on i's node (so on d)
+               = min over d' of F[j][d'] + copy(j->i, d'->d)      otherwise (copy 0 when d' = d)
+
+where copy(j->i, d'->d) is the sum of the copy times of the tensors i reads from j when the route
+d'->d has links (the simulator sends one copy at a time over a link, and all of them leave after
+j ends), else their largest. Claim: in any simulated placement, a step i on device d finishes no
+earlier than F[i][d]. By induction over the order: i starts after each input has arrived; an input
+made by j on d' arrives at d no earlier than j's finish (>= F[j][d'] by the induction), plus the
+copies over d'->d when d' != d; j's steps of i's own node share d. Taking the least over the
+devices j could be on keeps the claim for every placement. So every step ends after min_d F[i][d],
+and the simulated step (the last finish, plus contention's extra, never negative) is at least
+max_i min_d F[i][d]. Contention on devices and links only delays, so it is left out.
+
+Memory caps (`caps`): a device holds every weight, graph input and optimizer state a step on it
+reads (`Simulator.r_bytes`), whatever else it holds, so a placement that fits keeps that resident
+set under the cap. Two consequences that tighten the bounds when the fastest device cannot hold
+everything: a node whose own resident bytes exceed a device's cap cannot run there (its time is
+infinite in both bounds), and the load LP gets, per capped device d, y[r,d] >= x[n,d] for every
+node n reading resident r and sum_r bytes(r) y[r,d] <= cap[d] (a placement is the point with y = 1
+where some reader runs on d). When no split fits at all, every placement runs out of memory and the
+bound ignores the caps.
 """
 
 from __future__ import annotations
@@ -32,7 +61,8 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
 from placer.program.pipeline import Pipeline
-from placer.costmodel.sim_program import SimProgram, inference_program, pipelined_program, training_program
+from placer.costmodel.sim_program import SimProgram
+from placer.costmodel.simulator import Simulator
 from placer.program.training import TrainingSpec
 
 log = logging.getLogger(__name__)
@@ -40,22 +70,19 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class LowerBound:
-    """Seconds: `value` is the larger of the critical path and the load bound."""
+    """Seconds: `value` is the largest of the critical path, the transfer path, the load bound
+    and the fill and drain."""
 
     value: float
     critical_path: float
     load: float          # the LP load bound (or the plain one when scipy is missing)
     load_method: str     # "lp" or "average"
     fill_drain: float = 0.0   # a pipelined step's: the longest of head + a node's M runs + tail
+    transfer_path: float = 0.0   # the critical path with each step's device chosen, copies paid
+    caps_used: bool = False   # whether memory caps tightened the load bound and the devices a node may take
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
-
-
-def _times(graph: OpGraph, devices: list[str], cost: CostModel) -> np.ndarray:
-    times = np.array([[cost.op_time(node, d) for d in devices] for node in graph.nodes.values()], dtype=float)
-    _check_runnable(graph, devices, times)
-    return times
 
 
 def _check_runnable(graph: OpGraph, devices: list[str], times: np.ndarray) -> None:
@@ -73,57 +100,86 @@ def critical_path(graph: OpGraph, fastest: dict[str, float]) -> float:
     return max(done.values(), default=0.0)
 
 
-def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None) -> float:
+@dataclass
+class Residency:
+    """What a device must hold while it runs a node: resident data (weights, graph inputs, optimizer
+    state), each once on every device running a node that reads it, and each device's cap."""
+
+    nbytes: list[int]            # per resident item
+    readers: list[list[int]]     # per resident item: the nodes (indices) reading it
+    caps: list[int | None]       # per device: bytes, None where uncapped
+
+    def per_node(self, n_nodes: int) -> np.ndarray:
+        """Each node's own resident bytes: what its device holds whatever else runs there."""
+        own = np.zeros(n_nodes)
+        for nbytes, readers in zip(self.nbytes, self.readers):
+            own[readers] += nbytes
+        return own
+
+
+def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None,
+                  memory: Residency | None = None) -> float:
     """min T s.t. sum_d x[n,d] = 1, sum_n x[n,d] t[n,d] <= T, x >= 0 (x on finite times only);
-    with `slowdown` (a factor >= 1 per device), the contended form in the module's docstring."""
-    if slowdown is not None and any(s > 1.0 for s in slowdown):
-        return _contended_load_lp(times, slowdown)
+    with `slowdown` (a factor >= 1 per device), the contended form; with `memory`, the caps'
+    constraints (both in the module's docstring). inf when no split fits the caps."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
     n_nodes, n_dev = times.shape
     cells = [(i, d) for i in range(n_nodes) for d in range(n_dev) if math.isfinite(times[i, d])]
-    n_var = len(cells) + 1  # the x cells, then T
-    c = np.zeros(n_var)
-    c[-1] = 1.0
-    eq_rows, eq_cols = zip(*[(i, k) for k, (i, _) in enumerate(cells)])
-    a_eq = coo_matrix((np.ones(len(cells)), (eq_rows, eq_cols)), shape=(n_nodes, n_var))
-    ub_rows = [d for _, d in cells] + list(range(n_dev))
-    ub_cols = list(range(len(cells))) + [n_var - 1] * n_dev
-    ub_vals = [times[i, d] for i, d in cells] + [-1.0] * n_dev
-    a_ub = coo_matrix((ub_vals, (ub_rows, ub_cols)), shape=(n_dev, n_var))
-    result = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.zeros(n_dev), A_eq=a_eq.tocsr(), b_eq=np.ones(n_nodes),
-                     bounds=(0, None), method="highs")
-    if result.status != 0:
-        raise RuntimeError(f"load-bound LP failed: {result.message}")
-    return float(result.fun)
+    cell = {c: k for k, c in enumerate(cells)}
+    contended = slowdown is not None and any(s > 1.0 for s in slowdown)
+    n_var = len(cells)
+    solo, shared = (list(range(n_var, n_var + n_dev)), n_var + n_dev) if contended else (None, None)
+    n_var += n_dev + 1 if contended else 0
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    bounds: list[float] = []
 
+    def row(terms: list[tuple[int, float]], bound: float = 0.0) -> None:
+        """One constraint: sum of value x variable over `terms` <= `bound`."""
+        for col, val in terms:
+            rows.append(len(bounds))
+            cols.append(col)
+            vals.append(val)
+        bounds.append(bound)
 
-def _contended_load_lp(times: np.ndarray, slowdown: list[float]) -> float:
-    """min T over x (the split of each node), u_d (device d's solo seconds) and C (shared seconds):
-    sum_d x[n,d] = 1; load_d - u_d - C / slowdown[d] <= 0; sum_d u_d + C - T <= 0."""
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_matrix
-
-    n_nodes, n_dev = times.shape
-    cells = [(i, d) for i in range(n_nodes) for d in range(n_dev) if math.isfinite(times[i, d])]
-    k = len(cells)
-    n_var = k + n_dev + 2   # x cells, u_0..u_{D-1}, C, T
-    c_var, t_var = k + n_dev, k + n_dev + 1
+    loads = [[(k, times[i, d]) for k, (i, d) in enumerate(cells) if d == dev] for dev in range(n_dev)]
+    if memory is not None:
+        for dev, cap in enumerate(memory.caps):
+            if cap is None:
+                continue
+            held = []
+            for nbytes, readers in zip(memory.nbytes, memory.readers):
+                mine = [cell[(n, dev)] for n in readers if (n, dev) in cell]
+                if mine:   # y[r,dev] >= x[n,dev] for each reader n; bytes(r) y[r,dev] counts on the cap
+                    for k in mine:
+                        row([(k, 1.0), (n_var, -1.0)])
+                    held.append((n_var, float(nbytes)))
+                    n_var += 1
+            if held:
+                row(held, float(cap))
+    t_var = n_var
+    n_var += 1
+    for dev in range(n_dev):
+        if contended:   # device dev's load fits in its solo seconds and the shared ones, slowed
+            row(loads[dev] + [(solo[dev], -1.0), (shared, -1.0 / slowdown[dev])])
+        else:
+            row(loads[dev] + [(t_var, -1.0)])
+    if contended:
+        row([(u, 1.0) for u in solo] + [(shared, 1.0), (t_var, -1.0)])
     c = np.zeros(n_var)
     c[t_var] = 1.0
-    eq_rows, eq_cols = zip(*[(i, j) for j, (i, _) in enumerate(cells)])
-    a_eq = coo_matrix((np.ones(k), (eq_rows, eq_cols)), shape=(n_nodes, n_var))
-    rows = [d for _, d in cells] + list(range(n_dev)) + list(range(n_dev)) + [n_dev] * (n_dev + 2)
-    cols = list(range(k)) + [k + d for d in range(n_dev)] + [c_var] * n_dev + \
-        [k + d for d in range(n_dev)] + [c_var, t_var]
-    vals = [times[i, d] for i, d in cells] + [-1.0] * n_dev + [-1.0 / s for s in slowdown] + \
-        [1.0] * (n_dev + 1) + [-1.0]
-    a_ub = coo_matrix((vals, (rows, cols)), shape=(n_dev + 1, n_var))
-    result = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.zeros(n_dev + 1), A_eq=a_eq.tocsr(), b_eq=np.ones(n_nodes),
+    a_eq = coo_matrix((np.ones(len(cells)), ([i for i, _ in cells], list(range(len(cells))))),
+                      shape=(n_nodes, n_var))
+    a_ub = coo_matrix((vals, (rows, cols)), shape=(len(bounds), n_var))
+    result = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.asarray(bounds), A_eq=a_eq.tocsr(), b_eq=np.ones(n_nodes),
                      bounds=(0, None), method="highs")
+    if result.status == 2 and memory is not None:
+        return math.inf
     if result.status != 0:
-        raise RuntimeError(f"contended load-bound LP failed: {result.message}")
+        raise RuntimeError(f"load-bound LP failed: {result.message}")
     return float(result.fun)
 
 
@@ -165,41 +221,151 @@ def fill_drain(program: SimProgram, step_times: np.ndarray, n_nodes: int) -> flo
     return float((first[has] + serial[has].min(axis=1) + last[has]).max(initial=0.0))
 
 
+# A step's producers on other nodes whose devices the transfer path enumerates (2^k cases); any
+# more are bounded one at a time, which is weaker but as valid.
+ENUMERATED_PRODUCERS = 8
+
+
+def transfer_path(sim: Simulator, step_times: np.ndarray) -> float:
+    """max over steps of min over devices of F[step][device]: the critical path with every step's
+    device chosen, the copies it implies paid and the producers that share its device run one
+    after another (the recurrence and its proof: the module's docstring). `step_times` is steps x
+    devices, inf where a step cannot run."""
+    D = len(sim.devices)
+    tensor_of: dict[str, int] = {}
+    for step, tids in zip(sim.steps, sim.out_tensors):
+        tensor_of.update(zip(step.outputs, tids))
+    copy = np.asarray(sim.t_xfer, dtype=float).reshape(-1, D, D)
+    copy[:, np.arange(D), np.arange(D)] = 0.0   # no copy on one device
+    queued = np.array([[len(sim.pair_links[s * D + d]) > 0 for d in range(D)] for s in range(D)])
+    elsewhere = np.where(np.eye(D, dtype=bool), np.inf, 0.0)   # [from, to]: inf where from == to
+    ingress = _ingress(sim)
+    node_of = sim.step_node
+    start = np.empty((len(sim.steps), D))
+    finish = np.empty((len(sim.steps), D))
+    for i, step in enumerate(sim.steps):
+        by_producer: dict[int, list[int]] = {}
+        for t in step.inputs:
+            tid = tensor_of[t]
+            by_producer.setdefault(sim.t_producer[tid], []).append(tid)
+        if any(j >= i for j in by_producer):
+            raise PlacerError(f"step {step.name} reads an output of a step after it")
+        own = [j for j in by_producer if node_of[j] == node_of[i]]   # one node's steps share its device
+        others = sorted((j for j in by_producer if node_of[j] != node_of[i]), key=lambda j: -finish[j].min())
+        # per other producer and device d: its tensors' arrival at d from elsewhere, its earliest
+        # finish elsewhere, and the least time of those copies into d
+        sent = [copy[by_producer[j]] for j in others]
+        cost = np.asarray([np.where(queued, x.sum(axis=0), x.max(axis=0)) for x in sent]).reshape(-1, D, D)
+        away = np.asarray([finish[j] for j in others]).reshape(-1, D)[:, :, None] + elsewhere + cost
+        remote = away.min(axis=1)
+        first = (np.asarray([finish[j] for j in others]).reshape(-1, D)[:, :, None] + elsewhere).min(axis=1)
+        least = (cost + elsewhere).min(axis=1)
+        k = min(len(others), ENUMERATED_PRODUCERS)
+        ready = _ready(own, others[:k], remote[:k], first[:k], least[:k], start, finish, step_times, ingress)
+        for j, arrives in zip(others[k:], remote[k:]):   # each alone: on this device, or copied here
+            ready = np.maximum(ready, np.minimum(finish[j], arrives))
+        start[i] = ready
+        finish[i] = ready + step_times[i]
+    return float(finish.min(axis=1).max(initial=0.0))
+
+
+def _ready(own: list[int], others: list[int], remote: np.ndarray, first: np.ndarray, least: np.ndarray,
+           start: np.ndarray, finish: np.ndarray, step_times: np.ndarray, ingress: np.ndarray) -> np.ndarray:
+    """The earliest a step can start on each device: the least, over which of `others` share its
+    device (S, every subset), of the largest of: the finish of its `own` producers and of S; the
+    arrival of the others' copies (`remote`); the own producers and S run one after another from
+    the earliest start among them; and where every copy into the device crosses one link
+    (`ingress`), the others' copies one after another from the earliest finish among them
+    (`first`, each copy at least `least`)."""
+    k, D = len(others), start.shape[1]
+    masks = (np.arange(2 ** k)[:, None] >> np.arange(k)[None, :] & 1).astype(bool)[:, :, None]   # S x k x 1
+    here, away = masks, ~masks
+    f = finish[others][None] if k else np.zeros((1, 0, D))
+    s = start[others][None] if k else np.zeros((1, 0, D))
+    t = step_times[others][None] if k else np.zeros((1, 0, D))
+    bound = np.zeros((2 ** k, D))
+    for j in own:
+        bound = np.maximum(bound, finish[j])
+    bound = np.maximum(bound, np.where(here, f, -np.inf).max(axis=1, initial=-np.inf))
+    bound = np.maximum(bound, np.where(away, remote[None], -np.inf).max(axis=1, initial=-np.inf))
+    earliest = np.where(here, s, np.inf).min(axis=1, initial=np.inf)
+    for j in own:
+        earliest = np.minimum(earliest, start[j])
+    busy = np.where(here, t, 0.0).sum(axis=1) + sum((step_times[j] for j in own), np.zeros(D))
+    shares = here.any(axis=1) | bool(own)
+    bound = np.maximum(bound, np.where(shares, earliest + busy, -np.inf))
+    sends = away.any(axis=1) & ingress[None, :]
+    queue = np.where(away, first[None], np.inf).min(axis=1, initial=np.inf) + np.where(away, least[None], 0.0).sum(axis=1)
+    bound = np.maximum(bound, np.where(sends, queue, -np.inf))
+    return bound.min(axis=0)
+
+
+def _ingress(sim: Simulator) -> np.ndarray:
+    """Per device: whether one link lies on every route into it from another device (so copies
+    into it queue there, one at a time)."""
+    D = len(sim.devices)
+    into = []
+    for d in range(D):
+        routes = [set(sim.pair_links[s * D + d]) for s in range(D) if s != d]
+        into.append(bool(routes) and bool(set.intersection(*routes)))
+    return np.asarray(into, dtype=bool)
+
+
+def residency(sim: Simulator) -> Residency:
+    """The resident data the simulator counts (`Simulator.r_bytes`), read by nodes, and its caps."""
+    readers = [sorted({sim.step_node[s] for s in steps}) for steps in sim.r_consumers]
+    return Residency(list(sim.r_bytes), readers, list(sim.mem_caps))
+
+
 def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
-                training: TrainingSpec | None = None, pipeline: Pipeline | None = None) -> LowerBound:
-    """max(critical path at fastest devices, load bound) for `graph` on `devices`; with
-    `training`, of the whole training step (a node's forward, backward and the updates it owns
-    share its device, so its load is their sum); with `pipeline`, of the pipelined step, also
-    bounded by its fill and drain."""
+                training: TrainingSpec | None = None, pipeline: Pipeline | None = None,
+                caps: dict[str, int] | None = None) -> LowerBound:
+    """The largest of: the critical path at the fastest devices, the transfer path, the load
+    bound, and for a pipelined step its fill and drain; for `graph` on `devices`; with `training`,
+    of the whole training step (a node's forward, backward and the updates it owns share its
+    device, so its load is their sum); with `pipeline`, of the pipelined step; with `caps` (device
+    -> bytes), of the placements that fit them."""
     if not devices:
         raise PlacerError("no devices given for the lower bound; give at least one")
     pipelined = pipeline is not None and pipeline.pipelined
-    drain = 0.0
+    sim = Simulator(graph, devices, cost, [(caps or {}).get(d) for d in devices], training, pipeline)
+    program = sim.program
+    step_times = np.asarray(program.times, dtype=float).reshape(len(program.steps), len(devices))
+    node_of = np.asarray(program.node_of, dtype=np.int64)
+    times = np.zeros((len(graph.nodes), len(devices)))
+    np.add.at(times, node_of, step_times)
+    _check_runnable(graph, devices, times)
+    memory = residency(sim) if any(c is not None for c in sim.mem_caps) else None
+    if memory is not None:
+        room = memory.per_node(len(graph.nodes))[:, None] <= np.asarray(
+            [math.inf if c is None else c for c in memory.caps])[None, :]
+        if np.isfinite(np.where(room, times, np.inf)).any(axis=1).all():   # else nothing fits: caps ignored
+            times = np.where(room, times, np.inf)
+            step_times = np.where(room[node_of], step_times, np.inf)
+        else:
+            log.info("lower bound: some node's resident data fits no device's cap; the bound ignores the caps")
+            memory = None
+    fastest_row = times.min(axis=1)
     if training is None and not pipelined:
-        times = _times(graph, devices, cost)
-        fastest_row = np.where(np.isfinite(times), times, np.inf).min(axis=1)
         cp = critical_path(graph, dict(zip(graph.nodes, fastest_row.tolist())))
     else:
-        program = (inference_program(graph, devices, cost) if training is None
-                   else training_program(graph, devices, cost, training))
-        if pipelined:
-            program = pipelined_program(program, pipeline, set(graph.initializers))
-        step_times = np.asarray(program.times, dtype=float)
-        times = np.zeros((len(graph.nodes), len(devices)))
-        np.add.at(times, np.asarray(program.node_of), step_times)
-        _check_runnable(graph, devices, times)
         cp = program_critical_path(program, step_times.min(axis=1).tolist())
-        fastest_row = times.min(axis=1)
-        if pipelined:
-            drain = fill_drain(program, step_times, len(graph.nodes))
+    drain = fill_drain(program, step_times, len(graph.nodes)) if pipelined else 0.0
+    path = transfer_path(sim, step_times)
     average = float(fastest_row.sum()) / len(devices)
-    slowdown = getattr(cost, "slowdown", None) or {}
+    slowdown = [float((getattr(cost, "slowdown", None) or {}).get(d, 1.0)) for d in devices]
     try:
-        load, method = max(load_bound_lp(times, [float(slowdown.get(d, 1.0)) for d in devices]), average), "lp"
+        lp = load_bound_lp(times, slowdown, memory)
+        if not math.isfinite(lp):
+            log.info("lower bound: no split of the work fits the memory caps; the load bound ignores them")
+            memory, lp = None, load_bound_lp(times, slowdown)
+        load, method = max(lp, average), "lp"
     except ImportError:
         load, method = average, "average"
-    log.info("lower bound: critical path %.6f s, load %.6f s (%s), fill and drain %.6f s", cp, load, method, drain)
-    return LowerBound(value=max(cp, load, drain), critical_path=cp, load=load, load_method=method, fill_drain=drain)
+    log.info("lower bound: critical path %.6f s, with transfers %.6f s, load %.6f s (%s), fill and drain %.6f s",
+             cp, path, load, method, drain)
+    return LowerBound(value=max(cp, path, load, drain), critical_path=cp, load=load, load_method=method,
+                      fill_drain=drain, transfer_path=path, caps_used=memory is not None)
 
 
 def check_bound(bound: LowerBound | float, measured: dict[str, float | None], tolerance: float = 0.0) -> str | None:

@@ -3,10 +3,12 @@
 `compare` measures every row in interleaved rounds (`placer.measure.rounds`: each round runs every
 row once, in a shuffled order, so that the machine's drift lands on all of them alike), predicts it
 with the simulator on the same costs, and sets every step time against the best single device and
-the lower bound as paired ratios with 95% intervals; a row whose interval against the fastest
-holds 1, or that differs from it by under 2% (`placer.measure.intervals.MIN_EFFECT`), is tied with it. A `control` row measures the best single device's placement a second time:
-the two must agree, or the measurement itself is off, and the comparison says so. `baseline_rows` runs the placers and times how long each
-took; `learned_row` adds a learned placement. With a learned placement and `random_search` among
+the lower bound as paired ratios with 95% intervals, and judges every row against the fastest
+(`placer.measure.intervals.speedup_verdict`: tied when its whole interval lies within 2%, "not
+resolved" when it reaches across the band's edge). A `control` row measures the best single
+device's placement a second time: the two must agree, or the measurement itself is off, and the
+comparison says so. `baseline_rows` runs the placers and times how long each took; `learned_row`
+adds a learned placement. With a learned placement and `random_search` among
 the rows, the comparison also reports what learning is worth: the learned step time against the
 best of as many random placements. Reading a training run's files, the text table, CSV/JSON and
 the chart are the command's (`placer.commands.compare`, `placer.evaluate.report`).
@@ -23,7 +25,7 @@ from typing import Any
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
-from placer.measure.intervals import FASTER, TIED, Interval, speedup_verdict
+from placer.measure.intervals import FASTER, TIED, Interval, speedup_verdict, verdict_record
 from placer.costmodel.lower_bound import LowerBound, check_bound, lower_bound
 from placer.engines.protocol import PlacedRun
 from placer.measure.measurement import Measurement, Measurer, OpensPlacements
@@ -53,6 +55,7 @@ class CompareRow:
     vs_best_single: Interval | None = None
     vs_whole_machine: Interval | None = None
     vs_fastest: Interval | None = None       # below 1 unless this row is the fastest
+    vs_fastest_verdict: str | None = None    # its verdict against the fastest (None for the fastest itself)
     tied_with_fastest: bool = False
     # Rows that do not run on the compared devices (whole_machine, onnxruntime) open their own run
     opener: Callable[[], PlacedRun] | None = field(default=None, repr=False)
@@ -82,6 +85,7 @@ class CompareRow:
                 "speedup_vs_best_single_interval": _interval_dict(self.vs_best_single),
                 "speedup_vs_whole_machine_interval": _interval_dict(self.vs_whole_machine),
                 "speedup_vs_fastest_interval": _interval_dict(self.vs_fastest),
+                "vs_fastest_verdict": self.vs_fastest_verdict,
                 "tied_with_fastest": self.tied_with_fastest, "note": self.note,
                 "ratio_to_lower_bound": self.ratio_to_lower_bound,
                 "predicted_step_time_s": self.predicted_step_time,
@@ -114,6 +118,7 @@ class Comparison:
     control: dict[str, Any] | None = None    # the control row against its twin, see `control_check`
     verdicts: list[dict[str, Any]] = field(default_factory=list)   # the headline pairs, see `headline_verdicts`
     notes: list[str] = field(default_factory=list)   # one line each: caps hit, noise, what to use instead
+    history: dict[str, Any] | None = None    # against the previous run, see `placer.evaluate.history`
 
     def row(self, name: str) -> CompareRow | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -124,7 +129,7 @@ class Comparison:
                 "best_single_device": self.best_single, "fastest": self.fastest,
                 "micro_batches": self.micro_batches, "best_single_device_step_time_s": self.best_single_step_time,
                 "learning_vs_random_search": self.learning, "rounds": self.rounds, "control": self.control,
-                "verdicts": self.verdicts, "notes": self.notes, "info": self.info,
+                "verdicts": self.verdicts, "notes": self.notes, "history": self.history, "info": self.info,
                 "rows": [{**r.to_dict(), "throughput_per_s": self.throughput(r)} for r in self.rows]}
 
     def throughput(self, row: CompareRow) -> float | None:
@@ -218,7 +223,7 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
     from placer.costmodel.simulator import Simulator
 
     caps = dict(caps or {})
-    bound = lower_bound(graph, devices, cost, training, pipeline)
+    bound = lower_bound(graph, devices, cost, training, pipeline, caps)
     sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices], training=training, pipeline=pipeline)
     index = {d: i for i, d in enumerate(devices)}
     for row in rows:
@@ -257,7 +262,8 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
         if whole is not None:
             row.vs_whole_machine = speedup(row, whole)
         row.vs_fastest = speedup(row, fastest)
-        row.tied_with_fastest = row is fastest or speedup_verdict(row.vs_fastest) == TIED
+        row.vs_fastest_verdict = None if row is fastest else speedup_verdict(row.vs_fastest)
+        row.tied_with_fastest = row is fastest or row.vs_fastest_verdict == TIED
         if bound.value > 0:
             row.ratio_to_lower_bound = row.step_time / bound.value
     comparison = Comparison(graph=graph.source, graph_sha256=graph.sha256, devices=list(devices), caps=caps,
@@ -267,8 +273,8 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
     comparison.verdicts = headline_verdicts(rows, speedup, best)
     comparison.micro_batches = pipeline.micro_batches if pipeline is not None else 1
     if result is not None:
-        comparison.rounds = {"rounds": result.rounds, "capped": result.capped, "seconds": round(result.seconds, 1),
-                             "protocol": rounds.to_dict()}
+        comparison.rounds = {"rounds": result.rounds, "blocks": len(set(result.blocks)), "capped": result.capped,
+                             "seconds": round(result.seconds, 1), "protocol": rounds.to_dict()}
         comparison.control = control_check(comparison, speedup, rounds.precision)
         placed = {r.name: r.step_time for r in ok if r.opener is None}   # on these devices: the bound holds
         comparison.notes = [n for n in (result.cap_note(), _noise_note(comparison.control, rounds.precision),
@@ -350,8 +356,8 @@ def _what_to_use(comparison: Comparison, speedup) -> list[str]:
 
 
 def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow | None) -> list[dict[str, Any]]:
-    """What a user asks of a comparison, each a paired speedup with its verdict (tied inside the
-    interval): the run's placement (`learned`, its placement.json; else the best placer's) against
+    """What a user asks of a comparison, each a paired speedup with its verdict (`verdict_record`):
+    the run's placement (`learned`, its placement.json; else the best placer's) against
     the best baseline placer (by paired speedup over the best single device), the best single
     device, the whole machine as one device and ONNX Runtime."""
     ok = [r for r in rows if r.step_time is not None]
@@ -370,14 +376,14 @@ def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow |
             continue
         interval = speedup(subject, ref)
         out.append({"subject": subject.name, "reference": ref.name, "what": what, "speedup": interval.to_dict(),
-                    "verdict": speedup_verdict(interval)})
+                    **verdict_record(interval)})
     return out
 
 
 def learning_worth(rows: list[CompareRow], speedup=None) -> dict[str, Any] | None:
     """The learned placement's measured step time against random search's (None unless both ran);
     ratio = random search / learned, above 1 when learning beat chance, with its paired interval
-    and a verdict (tied when the interval holds 1 or the difference is under MIN_EFFECT)."""
+    and its verdict (`verdict_record`)."""
     # The policy's own placement shows what was learned; the run's best one may be a lucky sample.
     ran = [r for r in rows if r.placer == "learned" and r.step_time is not None]
     learned = next((r for r in ran if r.name == "learned_greedy"), ran[0] if ran else None)
@@ -389,4 +395,4 @@ def learning_worth(rows: list[CompareRow], speedup=None) -> dict[str, Any] | Non
     return {"learned": learned.name, "learned_step_time_s": learned.step_time, "learned_samples": samples(learned),
             "random_search_step_time_s": searched.step_time, "random_search_samples": samples(searched),
             "ratio": searched.step_time / learned.step_time, "interval": interval.to_dict(),
-            "verdict": speedup_verdict(interval)}
+            **verdict_record(interval)}

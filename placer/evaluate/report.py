@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from placer.measure.intervals import MIN_EFFECT, Interval, format_interval, format_ratio, why_tied
+from placer.measure.intervals import RESOLUTION, Interval, format_interval, format_ratio, verdict_words
 from placer.evaluate.compare import CONTROL_TOLERANCE, Comparison
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ def format_table(comparison: Comparison) -> str:
     pipelined = comparison.micro_batches > 1
     head = ["placement", "step ms [95%]"] + (["micro-batches/s"] if pipelined else []) + ["vs best 1-dev [95%]"] + \
            (["vs whole machine"] if has_whole else []) + \
-           ["tied", "/ bound", "predicted"] + [f"peak {d} MiB" for d in devices] + ["find s", "caps", "status"]
+           ["vs fastest", "/ bound", "predicted"] + [f"peak {d} MiB" for d in devices] + ["find s", "caps", "status"]
     lines = []
     for r in comparison.rows:
         m = r.measurement
@@ -32,7 +32,7 @@ def format_table(comparison: Comparison) -> str:
         caps = "-" if not comparison.caps or r.respects_memory is None else \
             ("respects" if r.respects_memory else "ignores")
         tied = "-" if r.step_time is None else ("fastest" if r.name == comparison.fastest
-                                                else "tied" if r.tied_with_fastest else "")
+                                                else r.vs_fastest_verdict or "")
         lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None)] +
                      ([_num(comparison.throughput(r), 1, 1)] if pipelined else []) + [format_interval(r.vs_best_single)] + ([format_interval(r.vs_whole_machine)] if has_whole else []) +
                      [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] + peaks +
@@ -42,14 +42,20 @@ def format_table(comparison: Comparison) -> str:
                                   for i, (c, w) in enumerate(zip(cells, widths)))
     lb = comparison.lower_bound
     footer = [f"lower bound {lb.value * 1e3:.2f} ms (critical path {lb.critical_path * 1e3:.2f} ms, "
-              f"load {lb.load * 1e3:.2f} ms by {lb.load_method}); best single device: "
+              f"with transfers {lb.transfer_path * 1e3:.2f} ms, load {lb.load * 1e3:.2f} ms by {lb.load_method}"
+              f"{' within the memory caps' if lb.caps_used else ''}); best single device: "
               f"{comparison.best_single or 'none'}" +
               (f" at {comparison.best_single_step_time * 1e3:.2f} ms" if comparison.best_single_step_time else "")]
     if comparison.rounds:
         r = comparison.rounds
-        footer.append(f"measured in {r['rounds']} interleaved rounds ({r['seconds']:.0f} s), every placement once a "
-                      f"round in a shuffled order; intervals are 95%, 'tied' rows' interval against the fastest holds 1 or they "
-                      f"differ by under {MIN_EFFECT:.0%}"
+        blocks = r.get("blocks", 1)
+        footer.append((f"measured in {blocks} blocks of interleaved rounds ({r['rounds']} rounds, "
+                       f"{r['seconds']:.0f} s), every placement built afresh in each block" if blocks > 1 else
+                       f"measured in {r['rounds']} interleaved rounds ({r['seconds']:.0f} s)")
+                      + ", every placement once a round in a shuffled order; intervals are 95%"
+                      + (", over blocks and rounds" if blocks > 1 else "")
+                      + f"; a verdict is faster or slower when its whole interval lies beyond {RESOLUTION:.0%}, tied "
+                      f"when it lies within, else not resolved"
                       + (f"; stopped at the {r['capped']} cap" if r["capped"] else ""))
     if comparison.control:
         c = comparison.control
@@ -69,6 +75,11 @@ def format_table(comparison: Comparison) -> str:
     if protocol.get("objective") == "training":
         footer.append(f"step = training step (forward, loss {protocol.get('loss')}, backward, "
                       f"{protocol.get('optimizer')} update)")
+    if comparison.history and comparison.history["previous_run"]:
+        moved = len(comparison.history["moved"])
+        footer.append(f"against the previous run ({comparison.history['previous_run']}): "
+                      + (f"{moved} row(s) moved outside their interval, see the notes" if moved
+                         else "every row's interval overlaps its interval then"))
     footer += [f"note: {n}" for n in comparison.notes]
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + [""] + footer)
 
@@ -83,12 +94,10 @@ def _with_interval(seconds: float | None, interval: dict | None) -> str:
 
 
 def _verdict_line(v: dict[str, Any]) -> str:
-    """'learned vs m_sct (the best baseline placer): 1.03x [0.99, 1.06], tied (the interval holds 1)'."""
+    """'learned vs m_sct (the best baseline placer): 1.01x [1.00, 1.02], tied (within 2%)'."""
     i = v["speedup"]
-    figure = format_interval(i)
-    said = {"faster": "faster", "slower": "slower",
-            "tied": f"tied ({why_tied(Interval(**i))})"}[v["verdict"]]
-    return f"{v['subject']} vs {v['reference']} ({v['what']}): {figure}, {said}"
+    said = verdict_words(Interval.from_dict(i))
+    return f"{v['subject']} vs {v['reference']} ({v['what']}): {format_interval(i)}, {said}"
 
 
 def _learning_line(worth: dict[str, Any]) -> str:
@@ -96,8 +105,8 @@ def _learning_line(worth: dict[str, Any]) -> str:
     learned, searched = worth["learned_step_time_s"] * 1e3, worth["random_search_step_time_s"] * 1e3
     interval = worth.get("interval")
     figure = format_interval(interval) if interval and interval["n"] >= 2 else format_ratio(worth["ratio"])
-    said = {"faster": "the learned placement is faster", "slower": "random search is faster",
-            "tied": f"tied ({why_tied(Interval(**interval))})" if interval else "tied"}.get(worth.get("verdict"), "")
+    said = {"faster": "the learned placement is faster", "slower": "random search is faster"}.get(
+        worth.get("verdict"), verdict_words(Interval.from_dict(interval)) if interval else worth.get("verdict", ""))
     return (f"learning is worth: learned {learned:.2f} ms vs random search ({worth['random_search_samples']} "
             f"samples) {searched:.2f} ms: {figure}" + (f", {said}" if said else ""))
 
@@ -116,7 +125,8 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, plot: bool = True
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "compare.json", out / "compare.csv"]
     paths[0].write_text(comparison_json(comparison))
-    columns = ["name", "placer", "step_time_s", "spread_s", "speedup_vs_best_single", "tied_with_fastest",
+    columns = ["name", "placer", "step_time_s", "spread_s", "speedup_vs_best_single", "vs_fastest_verdict",
+               "tied_with_fastest",
                "ratio_to_lower_bound",
                "predicted_step_time_s"] + [f"peak_memory_{d}" for d in comparison.devices] + \
               ["find_time_s", "respects_memory", "status"]

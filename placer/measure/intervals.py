@@ -5,11 +5,20 @@ every comparison is paired: two candidates measured in the same rounds give one 
 so a slow minute slows both and cancels out. The interval of a median is the distribution-free
 one from order statistics (the binomial sign-test interval, as in pyperf and the classic
 nonparametric texts): it needs no normality, and an outlier round moves it by one rank at most.
-A verdict is computed here, in one place, and every printer reads it: a difference whose interval
-holds 1 is "tied", never a result; so is a measured difference smaller than `MIN_EFFECT`, as in
-asv's `--factor`: one run's interval does not show how far the next run moves (the main job's
-learned placement against m-SCT read 1.01x [1.00, 1.01], [1.00, 1.02] and [1.00, 1.01] in three
-runs, "faster", "tied", "faster").
+
+Rounds inside one run do not show how far the next run moves (threads that spin, where memory
+landed, a machine's state), so a measurement may run in several blocks, each with every candidate
+built afresh, and its interval is then taken over blocks as well as rounds (`interval_over_blocks`:
+Kalibera and Jones's repetition at every level).
+
+A verdict is computed here, in one place, and every printer reads it. It asks of the WHOLE interval
+(an equivalence test, as TOST does), against a band of `RESOLUTION` (2%) around 1, symmetric on a
+log scale: a speedup s is faster when its interval lies above 1.02, slower when it lies below
+1/1.02 (0.980), tied when it lies inside [1/1.02, 1.02], and "not resolved" otherwise, reported
+with its interval and about how many rounds would resolve it. So a true difference near 2% reads
+"not resolved" rather than "faster" in one run and "tied" in the next (issue 27: 1.020 [1.018,
+1.026], 1.018 [1.013, 1.029], 1.016 [1.006, 1.032] read faster, tied, tied). Exact figures (a
+simulator's, n = 1) are not measured and keep every difference.
 """
 
 from __future__ import annotations
@@ -20,16 +29,19 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import binom
+from scipy.stats import t as student_t
 
 CONFIDENCE = 0.95
 # With fewer rounds than this no order-statistic interval reaches 95%: (1/2)^5 * 2 > 5%.
 MIN_ROUNDS_FOR_INTERVAL = 6
 
-FASTER, SLOWER, TIED = "faster", "slower", "tied"
-# A measured difference under 2% is tied even when its interval misses 1: between two runs of the
-# same comparison a ratio moves by about 1%, beyond what one run's interval shows. Exact figures
-# (a simulator's, n = 1) are not measured and keep every difference.
-MIN_EFFECT = 0.02
+FASTER, SLOWER, TIED, NOT_RESOLVED = "faster", "slower", "tied", "not resolved"
+# The smallest difference a verdict calls a difference: between two runs of the same comparison a
+# ratio moves by about 1%.
+RESOLUTION = 0.02
+# Past this many times the rounds taken, an estimate of the rounds a verdict needs is not worth giving:
+# the value sits at the band's edge.
+MAX_GROWTH = 100.0
 
 
 @dataclass(frozen=True)
@@ -39,8 +51,19 @@ class Interval:
     value: float
     low: float
     high: float
-    n: int
+    n: int                       # rounds, over every block
     confidence: float = CONFIDENCE
+    blocks: int = 1              # measured in this many blocks, each built afresh (`interval_over_blocks`)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Interval:
+        """The inverse of `to_dict` (a dict written before blocks were recorded is one block)."""
+        return cls(data["value"], data["low"], data["high"], data["n"], data.get("confidence", CONFIDENCE),
+                   data.get("blocks", 1))
+
+    def inverse(self) -> Interval:
+        """1 / this: a time ratio as a speedup, or back."""
+        return Interval(1 / self.value, 1 / self.high, 1 / self.low, self.n, self.confidence, self.blocks)
 
     def contains(self, x: float) -> bool:
         return self.low <= x <= self.high
@@ -80,7 +103,7 @@ def format_interval(interval: Interval | Mapping[str, Any] | None, digits: int =
     if interval is None:
         return "-"
     if isinstance(interval, Mapping):
-        interval = Interval(interval["value"], interval["low"], interval["high"], interval["n"])
+        interval = Interval.from_dict(interval)
     if interval.n < 2:
         return format_ratio(interval.value, digits=digits)
     return format_ratio(interval.value, interval.low, interval.high, digits)
@@ -115,41 +138,97 @@ def paired_ratio(times, reference_times, confidence: float = CONFIDENCE) -> Inte
     return median_interval(a / b, confidence)
 
 
-def _resolved(ratio: Interval, min_effect: float) -> bool:
-    """Whether a ratio's difference from 1 is at least what a measurement resolves."""
-    return ratio.n <= 1 or abs(ratio.value - 1.0) >= min_effect
+def interval_over_blocks(blocks, confidence: float = CONFIDENCE) -> Interval:
+    """The figure of samples taken in blocks (a list of per-block samples: step times, or paired
+    ratios) with an interval that holds the variation between blocks as well as within them. One
+    block: its median and order-statistic interval (`median_interval`). Several: the geometric mean
+    of the block medians (a ratio and its inverse then agree), with Student's t interval over the
+    block medians on a log scale. As Kalibera and Jones show, the spread of the top level's figures
+    holds every level beneath it (a block median varies with its rounds too), and with few blocks
+    only t keeps its coverage: a bootstrap over 3 blocks that moved by 1% covered the true value
+    81% of the time, t 95%."""
+    groups = [np.asarray(b, dtype=np.float64) for b in blocks if len(b)]
+    if not groups:
+        raise ValueError("no samples")
+    if len(groups) == 1:
+        return median_interval(groups[0], confidence)
+    logs = np.array([np.median(np.log(g)) for g in groups])   # of an even count: the geometric midpoint
+    centre = float(logs.mean())
+    half = float(student_t.ppf(0.5 + confidence / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs)))
+    return Interval(float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half)),
+                    sum(len(g) for g in groups), confidence, len(groups))
 
 
-def verdict(ratio: Interval, min_effect: float = MIN_EFFECT) -> str:
-    """FASTER when the whole interval of time / reference lies below 1, SLOWER above, else TIED;
-    TIED too when a measured ratio is within `min_effect` of 1."""
-    if ratio.high < 1.0 and _resolved(ratio, min_effect):
+def speedup_verdict(speedup: Interval, resolution: float = RESOLUTION) -> str:
+    """For a speedup (reference time / time): FASTER when its whole interval lies above 1 +
+    `resolution`, SLOWER when below 1 / (1 + `resolution`), TIED when inside both, else
+    NOT_RESOLVED. An exact figure (n <= 1) keeps every difference."""
+    if speedup.n <= 1:
+        return FASTER if speedup.value > 1.0 else SLOWER if speedup.value < 1.0 else TIED
+    below, above = 1.0 / (1.0 + resolution), 1.0 + resolution
+    if speedup.low > above:
         return FASTER
-    if ratio.low > 1.0 and _resolved(ratio, min_effect):
+    if speedup.high < below:
         return SLOWER
-    return TIED
+    if below <= speedup.low and speedup.high <= above:
+        return TIED
+    return NOT_RESOLVED
 
 
-def speedup_verdict(speedup: Interval, min_effect: float = MIN_EFFECT) -> str:
-    """For a speedup (reference time / time): FASTER when its whole interval lies above 1, SLOWER
-    below, else TIED; TIED too when a measured speedup is within `min_effect` of 1."""
-    if speedup.low > 1.0 and _resolved(speedup, min_effect):
-        return FASTER
-    if speedup.high < 1.0 and _resolved(speedup, min_effect):
-        return SLOWER
-    return TIED
+def verdict(ratio: Interval, resolution: float = RESOLUTION) -> str:
+    """For a time ratio (time / reference, below 1: faster): the verdict of its speedup."""
+    return speedup_verdict(ratio.inverse(), resolution)
 
 
-def why_tied(interval: Interval) -> str:
-    """Why a tied verdict is tied: its interval holds 1, or the difference is under `MIN_EFFECT`."""
-    return "the interval holds 1" if interval.contains(1.0) else f"under the {MIN_EFFECT:.0%} a run resolves"
+def rounds_to_resolve(interval: Interval, resolution: float = RESOLUTION) -> dict[str, int] | None:
+    """About how many rounds (and blocks) a "not resolved" ratio or speedup would need: its interval
+    shrinks as 1/sqrt(n), so n grows by (reach / gap)^2, where for each band edge inside the interval
+    the gap runs from the value to the edge and the reach from the value to the interval's end past
+    it (on a log scale, where the band is symmetric). Blocks grow alike when there are several (more
+    rounds in a block do not narrow the variation between blocks). None when resolved, or when the
+    value sits at an edge (over `MAX_GROWTH` times the rounds)."""
+    if interval.n <= 1 or speedup_verdict(interval, resolution) != NOT_RESOLVED:
+        return None
+    value, low, high = np.log([interval.value, interval.low, interval.high])
+    growth = 1.0
+    for edge in (-np.log1p(resolution), np.log1p(resolution)):
+        if not low <= edge <= high:
+            continue
+        gap = abs(value - edge)
+        reach = value - low if value > edge else high - value
+        if reach > gap * np.sqrt(MAX_GROWTH):
+            return None
+        growth = max(growth, (reach / gap) ** 2)
+    blocks = interval.blocks if interval.blocks == 1 else int(np.ceil(interval.blocks * growth))
+    return {"rounds": max(interval.n + 1, int(np.ceil(interval.n * growth))), "blocks": blocks}
+
+
+def verdict_record(speedup: Interval, resolution: float = RESOLUTION) -> dict[str, Any]:
+    """A speedup's verdict as compare.json and the run summary keep it: the verdict, the resolution
+    it was judged at, and for "not resolved" the rounds (and blocks) that would resolve it."""
+    return {"verdict": speedup_verdict(speedup, resolution), "resolution": resolution,
+            "to_resolve": rounds_to_resolve(speedup, resolution)}
+
+
+def verdict_words(speedup: Interval, resolution: float = RESOLUTION) -> str:
+    """A speedup's verdict as a user reads it: 'faster', 'slower', 'tied (within 2%)', or
+    'not resolved (the interval crosses an edge of the 2% band; about 40 rounds would resolve it)'."""
+    said = speedup_verdict(speedup, resolution)
+    if said == TIED:
+        return f"tied (within {resolution:.0%})"
+    if said != NOT_RESOLVED:
+        return said
+    need = rounds_to_resolve(speedup, resolution)
+    if need is None:
+        estimate = f"it sits at the edge: over {MAX_GROWTH:.0f}x these rounds would be needed"
+    elif need["blocks"] > 1:
+        estimate = f"about {need['blocks']} blocks ({need['rounds']} rounds) would resolve it"
+    else:
+        estimate = f"about {need['rounds']} rounds would resolve it"
+    return f"not resolved (the interval crosses an edge of the {resolution:.0%} band; {estimate})"
 
 
 def speedup_words(ratio: Interval) -> str:
-    """A time ratio as a user reads it, as a speedup: '1.32x [1.28, 1.35] (faster)', or 'tied (...)'."""
-    v = verdict(ratio)
-    speed = Interval(1 / ratio.value, 1 / ratio.high, 1 / ratio.low, ratio.n, ratio.confidence)
-    figure = format_ratio(speed.value, speed.low, speed.high)
-    if v == TIED:
-        return f"tied ({figure}, {why_tied(ratio)})"
-    return f"{figure} ({v})"
+    """A time ratio as a user reads it, as a speedup: '1.32x [1.28, 1.35], faster'."""
+    speed = ratio.inverse()
+    return f"{format_ratio(speed.value, speed.low, speed.high)}, {verdict_words(speed)}"

@@ -5,7 +5,7 @@ Training's own figures were taken at different times under different load, or by
 and the fastest of many noisy measurements is biased low; so with a `confirm` measurer the
 fastest placements of each phase, the policy's greedy placement and every single device are
 measured again side by side, in interleaved rounds (`placer.measure.rounds`), and those figures
-decide the result and the speedup.
+decide the result and the speedup, with its paired interval and verdict (`placer.measure.intervals`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from placer.measure.intervals import Interval, format_interval, format_ratio, verdict_record, verdict_words
 from placer.measure.measurement import Measurer, OpensPlacements, ReportsOnWorkers
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
@@ -44,11 +45,13 @@ def confirm_side_by_side(confirm: Measurer, session: TrainingSession,
             candidates.append({**t, "training_step_time": t["step_time"], "training_reward": phase})
     to_measure = {f"single:{d}": a for d, a in singles.items()}
     to_measure.update({f"candidate:{i}": c["group_devices"] for i, c in enumerate(candidates)})
-    measured = _measure_side_by_side(confirm, session, to_measure, rounds)
+    measured, ratio = _measure_side_by_side(confirm, session, to_measure, rounds)
     single_measurements = {d: measured[f"single:{d}"] for d in singles}
     for i, c in enumerate(candidates):
         c["measurement"] = measured[f"candidate:{i}"]
         c["step_time"] = c["measurement"]["step_time"] if c["measurement"]["ok"] else None
+        # its speedup over each single device: paired over the rounds both ran
+        c["vs_single"] = {d: ratio(f"single:{d}", f"candidate:{i}") for d in singles}
     confirmed_greedy = None
     if state.greedy:
         same = [c["measurement"] for c in candidates if c["group_devices"] == state.greedy["group_devices"]]
@@ -58,15 +61,23 @@ def confirm_side_by_side(confirm: Measurer, session: TrainingSession,
 
 
 def _measure_side_by_side(confirm: Measurer, session: TrainingSession, group_devices: dict[str, list[int]],
-                          rounds: RoundsProtocol) -> dict[str, dict[str, Any]]:
+                          rounds: RoundsProtocol):
     """name -> measurement (as a dict) of each group placement, in interleaved rounds when `confirm`
-    can open placements."""
+    can open placements; and `ratio(a, b)`: a's time over b's, an `Interval` (paired over the
+    rounds, else exact from the figures: a simulated confirmation), None where either failed."""
     if not isinstance(confirm, OpensPlacements):
-        return {name: confirm.measure(session.expand(a)).to_dict() for name, a in group_devices.items()}
+        measured = {name: confirm.measure(session.expand(a)).to_dict() for name, a in group_devices.items()}
+        return measured, partial(_exact_ratio, measured)
     record = confirm.run_record()
     result = measure_in_rounds([Candidate(name, partial(confirm.open, session.expand(a)), record)
                                 for name, a in group_devices.items()], rounds, reference=next(iter(group_devices)))
-    return {name: m.to_dict() for name, m in result.measurements.items()}
+    measured = {name: m.to_dict() for name, m in result.measurements.items()}
+    return measured, lambda a, b: result.ratio(a, b) if measured[a]["ok"] and measured[b]["ok"] else None
+
+
+def _exact_ratio(measured: dict[str, dict[str, Any]], a: str, b: str) -> Interval | None:
+    ta, tb = _time_of(measured[a]), _time_of(measured[b])
+    return Interval(ta / tb, ta / tb, ta / tb, 1) if ta and tb else None
 
 
 def _time_of(m: dict[str, Any]) -> float | None:
@@ -108,6 +119,8 @@ def write_outputs(session: TrainingSession, interrupted: bool,
         greedy.extra = {"source": "policy greedy", "samples": state.samples, "objective": session.objective}
         greedy.save(run_dir / "greedy_placement.json")
     best_time = best["step_time"] if best else None
+    # a confirmed candidate's paired speedup over the best single device, judged (a single device: none)
+    paired = (best or {}).get("vs_single", {}).get(best_single)
     reported_by = sources.confirm if confirmed is not None else sources.real
     sim = state.simulated if state.simulated else (
         {"samples": state.samples, "best": state.best, "single_device": state.single_device}
@@ -131,6 +144,7 @@ def write_outputs(session: TrainingSession, interrupted: bool,
         "best_single_device": best_single,
         "best_single_device_step_time": ok.get(best_single) if best_single else None,
         "speedup_vs_best_single_device": ok[best_single] / best_time if best_single and best_time else None,
+        "vs_best_single_device": speedup_record(paired) if paired is not None else None,
         # Training's own figures; "reward" says whether they were measured or simulated.
         "during_training": {"reward": state.phase,
                             "best_step_time": state.best["step_time"] if state.best else None,
@@ -153,6 +167,22 @@ def write_outputs(session: TrainingSession, interrupted: bool,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return placement, summary
+
+
+def speedup_record(speedup: Interval) -> dict[str, Any]:
+    """A speedup as summary.json keeps it: its interval and its verdict (`verdict_record`)."""
+    return {"speedup": speedup.to_dict(), **verdict_record(speedup)}
+
+
+def speedup_text(summary: dict[str, Any]) -> str | None:
+    """'speedup over the best single device (cpu:0): 1.32x [1.28, 1.35], faster', with the paired
+    interval and verdict of the side-by-side confirmation when there is one."""
+    if not summary.get("speedup_vs_best_single_device"):
+        return None
+    judged = summary.get("vs_best_single_device")
+    figure = (f"{format_interval(judged['speedup'])}, {verdict_words(Interval.from_dict(judged['speedup']))}"
+              if judged else format_ratio(summary["speedup_vs_best_single_device"]))
+    return f"speedup over the best single device ({summary['best_single_device']}): {figure}"
 
 
 def _learning_figures(state: TrainState, n_groups: int, confirmed: dict[str, Any] | None,

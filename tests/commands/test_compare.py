@@ -192,3 +192,38 @@ def test_a_single_device_far_off_its_prediction_is_noted(capsys):
     err = capsys.readouterr().err
     assert "cpu:0 ran the whole graph in 300.0 ms now but the profile predicts 200.0 ms (cached profile)" in err
     assert "cpu:1" not in err
+
+
+def test_placer_compare_measures_in_blocks_and_keeps_a_history_of_its_runs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    history = tmp_path / "history"
+    args = ["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
+            "--min-rounds", "6", "--max-rounds", "6", "--blocks", "2", "--placers", "single", "--no-plot",
+            "--history-dir", str(history)]
+    for run in ("first", "second"):
+        assert main(args + ["--out", str(tmp_path / run)]) == 0
+    printed = capsys.readouterr().out
+    assert "measured in 2 blocks of interleaved rounds (12 rounds" in printed and "against the previous run (" in printed
+    first, second = (json.loads((tmp_path / run / "compare.json").read_text()) for run in ("first", "second"))
+    assert second["rounds"]["rounds"] == 12 and second["rounds"]["blocks"] == 2
+    assert all(r["measurement"]["interval"]["blocks"] == 2 for r in second["rows"])
+    assert first["history"]["previous_run"] is None and second["history"]["previous_run"] is not None
+    assert second["history"]["file"] == first["history"]["file"]
+    assert len((history / first["history"]["file"].split("/")[-1]).read_text().splitlines()) == 2
+    # the default history sits beside the profile cache; --no-history leaves none
+    assert main(args[:-2] + ["--out", str(tmp_path / "third")]) == 0
+    assert list((tmp_path / "cache" / "compare_history").glob("*.jsonl"))
+    assert main(args[:-2] + ["--no-history", "--out", str(tmp_path / "fourth")]) == 0
+    assert json.loads((tmp_path / "fourth" / "compare.json").read_text())["history"] is None
+
+
+def test_placer_compare_refuses_no_blocks_and_a_history_dir_that_is_a_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    (tmp_path / "file").write_text("")
+    base = ["compare", "--graph", str(model), "--placers", "single", "--out", str(tmp_path / "out")]
+    assert main(base + ["--blocks", "0"]) == 2
+    assert main(base + ["--history-dir", str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert "--blocks" in err and "--history-dir" in err and "give a folder" in err

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from placer.engines.failures import StepTimeout
-from placer.measure.intervals import FASTER, SLOWER, TIED, median_interval, paired_ratio, verdict
+from placer.measure.intervals import FASTER, median_interval, paired_ratio, verdict
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 
 
@@ -122,26 +122,70 @@ def test_the_median_interval_has_its_coverage():
     assert (small.low, small.value, small.high) == (1.0, 2.0, 3.0)   # too few for 95%: the whole range
 
 
-def test_verdicts_are_tied_when_the_interval_holds_one():
-    assert verdict(paired_ratio([1.0] * 10, [1.1] * 10)) == FASTER
-    assert verdict(paired_ratio([1.2] * 10, [1.1] * 10)) == SLOWER
-    mixed = paired_ratio([0.97, 1.03, 0.96, 1.04, 0.98, 0.99, 1.02, 0.97, 1.01, 0.98], [1.0] * 10)
-    assert mixed.value < 1.0 and verdict(mixed) == TIED   # faster by its median, but within the noise
+class Builds:
+    """Candidates whose speed is set when they are built, as a run's state is (threads that spin,
+    where memory lands): build k of "moody" runs at `moods[k]` times its cost, "steady" always at 1."""
+
+    def __init__(self, moods: list[float]) -> None:
+        self.moods, self.built, self.closed, self.calls = moods, {}, {}, []
+
+    def candidate(self, name: str, cost: float) -> Candidate:
+        builds = self
+
+        def build():
+            k = builds.built[name] = builds.built.get(name, 0) + 1
+            factor = builds.moods[k - 1] if name == "moody" else 1.0
+            noise = np.random.default_rng(k * 7 + len(name))
+
+            class Run:
+                peak_memory = {"cpu:0": k}
+
+                def step(self) -> float:
+                    builds.calls.append((name, k))
+                    return cost * factor * (1 + noise.normal(0, 0.002))
+
+                def close(self) -> None:
+                    builds.closed[name] = builds.closed.get(name, 0) + 1
+
+            return Run()
+
+        return Candidate(name, build)
 
 
-def test_a_measured_difference_under_the_minimum_effect_is_tied_even_outside_its_interval():
-    from placer.measure.intervals import MIN_EFFECT, Interval, speedup_verdict, why_tied
+def test_blocks_build_every_candidate_afresh_and_the_interval_spans_them():
+    b = Builds(moods=[1.0, 1.06, 1.0])
+    result = measure_in_rounds([b.candidate("steady", 1.0), b.candidate("moody", 1.0)],
+                               RoundsProtocol(warmup=1, min_rounds=8, max_rounds=8, blocks=3), reference="steady")
+    assert b.built == b.closed == {"steady": 3, "moody": 3}
+    assert result.blocks == [0] * 8 + [1] * 8 + [2] * 8 and result.rounds == 24
+    # each block ran on its own build, warm-up first
+    assert [k for _, k in b.calls] == [1] * 18 + [2] * 18 + [3] * 18
+    per_block = [result.ratio("moody", "steady", block) for block in range(3)]
+    assert not per_block[0].overlaps(per_block[1])   # the second build is 6% slower
+    over = result.ratio("moody", "steady")
+    assert over.blocks == 3 and over.n == 24
+    assert over.low <= min(r.value for r in per_block) and over.high >= max(r.value for r in per_block)
+    moody = result.measurements["moody"]
+    assert moody.interval == result.interval("moody").to_dict() and moody.interval["blocks"] == 3
+    assert moody.paired["blocks"] == 3 and moody.protocol["blocks_run"] == 3
+    assert moody.peak_memory == {"cpu:0": 3}   # the last build's
 
-    # the main job's learned placement against m-SCT: 1.01x [1.00, 1.01] in one run, [1.00, 1.02] in the next
-    small = paired_ratio([0.990, 0.991, 0.989, 0.990, 0.992, 0.990, 0.989, 0.991, 0.990, 0.990], [1.0] * 10)
-    assert small.high < 1.0 and 1.0 - small.value < MIN_EFFECT
-    assert verdict(small) == TIED and "resolves" in why_tied(small)
-    assert verdict(small, min_effect=0.0) == FASTER
-    assert speedup_verdict(Interval(1.01, 1.005, 1.015, 20)) == TIED
-    assert speedup_verdict(Interval(1.03, 1.02, 1.04, 20)) == FASTER
-    assert speedup_verdict(Interval(0.97, 0.96, 0.98, 20)) == SLOWER
-    # an exact (simulated) figure is not measured: every difference stands
-    assert speedup_verdict(Interval(1.01, 1.01, 1.01, 1)) == FASTER
+
+def test_one_block_is_the_interleaved_rounds_as_before():
+    b = Builds(moods=[1.0])
+    result = measure_in_rounds([b.candidate("steady", 1.0), b.candidate("moody", 1.2)],
+                               RoundsProtocol(warmup=0, min_rounds=8, max_rounds=8), reference="steady")
+    ratio = result.ratio("moody", "steady")
+    assert ratio.blocks == 1 and ratio == paired_ratio(result.measurements["moody"].times,
+                                                       result.measurements["steady"].times)
+
+
+def test_a_cap_in_seconds_is_shared_by_the_blocks():
+    protocol = RoundsProtocol(warmup=0, min_rounds=6, max_rounds=6, max_seconds=30, blocks=3)
+    result = measure_in_rounds([Builds([1.0] * 3).candidate("steady", 1.0)], protocol)
+    assert result.capped is None and result.rounds == 18
+    result.capped = "seconds"
+    assert "10 s a block" in result.cap_note() and "3 blocks" in result.cap_note()
 
 
 def test_a_protocol_too_short_for_an_interval_is_refused():
@@ -149,3 +193,10 @@ def test_a_protocol_too_short_for_an_interval_is_refused():
 
     with pytest.raises(PlacerError, match="6 rounds"):
         RoundsProtocol(min_rounds=3)
+
+
+def test_a_protocol_without_a_block_is_refused():
+    from placer.errors import PlacerError
+
+    with pytest.raises(PlacerError, match="block"):
+        RoundsProtocol(blocks=0)

@@ -148,8 +148,11 @@ def test_a_real_comparison_runs_in_rounds_with_a_control_row_that_agrees_with_it
     best = max(placers, key=lambda r: r.vs_best_single.value)   # by paired speedup, not by median
     headline = {v["reference"]: v for v in result.verdicts}
     assert set(headline) == {"single:cpu:0"} and headline["single:cpu:0"]["subject"] == best.name
-    expected = "faster" if best.vs_best_single.low > 1 else "slower" if best.vs_best_single.high < 1 else "tied"
+    s = best.vs_best_single
+    expected = "faster" if s.low > 1.02 else "slower" if s.high < 1 / 1.02 else \
+        "tied" if 1 / 1.02 <= s.low and s.high <= 1.02 else "not resolved"
     assert headline["single:cpu:0"]["verdict"] == expected
+    assert (headline["single:cpu:0"]["to_resolve"] is not None) == (expected == "not resolved")
     assert f"{best.name} vs single:cpu:0 (the best single device)" in format_table(result)
 
 
@@ -169,12 +172,19 @@ def test_the_headline_is_the_runs_placement_against_the_baseline_fastest_by_pair
 
     def speedup(r, ref):
         v = paired.get((r.name, ref.name), ref.step_time / r.step_time)
-        return Interval(v, v * 0.99, v * 1.01, 20)
+        return Interval(v, v * 0.995, v * 1.005, 20)
 
     verdicts = {v["reference"]: v for v in headline_verdicts([single, a, b, learned, greedy], speedup, single)}
     assert set(verdicts) == {"b", "single:cpu:0"}
     assert all(v["subject"] == "learned" for v in verdicts.values())   # placement.json, what `apply` takes
     assert verdicts["b"]["verdict"] == "tied" and verdicts["single:cpu:0"]["verdict"] == "faster"
+    # 2.5% faster by its median, but its interval reaches inside the 2% band: not resolved, with the rounds it needs
+    from placer.evaluate.report import _verdict_line
+
+    paired[("learned", "b")] = 1.025
+    close = next(v for v in headline_verdicts([single, a, b, learned, greedy], speedup, single) if v["reference"] == "b")
+    assert close["verdict"] == "not resolved" and close["to_resolve"]["rounds"] > 20
+    assert _verdict_line(close).startswith("learned vs b (the best baseline placer): 1.02x [1.02, 1.03], not resolved (")
 
 
 def test_rows_within_the_noise_of_the_fastest_are_tied_and_others_are_not(dag):
@@ -184,7 +194,7 @@ def test_rows_within_the_noise_of_the_fastest_are_tied_and_others_are_not(dag):
     cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 1e9, "cpu:1": 1e9})
     rows = baseline_rows(dag, DEVICES, cost, {}, ["single"])
     same = rows[0].placement
-    for name, factor in (("slower_by_5pct", 1.05), ("slower_by_0.2pct", 1.002)):
+    for name, factor in (("slower_by_5pct", 1.05), ("slower_by_0.2pct", 1.002), ("slower_by_2pct", 1.02)):
         slower = Placement(devices=DEVICES, nodes=same.nodes, graph_sha256=same.graph_sha256, extra={"slower_by": factor})
         rows.append(CompareRow(name, "learned", None, None, placement=slower))
     result = compare(dag, DEVICES, DriftingMeasurer(dag, cost, wobble=0.01), cost, rows,
@@ -193,6 +203,9 @@ def test_rows_within_the_noise_of_the_fastest_are_tied_and_others_are_not(dag):
     # two identical devices, the control and 0.2% slower: all within 1% noise of each other
     assert {"single:cpu:0", "single:cpu:1", "control", "slower_by_0.2pct"} <= tied
     assert "slower_by_5pct" not in tied and result.fastest != "slower_by_5pct"
+    # 2% slower, on the band's edge: neither tied nor slower
+    verdicts = {r.name: r.vs_fastest_verdict for r in result.rows}
+    assert verdicts["slower_by_5pct"] == "slower" and verdicts["slower_by_2pct"] == "not resolved"
     table = format_table(result)
     assert "fastest" in table and "tied" in table
 
