@@ -20,28 +20,37 @@ micro-batches run one after another on its device, which cannot start before the
 head + M x its time + tail for any node.
 
 Transfers (`transfer_path`): the critical path above lets every node take its fastest device and
-pays no copy, so it is loose wherever the fastest device changes along a path (a small op fastest
-on the CPU, whose launch is cheap, between matmuls fastest on a GPU). The transfer path chooses a
-device per step and pays the copies that choice implies. Over the simulator's own program (its
-steps, the tensors each reads, the copy times, `Simulator`), in a valid order:
+pays no copy, and lets parallel branches run at once on that one device. The transfer path chooses
+a device per step and pays what the choice implies. Over the simulator's own program (its steps,
+the tensors each reads, the copy times and routes, `Simulator`), in a valid order, S[i][d] bounds
+when step i can start on device d and F[i][d] = S[i][d] + t[i][d] when it can finish there:
 
-    F[i][d] = t[i][d] + max over producers j of i of A[j->i][d]
-    A[j->i][d] = F[j][d]                                          if j runs on i's node (so on d)
-               = min over d' of F[j][d'] + copy(j->i, d'->d)      otherwise (copy 0 when d' = d)
+    S[i][d] = min over the subsets P of i's producers on other nodes (those placed on d too) of
+              the largest of:
+      (a) F[j][d] for j in P and for i's own node's producers (they run on d: one node, one device);
+      (b) R[j][d] = min over d' != d of F[j][d'] + copy(j->i, d'->d), for the producers not in P;
+      (c) min S[j][d] + sum t[j][d] over P and the own producers: d runs them one at a time;
+      (d) where one link lies on every route into d: min over the producers not in P of
+          min_{d' != d} F[j][d'], plus the sum over them of min_{d' != d} copy(j->i, d'->d):
+          their copies into d cross that link one at a time.
 
-where copy(j->i, d'->d) is the sum of the copy times of the tensors i reads from j when the route
-d'->d has links (the simulator sends one copy at a time over a link, and all of them leave after
-j ends), else their largest. Claim: in any simulated placement, a step i on device d finishes no
-earlier than F[i][d]. By induction over the order: i starts after each input has arrived; an input
-made by j on d' arrives at d no earlier than j's finish (>= F[j][d'] by the induction), plus the
-copies over d'->d when d' != d; j's steps of i's own node share d. Taking the least over the
-devices j could be on keeps the claim for every placement. So every step ends after min_d F[i][d],
+copy(j->i, d'->d) is the sum of the copy times of the tensors i reads from j when the route d'->d
+has links (a link carries one copy at a time, and all of them leave after j ends), else their
+largest. Claim: in any simulated placement, a step i on device d starts no earlier than S[i][d].
+By induction over the order: take P as the producers the placement puts on d. i starts after
+each input has arrived; an input made by j on d arrives when j ends, after F[j][d] (a); made on
+d' != d, when j ends (>= F[j][d']) plus the copies over d'->d (b); d runs the steps of P and of
+i's node before i, each no earlier than its own S (c); copies into d from j not in P leave after
+j ends and take their time on the shared ingress link in turn (d). S[i][d] is the least of these
+maxima over every P, so it is below the placement's own. So every step ends after min_d F[i][d],
 and the simulated step (the last finish, plus contention's extra, never negative) is at least
-max_i min_d F[i][d]. Contention on devices and links only delays, so it is left out.
+max_i min_d F[i][d]. At most `ENUMERATED_PRODUCERS` producers are enumerated; each further one
+only adds min(F[j][d], R[j][d]), true whichever side of P it is on. Contention on devices and
+links beyond (c) and (d) only delays, so it is left out.
 
-Memory caps (`caps`): a device holds every weight, graph input and optimizer state a step on it
-reads (`Simulator.r_bytes`), whatever else it holds, so a placement that fits keeps that resident
-set under the cap. Two consequences that tighten the bounds when the fastest device cannot hold
+Memory caps (`caps`): a device holds at least every weight, graph input and optimizer state that a
+step placed on it reads (the simulator's resident data, `Simulator.r_bytes`), so in a placement
+that fits, that resident set stays under the cap. Two consequences that tighten the bounds when the fastest device cannot hold
 everything: a node whose own resident bytes exceed a device's cap cannot run there (its time is
 infinite in both bounds), and the load LP gets, per capped device d, y[r,d] >= x[n,d] for every
 node n reading resident r and sum_r bytes(r) y[r,d] <= cap[d] (a placement is the point with y = 1

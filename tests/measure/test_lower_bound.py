@@ -190,6 +190,9 @@ def test_memory_caps_tighten_the_load_bound_and_no_placement_that_fits_beats_it(
     sim = Simulator(g, devices, cost, [caps.get(d) for d in devices])
     best = _every_placement_best(sim, len(g.nodes))
     assert best == pytest.approx(3.0) and best >= capped.value
+    # each node fits somewhere, all four nowhere: no placement fits, and the bound ignores the caps
+    crowded = lower_bound(g, devices, cost, caps={"cuda:0": 150_000, "cpu:0": 150_000})
+    assert crowded.load == pytest.approx(free.load) and not crowded.caps_used
 
 
 def test_a_node_whose_weights_fit_no_fast_device_runs_on_a_slow_one_in_the_bound():
@@ -217,3 +220,23 @@ def test_one_nodes_training_steps_share_its_device_in_the_transfer_path():
     update = cost.training_step_time("update:a_w", "update", g.nodes["a"], 4_000_000, "cpu:0")
     assert bound.transfer_path >= bound.critical_path + update * (1 - 1e-9) - cost.training_step_time(
         "update:a_w", "update", g.nodes["a"], 4_000_000, "cpu:1")
+
+
+def test_compare_sets_every_row_against_the_bound_with_transfers_and_caps():
+    from placer.costmodel.roofline import cluster_measurer
+    from placer.evaluate.compare import baseline_rows, compare
+    from placer.evaluate.report import format_table
+
+    graph = load_graph(branches(4, 1, width=256, batch=64))
+    c = load_cluster("v100-k40-mix")
+    cost = RooflineCostModel(c, graph)
+    caps = {d.name: d.model.memory_bytes for d in c.devices}
+    rows = baseline_rows(graph, c.device_names, cost, caps, ["single", "heft", "m_etf", "exact"],
+                         options={"exact": {"time_limit": 0.5, "work_limit": 0.5}})
+    comparison = compare(graph, c.device_names, cluster_measurer(c, graph, cost), cost, rows, caps)
+    bound = comparison.lower_bound
+    assert bound.caps_used and bound.value == bound.transfer_path > max(bound.critical_path, bound.load)
+    assert all(r.ratio_to_lower_bound >= 1.0 for r in comparison.rows) and len(comparison.rows) == 8
+    table = format_table(comparison)
+    assert f"with transfers {bound.transfer_path * 1e3:.2f} ms" in table
+    assert comparison.to_dict()["lower_bound"]["transfer_path"] == bound.transfer_path
