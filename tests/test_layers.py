@@ -127,8 +127,8 @@ def test_the_check_sees_an_upward_import_put_back():
     assert [sorted(c) for c in nx.strongly_connected_components(circle) if len(c) > 1]
 
 
-SIMULATION = ["placer.costmodel.simulator", "placer.costmodel.sim_program", "placer.costmodel.lower_bound",
-              "placer.costmodel.training_costs", "placer.costmodel.contention"]
+SIMULATION = ["placer.costmodel.simulator", "placer.costmodel.batch_simulator", "placer.costmodel.sim_program",
+              "placer.costmodel.lower_bound", "placer.costmodel.training_costs", "placer.costmodel.contention"]
 
 
 ENGINE_IMPLEMENTATIONS = ("placer.engines.torch", "placer.engines.onnxruntime")

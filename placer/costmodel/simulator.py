@@ -9,7 +9,9 @@ Because every resource (device or link) serves its jobs in a fixed order, the ev
 from one pass over the nodes in topological order, with no event heap: each job starts at the
 later of "its resource is free" and "its inputs are done", and both are known by then. That pass
 is the shared walk (`placer.program.walk`) with, as each value, a tensor's arrival time on every
-device: `Simulator.simulate` runs it for one placement, `simulate_batch` for many at once.
+device: `Simulator.simulate` runs it for one placement; `simulate_batch`
+(`placer.costmodel.batch_simulator`) runs it for many at once, vectorised over the placements,
+with the same results.
 
 Memory comes from tensor lifetimes: a node's output is allocated when it starts and freed when
 its last consumer on that device finishes (and its outgoing copies are done); a copy lives on its
@@ -41,6 +43,7 @@ from placer.devices import Device, as_devices, device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.graph.placement_check import assignment
+from placer.costmodel.batch_simulator import simulate_batch
 from placer.costmodel.contention import contention_extra, overlap_seconds
 from placer.costmodel.protocol import CostModel, own_link
 from placer.measure.measurement import INVALID, OOM, Measurement
@@ -392,129 +395,6 @@ def _devices_in(code: int) -> tuple[int, ...]:
     """The device indices of a set of devices written as bits (0b101 -> (0, 2))."""
     return tuple(d for d in range(code.bit_length()) if code >> d & 1)
 
-@dataclass
-class BatchResult:
-    """Many simulated steps: times (inf where failed), peaks (placements x devices), failures."""
-
-    step_time: np.ndarray
-    peak_memory: np.ndarray
-    failure: list[str | None]
-
-
-def simulate_batch(sim: Simulator, assign: np.ndarray) -> BatchResult:
-    """Simulate many placements at once (rows of `assign`, a device index per node): the same
-    pass as `Simulator.simulate`, vectorised over the rows, with identical results.
-
-    This is what makes thousands of placements per second possible for search and fidelity
-    studies; one placement at a time is faster through `Simulator.simulate`. A 1F1B pipelined
-    step, whose order differs per placement, is simulated row by row.
-    """
-    if sim.program.unrolled is not None:
-        results = [sim.simulate(tuple(row)) for row in np.asarray(assign, dtype=np.int64).tolist()]
-        return BatchResult(np.asarray([r.step_time for r in results], dtype=np.float64),
-                           np.asarray([r.peak_memory for r in results], dtype=np.int64).reshape(len(results), sim._D),
-                           [r.failure for r in results])
-    A = np.asarray(assign, dtype=np.int64)[:, sim._step_node]   # each simulated step on its node's device
-    B, n = A.shape
-    D, T = sim._D, len(sim.t_bytes)
-    rows = np.arange(B)
-    op_time = np.asarray(sim.op_time, dtype=np.float64).reshape(n, D)
-    xfer = np.asarray(sim.t_xfer, dtype=np.float64).reshape(T, D * D)
-    invalid = np.isinf(op_time[np.arange(n)[None, :], A]).any(axis=1)
-    A_run = np.where(invalid[:, None], 0, A)   # simulate failed rows harmlessly, report them as failed
-
-    readers = np.zeros((B, T, D), dtype=bool)
-    readers[rows[:, None], sim._e_tensor[None, :], A_run[:, sim._e_consumer]] = True
-    start = np.zeros((B, n))
-    finish = np.zeros((B, n))
-    dev_free = np.zeros((B, D))
-    spare = len(sim.link_names)   # the padding column of `_pair_links`: always free
-    link_free = np.zeros((B, spare + 1))
-    copy_start = np.full((B, T, D), np.nan)
-    copy_end = np.full((B, T, D), np.nan)
-
-    def run_node(i: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """`Simulator.simulate`'s step for every row: arrivals are (rows x devices) arrays."""
-        d = A_run[:, i]
-        ready = dev_free[rows, d]
-        for arrival in inputs:
-            ready = np.maximum(ready, arrival[rows, d])
-        fin = ready + op_time[i, d]
-        start[:, i] = ready
-        finish[:, i] = fin
-        dev_free[rows, d] = fin
-        outputs = []
-        for t in sim.out_tensors[i]:
-            arrival = np.full((B, D), np.inf)
-            arrival[rows, d] = fin
-            for dst in range(D):
-                need = readers[:, t, dst] & (d != dst)
-                if not need.any():
-                    continue
-                pair = d * D + dst
-                cols = sim._pair_links[pair]                   # rows x route width
-                lf = link_free[rows[:, None], cols]
-                s = np.maximum(fin, lf.max(axis=1))
-                e = s + xfer[t, pair]
-                link_free[rows[:, None], cols] = np.where(need[:, None], e[:, None], lf)
-                link_free[:, spare] = 0.0
-                arrival[:, dst] = np.where(need, e, arrival[:, dst])
-                copy_start[:, t, dst] = np.where(need, s, np.nan)
-                copy_end[:, t, dst] = np.where(need, e, np.nan)
-            outputs.append(arrival)
-        return outputs
-
-    for _ in walk(sim.steps, sim.frees, {}, run_node):
-        pass
-    step = np.maximum(dev_free.max(axis=1), link_free.max(axis=1)) if n else np.zeros(B)
-    peaks = _batch_peaks(sim, A_run, start, finish, copy_start, copy_end, step)
-    if any(s > 1.0 for s in sim.slowdown):
-        step = step + np.asarray([contention_extra(overlap_seconds(start[b], finish[b], A_run[b], D), sim.slowdown)
-                                  for b in range(B)])
-    caps = np.array([c if c is not None else np.iinfo(np.int64).max for c in sim.mem_caps], dtype=np.int64)
-    oom = (peaks > caps[None, :]).any(axis=1)
-    failure = [INVALID if invalid[b] else OOM if oom[b] else None for b in range(B)]
-    step = np.where(invalid, np.inf, step)
-    return BatchResult(step, np.where(invalid[:, None], 0, peaks), failure)
-
-
-def _batch_peaks(sim: Simulator, A: np.ndarray, start: np.ndarray, finish: np.ndarray,
-                 copy_start: np.ndarray, copy_end: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """`Simulator._peak_memory` for every row at once."""
-    B = A.shape[0]
-    D, T = sim._D, len(sim.t_bytes)
-    rows = np.arange(B)[:, None]
-    present = np.zeros((B, len(sim.r_bytes), D), dtype=bool)
-    present[rows, sim._r_edge[None, :], A[:, sim._r_reader]] = True
-    static = (present * sim._r_bytes[None, :, None]).sum(axis=1)
-    last = np.full((B, T, D), -np.inf)
-    np.maximum.at(last, (np.broadcast_to(rows, (B, len(sim._e_tensor))), sim._e_tensor[None, :].repeat(B, 0),
-                         A[:, sim._e_consumer]), finish[:, sim._e_consumer])
-    src = A[:, sim._t_producer]
-    free = np.maximum(np.take_along_axis(last, src[:, :, None], axis=2)[:, :, 0], finish[:, sim._t_producer])
-    has_copy = ~np.isnan(copy_end)
-    free = np.maximum(free, np.where(has_copy, copy_end, -np.inf).max(axis=2))
-    free = np.where(sim._t_is_output[None, :], step[:, None], free)
-    copy_free = np.maximum(last, np.where(has_copy, copy_end, -np.inf))
-    nbytes = sim._t_bytes[None, :]
-    dst = np.broadcast_to(np.arange(D)[None, None, :], (B, T, D))
-    times = np.concatenate([start[:, sim._t_producer], free,
-                            np.where(has_copy, copy_start, 0.0).reshape(B, -1),
-                            np.where(has_copy, copy_free, 0.0).reshape(B, -1)], axis=1)
-    copy_bytes = (has_copy * sim._t_copy_bytes[None, :, None]).reshape(B, -1)
-    deltas = np.concatenate([np.broadcast_to(nbytes, (B, T)), -np.broadcast_to(nbytes, (B, T)),
-                             copy_bytes, -copy_bytes], axis=1)
-    devs = np.concatenate([src, src, dst.reshape(B, -1), dst.reshape(B, -1)], axis=1)
-    peaks = np.zeros((B, D), dtype=np.int64)
-    for d in range(D):
-        mine = np.where(devs == d, deltas, 0)
-        # At equal times frees (negative) sort first, as in the one-placement pass.
-        order = np.lexsort((mine, times), axis=-1)
-        live = np.cumsum(np.take_along_axis(mine, order, axis=1), axis=1)
-        peaks[:, d] = static[:, d] + np.maximum(live.max(axis=1), 0)
-    return peaks
-
-
 class SimulatedMeasurer:
     """A `Measurer` whose step times come from the simulator: deterministic and fast.
 
@@ -545,11 +425,30 @@ class SimulatedMeasurer:
 
     def measure(self, placement: Placement) -> Measurement:
         """Simulate `placement`; a placement that misses nodes or names unknown devices fails as invalid."""
+        assign = self._assign(placement)
+        return assign if isinstance(assign, Measurement) else self.measure_assignment(assign)
+
+    def measure_many(self, placements: Sequence[Placement]) -> list[Measurement]:
+        """`measure` of each placement, simulated together in one batched pass (`simulate_batch`,
+        the same figures); a failed one is simulated again alone for its reason."""
+        out = [self._assign(p) for p in placements]
+        todo = [k for k, a in enumerate(out) if not isinstance(a, Measurement)]
+        if todo:
+            batch = simulate_batch(self.simulator, np.asarray([out[k] for k in todo], dtype=np.int64))
+            for k, t, peaks, failure in zip(todo, batch.step_time.tolist(), batch.peak_memory.tolist(), batch.failure):
+                out[k] = (self.measure_assignment(out[k]) if failure is not None else
+                          Measurement(ok=True, step_time=t, spread=0.0, times=[t],
+                                      peak_memory=dict(zip(self.devices, peaks)), protocol=dict(self.protocol)))
+        return out
+
+    def _assign(self, placement: Placement) -> list[int] | Measurement:
+        """The device index of each node, or the invalid measurement of a placement that misses nodes
+        or names unknown devices (the check's refusal is this measurement's failure, not an error)."""
         try:
             nodes = assignment(self.graph, placement, self.devices)
-        except PlacerError as exc:   # the check's refusal is this measurement's failure, not an error
+        except PlacerError as exc:
             return Measurement(ok=False, failure=INVALID, reason=str(exc), protocol=dict(self.protocol))
-        return self.measure_assignment([self._index[d] for d in nodes.values()])
+        return [self._index[d] for d in nodes.values()]
 
     def measure_assignment(self, assign: Sequence[int]) -> Measurement:
         """Like `measure`, for a device index per node in topological order (no `Placement` built)."""

@@ -35,7 +35,7 @@ import numpy as np
 from placer.devices import device_kind
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
-from placer.costmodel.simulator import simulate_batch
+from placer.costmodel.batch_simulator import simulate_batch
 from placer.placement import Placement
 from placer.placers.base import Caps, make_placement, require_devices
 from placer.placers.base import make_simulator
@@ -132,7 +132,8 @@ def fastest_device(graph: OpGraph, devices: list[str], cost: CostModel | None) -
     if cost is None:
         return gpus_of(devices)[0], {}
     sim = make_simulator(graph, devices, cost, None)
-    result = simulate_batch(sim, np.repeat(np.arange(len(devices))[:, None], len(graph.nodes), axis=1))
+    every_on_one = np.repeat(np.arange(len(devices))[:, None], len(graph.nodes), axis=1)
+    result = simulate_batch(sim, every_on_one, peaks=False)
     times = {d: float(t) if f is None else None for d, t, f in zip(devices, result.step_time, result.failure)}
     runnable = [d for d in devices if times[d] is not None]
     return (min(runnable, key=times.__getitem__) if runnable else gpus_of(devices)[0]), times

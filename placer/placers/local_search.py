@@ -33,7 +33,8 @@ from placer.errors import PlacerError
 from placer.graph.grouping import group_graph
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
-from placer.costmodel.simulator import Simulator, simulate_batch
+from placer.costmodel.batch_simulator import simulate_batch
+from placer.costmodel.simulator import Simulator
 from placer.placement import Placement
 from placer.placers.base import (Caps, does_not_fit, make_placement, make_simulator, over_caps, require_cost,
                                  require_devices, training_of)
@@ -99,7 +100,7 @@ def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps |
     if not rows:
         return Start(None, None, math.inf, candidates)
     assign = np.asarray(rows, dtype=np.int64)
-    result = simulate_batch(sim, assign)
+    result = simulate_batch(sim, assign, peaks=False)
     times = np.where([f is None for f in result.failure], result.step_time, np.inf)
     for label, t in zip(labels, times):
         candidates[label] = float(t) if np.isfinite(t) else None
@@ -158,7 +159,7 @@ class _Search:
             rows = np.repeat(self.assign[None, :], len(batch), axis=0)
             for r, (u, d) in enumerate(batch):
                 rows[r, units[u]] = d
-            result = simulate_batch(self.sim, rows)
+            result = simulate_batch(self.sim, rows, peaks=False)
             self.spent += len(batch)
             times = np.where([f is None for f in result.failure], result.step_time, np.inf)
             for r in np.argsort(times, kind="stable"):

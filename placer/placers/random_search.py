@@ -18,13 +18,14 @@ from placer.graph.grouping import Grouping, group_graph
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
 from placer.measure.measurement import INVALID
-from placer.costmodel.simulator import Simulator, simulate_batch
+from placer.costmodel.batch_simulator import simulate_batch
+from placer.costmodel.simulator import Simulator
 from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
 from placer.placers.base import (Caps, human_bytes, make_placement, over_caps, require_cost, require_devices,
                                  training_of)
 
-CHUNK = 256   # placements simulated per batch: large enough to vectorise, small in memory
+CHUNK = 4096   # placements expanded to nodes and simulated per batch (`simulate_batch` splits it further)
 
 
 class _Search:
@@ -52,7 +53,7 @@ class _Search:
         self.fits: Callable[[int], bool] = cache(self._fits_executor) if self.caps else lambda i: True
 
     def _simulate(self, sim: Simulator, assign: np.ndarray) -> np.ndarray:
-        result = simulate_batch(sim, assign)
+        result = simulate_batch(sim, assign, peaks=False)   # the times and failures are all a search needs
         self.failures += result.failure
         return np.where([f is None for f in result.failure], result.step_time, np.inf)
 

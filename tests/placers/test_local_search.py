@@ -78,7 +78,8 @@ def test_local_search_spends_at_most_its_budget(monkeypatch):
     module = importlib.import_module("placer.placers.local_search")   # the package exports the function
     counted = []
     real = module.simulate_batch
-    monkeypatch.setattr(module, "simulate_batch", lambda sim, assign: counted.append(len(assign)) or real(sim, assign))
+    monkeypatch.setattr(module, "simulate_batch",
+                        lambda sim, assign, **kw: counted.append(len(assign)) or real(sim, assign, **kw))
     for samples in (1, 5, 37, 150):
         counted.clear()
         p = local_search(dag, DEVICES, cost, samples=samples)
