@@ -265,9 +265,9 @@ def transfer_path(sim: Simulator, step_times: np.ndarray) -> float:
         # finish elsewhere, and the least time of those copies into d
         sent = [copy[by_producer[j]] for j in others]
         cost = np.asarray([np.where(queued, x.sum(axis=0), x.max(axis=0)) for x in sent]).reshape(-1, D, D)
-        away = np.asarray([finish[j] for j in others]).reshape(-1, D)[:, :, None] + elsewhere + cost
-        remote = away.min(axis=1)
-        first = (np.asarray([finish[j] for j in others]).reshape(-1, D)[:, :, None] + elsewhere).min(axis=1)
+        ended = finish[others].reshape(-1, D)[:, :, None] + elsewhere   # [producer, from, to]
+        remote = (ended + cost).min(axis=1)
+        first = ended.min(axis=1)
         least = (cost + elsewhere).min(axis=1)
         k = min(len(others), ENUMERATED_PRODUCERS)
         ready = _ready(own, others[:k], remote[:k], first[:k], least[:k], start, finish, step_times, ingress)
@@ -281,13 +281,13 @@ def transfer_path(sim: Simulator, step_times: np.ndarray) -> float:
 def _ready(own: list[int], others: list[int], remote: np.ndarray, first: np.ndarray, least: np.ndarray,
            start: np.ndarray, finish: np.ndarray, step_times: np.ndarray, ingress: np.ndarray) -> np.ndarray:
     """The earliest a step can start on each device: the least, over which of `others` share its
-    device (S, every subset), of the largest of: the finish of its `own` producers and of S; the
-    arrival of the others' copies (`remote`); the own producers and S run one after another from
+    device (P, every subset), of the largest of: the finish of its `own` producers and of P; the
+    arrival of the others' copies (`remote`); the own producers and P run one after another from
     the earliest start among them; and where every copy into the device crosses one link
     (`ingress`), the others' copies one after another from the earliest finish among them
     (`first`, each copy at least `least`)."""
     k, D = len(others), start.shape[1]
-    masks = (np.arange(2 ** k)[:, None] >> np.arange(k)[None, :] & 1).astype(bool)[:, :, None]   # S x k x 1
+    masks = (np.arange(2 ** k)[:, None] >> np.arange(k)[None, :] & 1).astype(bool)[:, :, None]   # P x k x 1
     here, away = masks, ~masks
     f = finish[others][None] if k else np.zeros((1, 0, D))
     s = start[others][None] if k else np.zeros((1, 0, D))
