@@ -48,7 +48,7 @@ from placer.program.walk import walk
 # Rows simulated together: large enough that numpy's per-call cost is small beside its work per
 # row, small enough that the (tensors x devices x rows) arrays stay in a few tens of MB.
 MAX_ROWS = 1024
-_CELLS = 1 << 21   # tensors x devices x rows per chunk at most
+_CELLS = 1 << 22   # tensors x devices x rows per chunk at most (about 32 MB per float array)
 # A (device, time) pair packs into one int64 sort key when devices x the span of the times' bit
 # patterns stays under this; otherwise two sorts (time, then device) give the same order.
 _KEY_LIMIT = 1 << 62

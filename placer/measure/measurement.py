@@ -56,8 +56,8 @@ class Measurer(Protocol):
 
 @runtime_checkable
 class MeasuresBatches(Protocol):
-    """A measurer that measures several placements at once (a pool of workers): each distinct
-    placement of a batch in one call, in the batch's order."""
+    """A measurer that measures several placements at once (a pool of workers, the simulator's
+    batched pass): each distinct placement of a batch in one call, in the batch's order."""
 
     def measure_many(self, placements: list[Placement]) -> list[Measurement]: ...
 
