@@ -2,7 +2,9 @@
 If and a decoding Loop (torch writes it as a while loop: a condition, no trip count), the same
 decoder as a Loop with both a trip count and a condition that ends it early (torch cannot emit
 both, so it is written with onnx.helper from the module's weights), and a Scan written with
-onnx.helper (torch exports none) whose body holds a nested If."""
+onnx.helper (torch exports none) whose body holds a nested If. Models whose inputs' values decide
+the work: a voice-activity detector's If on an int64 sample rate (`export_rate_gate`), and a
+division by an integer input that generated zeros fail (`divide_by_count`)."""
 
 from __future__ import annotations
 
@@ -164,3 +166,59 @@ def feeds(model: onnx.ModelProto, seed: int, scale: float = 1.0) -> dict[str, np
     rng = np.random.default_rng(seed)
     shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
     return {name: (scale * rng.standard_normal(shape)).astype(np.float32) for name, shape in shapes.items()}
+
+
+class RateGate(nn.Module):
+    """A voice-activity detector's shape (inputs x 1x512, state 2x1x16, sr an int64 scalar): its
+    network sits in an If on the sample rate. 16000 cuts x into four 128-sample frames; any other
+    rate takes x's first sr // 8000 * 256 samples as two frames, which only 8000 can do. So the
+    outputs' shapes follow the branch (prob 4x1 or 2x1), and generated inputs (sr = 0) fail."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide, self.narrow, self.head = nn.Linear(128, 16), nn.Linear(128, 16), nn.Linear(16, 1)
+
+    def forward(self, x, state, sr):
+        if bool(sr == 16000):
+            h = torch.relu(self.wide(x.reshape(4, 128)))
+        else:
+            h = torch.tanh(self.narrow(x[:, :int(sr) // 8000 * 256].reshape(2, 128)))
+        h = h + state[0]
+        return torch.sigmoid(self.head(h)), state * 0.5 + h.mean(0)
+
+
+def export_rate_gate(path: Path) -> Path:
+    """`RateGate` (seeded weights), scripted and exported by torch to `path`: inputs x, state,
+    sr; outputs prob, new_state."""
+    torch.manual_seed(0)
+    module = RateGate().eval()
+    example = (torch.randn(1, 512), torch.zeros(2, 1, 16), torch.tensor(16000))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(module), example, str(path), dynamo=False, opset_version=17,
+                          input_names=["x", "state", "sr"], output_names=["prob", "new_state"])
+    return path
+
+
+def rate_inputs(sr: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Sample inputs of `RateGate` at sample rate `sr`."""
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((1, 512)).astype(np.float32),
+            "state": rng.standard_normal((2, 1, 16)).astype(np.float32), "sr": np.array(sr, dtype=np.int64)}
+
+
+def divide_by_count() -> onnx.ModelProto:
+    """y = x * (8 / n) with n an int64 scalar input: static shapes (it loads on generated inputs),
+    but the generated n = 0 is an integer division by zero when it runs."""
+    nodes = [helper.make_node("Div", ["eight", "n"], ["share"], name="divide"),
+             helper.make_node("Cast", ["share"], ["scale"], name="cast", to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["x", "scale"], ["y"], name="scale_x")]
+    graph = helper.make_graph(nodes, "divide_by_count",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+                               helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                              initializer=[numpy_helper.from_array(np.array(8, np.int64), "eight")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = cluster_from_args(args)
     path = resolve(args.graph)
     original = read_model(path)
-    graph = load_graph(original, parse_input_shapes(args.input_shape))
+    graph = load_graph(original, parse_input_shapes(args.input_shape), args.inputs)   # --inputs: the shapes they decide
     graph.source = str(path)
     if args.placement:
         placement = Placement.load(args.placement)

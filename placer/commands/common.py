@@ -19,6 +19,11 @@ def add_graph_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-shape", action="append", default=[], metavar="NAME=1x3x224x224",
                         help="bind a graph input's dynamic dimensions by position; symbolic names it shares "
                              "with other inputs are bound there too (repeatable)")
+    parser.add_argument("--inputs", metavar="IN.npz", default=None,
+                        help="sample inputs (an .npz of input name -> array, numpy.savez): they bind their inputs' "
+                             "shapes and feed every run of the model (the shapes' real run, the profile, each "
+                             "measured step), so an If takes their branch and a Loop their trip count; inputs "
+                             "left out are generated (standard normal floats, zeros for integers)")
 
 
 def add_devices_arg(parser: argparse.ArgumentParser) -> None:
@@ -88,12 +93,27 @@ def check_engine_args(args: argparse.Namespace) -> None:
 
 
 def load_graph_from_args(args: argparse.Namespace):
-    """The `OpGraph` named by --graph (a zoo name is exported on first use), shapes bound."""
-    from graphs import resolve
-    from placer.graph.load import parse_input_shapes
+    """The `OpGraph` named by --graph (a zoo name is exported on first use), shapes bound by
+    --input-shape and --inputs, whose arrays it keeps to feed every run."""
+    return _graph_and_micro_batch_inputs(args)[0]
+
+
+def _graph_and_micro_batch_inputs(args: argparse.Namespace):
+    """The graph of `load_graph_from_args`, and per micro-batch k the --inputs arrays `name#k`
+    (`placer run --micro-batches M` only), checked against the graph's inputs."""
+    from placer.graph.feeds import check_micro_batch_inputs, read_inputs, split_micro_batches
     from placer.kernels.loading import load_graph
 
-    return load_graph(resolve(args.graph), parse_input_shapes(args.input_shape))
+    path = getattr(args, "inputs", None)
+    micro_batches = getattr(args, "micro_batches", 1) if getattr(args, "command", None) == "run" else 1
+    if not path:
+        return load_graph(args.graph, args.input_shape), [{} for _ in range(micro_batches)]
+    label = f"--inputs {path}"
+    every, each = split_micro_batches(read_inputs(path), micro_batches, label)
+    graph = load_graph(args.graph, args.input_shape, every, inputs_label=label)
+    for k, arrays in enumerate(each):
+        check_micro_batch_inputs(graph, arrays, k, label)
+    return graph, each
 
 
 def devices_from_args(args: argparse.Namespace):
@@ -245,15 +265,16 @@ def training_spec_from_args(args: argparse.Namespace, graph):
 
 @dataclass
 class PlacedModel:
-    """What `placer run` and `placer measure` start from: the graph, the placement checked
-    against it, its devices, the step (training, pipeline) and the --inputs given (or None)."""
+    """What `placer run` and `placer measure` start from: the graph (with the --inputs that feed
+    every step), the placement checked against it, its devices, the step (training, pipeline) and
+    per micro-batch the --inputs arrays of that micro-batch alone (`name#k`, `placer run`)."""
 
     graph: Any
     placement: Any
     devices: list
     training: Any
     pipeline: Any
-    inputs: dict | None
+    micro_batch_inputs: list
 
 
 def placed_model_from_args(args: argparse.Namespace, writes: dict[str, str | None] | None = None) -> PlacedModel:
@@ -264,12 +285,12 @@ def placed_model_from_args(args: argparse.Namespace, writes: dict[str, str | Non
     for option, path in (writes or {}).items():
         if path:
             check_writable(path, option)
-    graph = load_graph_from_args(args)
+    graph, micro_batch_inputs = _graph_and_micro_batch_inputs(args)
     placement = placement_from_args(args, graph)
     devices = devices_for(args, placement)
     training = training_spec_from_args(args, graph)
     pipeline = pipeline_from_args(args)
-    return PlacedModel(graph, placement, devices, training, pipeline, read_inputs(args.inputs))
+    return PlacedModel(graph, placement, devices, training, pipeline, micro_batch_inputs)
 
 
 def devices_for(args: argparse.Namespace, placement):
@@ -283,19 +304,6 @@ def devices_for(args: argparse.Namespace, placement):
     if getattr(args, "devices", None):
         return parse_devices(args.devices)
     return parse_devices(list(placement.devices))
-
-
-def read_inputs(path: str | None):
-    """Arrays of an .npz file (name -> array), or None."""
-    if not path:
-        return None
-    import numpy as np
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (OSError, ValueError) as exc:
-        raise PlacerError(f"cannot read inputs from {path} ({exc}); give an .npz written by numpy.savez") from None
 
 
 def add_rounds_args(parser: argparse.ArgumentParser, *, warmup: int = 2, blocks: int = 1) -> None:

@@ -28,7 +28,6 @@ def register(subparsers) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
                         help="limit of one step in seconds; slower is a failure (default 60)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
-    parser.add_argument("--inputs", metavar="IN.npz", help="graph inputs to use instead of random ones")
     parser.add_argument("--profile", metavar="OUT.json",
                         help="also time every node on every device and the transfers between them, "
                              "and write that profile (the data of the profiled cost model) here; with "
@@ -48,12 +47,11 @@ def run(args: argparse.Namespace) -> int:
     model = placed_model_from_args(args, {"--profile": args.profile})
     graph, placement, devices, training, pipeline = (model.graph, model.placement, model.devices,
                                                      model.training, model.pipeline)
-    feeds = model.inputs
     protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout,
                                objective=args.objective)
     # the onnxruntime engine folds what placer's kernels can fold, and runs graphs they cannot bind
     prepared = prepare(graph) if args.engine == "torch" else None
-    measurer = measurer_for(args.engine, graph, devices, protocol=protocol, feeds=feeds, seed=args.seed,
+    measurer = measurer_for(args.engine, graph, devices, protocol=protocol, seed=args.seed,
                             prepared=prepared, training=training, pipeline=pipeline)
     m = measurer.measure(placement)
     # a pipelined step pushes M micro-batches: what it is worth is micro-batches per second
@@ -63,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                                            objective=args.objective)
         from placer.costmodel.profiler import profile_graph
 
-        profile = profile_graph(graph, devices, feeds=feeds, seed=args.seed, prepared=prepared,
+        profile = profile_graph(graph, devices, seed=args.seed, prepared=prepared,
                                 protocol=profile_protocol, training=training, engine=args.engine)
         profile.save(args.profile)
     if args.json:

@@ -28,7 +28,6 @@ def register(subparsers) -> None:
     add_objective_args(parser)
     add_engine_arg(parser)
     add_pipeline_args(parser)
-    parser.add_argument("--inputs", metavar="IN.npz", help="graph inputs (an .npz of name -> array)")
     parser.add_argument("--outputs", metavar="OUT.npz", help="write the graph outputs here (.npz)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S", help="limit of the step in seconds")
@@ -44,17 +43,15 @@ def run(args: argparse.Namespace) -> int:
     from placer.commands.common import placed_model_from_args
     from placer.engines.failures import ExecutionFailure
     from placer.engines.torch.executor import PlacedExecutor
-    from placer.graph.feeds import random_feeds
+    from placer.graph.feeds import generated_inputs, generated_note, step_feeds
 
     model = placed_model_from_args(args, {"--outputs": args.outputs})
     graph, placement, devices, training, pipeline = (model.graph, model.placement, model.devices,
                                                      model.training, model.pipeline)
-    given = model.inputs or {}
-    feeds = {**random_feeds(graph, args.seed), **given}
+    feeds = step_feeds(graph, args.seed)   # --inputs, the rest random from --seed
     if pipeline.pipelined:
         # micro-batch k: random inputs from seed + k, then --inputs' `name` (every micro-batch) and `name#k`
-        feeds = [{**random_feeds(graph, args.seed + k), **{n: v for n, v in given.items() if "#" not in n},
-                  **{n.rsplit("#", 1)[0]: v for n, v in given.items() if n.endswith(f"#{k}")}}
+        feeds = [{**step_feeds(graph, args.seed + k), **model.micro_batch_inputs[k]}
                  for k in range(pipeline.micro_batches)]
     try:
         if args.engine == "onnxruntime":
@@ -67,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
             with PlacedExecutor(graph, placement, devices, training=training, pipeline=pipeline) as executor:
                 outputs = {k: v.detach().cpu().numpy() for k, v in executor.run(feeds, timeout_s=args.timeout).items()}
     except ExecutionFailure as exc:
-        print(f"failed ({exc.failure}): {exc}", file=sys.stderr)
+        generated = [n for n in generated_inputs(graph) if any(n not in own for own in model.micro_batch_inputs)]
+        print(f"failed ({exc.failure}): {exc}{generated_note(generated) if exc.failure == 'kernel_error' else ''}",
+              file=sys.stderr)
         return 1
     for name, value in outputs.items():
         print(f"{name}  {value.dtype} {list(value.shape)}  sum {float(value.astype(np.float64).sum()):.6g}")

@@ -30,6 +30,8 @@ from placer.costmodel.profiled import ProfiledCostModel
 from placer.costmodel.profiler import profile_graph
 from placer.devices import Device
 from placer.errors import PlacerError
+from placer.engines.failures import KERNEL_ERROR
+from placer.graph.feeds import generated_inputs, generated_note
 from placer.graph.opgraph import OpGraph
 from placer.measure.measurer import MeasureProtocol, measurer_for
 from placer.program.pipeline import Pipeline
@@ -66,7 +68,7 @@ def profiled_cost_model(graph: OpGraph, devices: Sequence[Device], *, cache_dir:
     # profiled, which a cap meant for a share of the graph would refuse.
     devs = [replace(d, mem_cap=None) for d in devices]
     path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    path = path / f"{cache_key(graph, devs, training, engine)}.json"
+    path = path / f"{cache_key(graph, devs, training, engine, feeds)}.json"
     if path.is_file() and not refresh:
         profile = _read(path, graph, devs)
         if profile is not None and not (check_cached and calibration and _stale(graph, devs, profile, engine, protocol, feeds,
@@ -79,8 +81,10 @@ def profiled_cost_model(graph: OpGraph, devices: Sequence[Device], *, cache_dir:
     profile = take()
     missing = [d for d in profile.devices if d in profile.failures]
     if len(missing) == len(profile.devices):
+        kernel = any(f.startswith(KERNEL_ERROR) for f in profile.failures.values())   # on generated inputs: say so
         raise PlacerError(f"profiling failed on every device ({profile.failures}); "
-                          "check the graph runs with placer measure --device cpu")
+                          "check the graph runs with placer measure --device cpu"
+                          f"{generated_note(generated_inputs(graph)) if kernel else ''}")
     if calibration is not None and not missing:
         make = partial(measurer_for, engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
                        prepared=profile_kwargs.get("prepared"), training=training)
@@ -103,11 +107,12 @@ def default_cache_dir() -> Path:
 
 
 def cache_key(graph: OpGraph, devices: list[Device], training: TrainingSpec | None = None,
-              engine: str = "torch") -> str:
-    """A digest of what the profile depends on: graph, bound input shapes, device classes, the
-    objective (with the training step's loss and optimizer), the engine, software, machine. Order and indices
-    do not count, nor members past a class's second (the second adds the transfers within the
-    class)."""
+              engine: str = "torch", feeds: dict[str, np.ndarray] | None = None) -> str:
+    """A digest of what the profile depends on: graph, bound input shapes, the content of the
+    inputs given (the graph's sample inputs and `feeds`: their values may decide the work), device
+    classes, the objective (with the training step's loss and optimizer), the engine, software,
+    machine. Order and indices do not count, nor members past a class's second (the second adds
+    the transfers within the class)."""
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
         if torch.cuda.is_available() else []
     counts = Counter(device_classes([replace(d, mem_cap=None) for d in devices]).values())
@@ -117,8 +122,22 @@ def cache_key(graph: OpGraph, devices: list[Device], training: TrainingSpec | No
            "objective": "inference" if training is None else
            {"training": training.to_dict()},
            "torch": torch.__version__, **_engine_key(engine),
-           "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus}
+           "cpus": os.cpu_count(), "machine": platform.machine(), "gpus": gpus,
+           **_given_key({**graph.sample_inputs, **(feeds or {})})}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _given_key(given: dict[str, np.ndarray]) -> dict[str, str]:
+    """The digest of the given inputs' names, dtypes, shapes and bytes (none given: no entry, so
+    keys of generated inputs stay as they were)."""
+    if not given:
+        return {}
+    digest = hashlib.sha256()
+    for name in sorted(given):
+        array = np.asarray(given[name], order="C")   # ascontiguousarray would make a scalar 1-D
+        digest.update(json.dumps([name, array.dtype.str, list(array.shape)]).encode())
+        digest.update(array.tobytes())
+    return {"given_inputs": digest.hexdigest()}
 
 
 def _stale(graph, devs, profile, engine, protocol, feeds, training, calibration, profile_kwargs) -> bool:

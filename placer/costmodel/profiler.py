@@ -44,7 +44,7 @@ from placer.engines import make_engine
 from placer.engines.failures import ExecutionFailure
 from placer.engines.protocol import Engine
 from placer.errors import PlacerError
-from placer.graph.feeds import random_feeds
+from placer.graph.feeds import step_feeds
 from placer.graph.opgraph import OpGraph
 from placer.kernels.prepare import PreparedGraph
 from placer.measure.measurer import MeasureProtocol
@@ -72,7 +72,8 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
     if protocol.objective == "training":
         training = training or TrainingSpec()
     devs = as_devices(devices)
-    runner = make_engine(engine, graph, devs, {**random_feeds(graph, seed), **(feeds or {})}, prepared=prepared,
+    # the graph's sample inputs (--inputs) decide each If's branch and Loop's iterations as they will in a step
+    runner = make_engine(engine, graph, devs, {**step_feeds(graph, seed), **(feeds or {})}, prepared=prepared,
                          training=training, timeout_s=protocol.timeout_s)
     if not runner.live_node_times:
         settle = None

@@ -32,8 +32,10 @@ MODES = ("one_shot", "sequential")
 class PlacementEnv(gym.Env):
     """Place the groups of `graph` on the measurer's devices; reward = -sqrt(step time).
 
-    `graph` is an `OpGraph` or a path to an ONNX file (whose dynamic dimensions `input_shapes`
-    binds, as `--input-shape` does). Without a `measurer`, placements are
+    `graph` is an `OpGraph`, a path to an ONNX file or a zoo name such as "resnet50.onnx", loaded
+    as --graph is: `input_shapes` binds its dynamic dimensions (a dict, or --input-shape's
+    "NAME=1x3x224x224" strings) and `inputs` are its sample inputs (a dict of arrays or an .npz
+    path, as --inputs), which feed every step measured. Without a `measurer`, placements are
     simulated with the analytic cost model on `devices` (default: the machine's devices), or, with
     `cluster` (a catalogue name, a TOML file or a `Cluster`), with the cluster's roofline costs on
     its devices, their memory capacities as caps.
@@ -46,14 +48,18 @@ class PlacementEnv(gym.Env):
     def __init__(self, graph: OpGraph | str | os.PathLike, measurer: Measurer | None = None,
                  devices: Sequence[Device | str] | None = None, grouping: Grouping | None = None,
                  n_groups: int | None = None, grouping_method: str = "partition", mode: str = "one_shot",
-                 failure_time: float = 100.0, input_shapes: dict[str, tuple[int, ...]] | None = None,
-                 cluster: Cluster | str | os.PathLike | None = None) -> None:
+                 failure_time: float = 100.0, input_shapes: dict[str, tuple[int, ...]] | Sequence[str] | None = None,
+                 cluster: Cluster | str | os.PathLike | None = None,
+                 inputs: dict[str, np.ndarray] | str | os.PathLike | None = None) -> None:
         if mode not in MODES:
             raise PlacerError(f"unknown environment mode {mode!r}; use one of {', '.join(MODES)}")
         if isinstance(graph, (str, os.PathLike)):
             from placer.kernels.loading import load_graph
 
-            graph = load_graph(graph, input_shapes)
+            graph = load_graph(graph, input_shapes, inputs)
+        elif input_shapes or inputs is not None:
+            raise PlacerError("input_shapes and inputs apply to a graph loaded here; pass the model's path or zoo "
+                              "name, or load the OpGraph with placer.kernels.loading.load_graph(path, input_shapes, inputs)")
         if cluster is not None:
             measurer = _cluster_measurer(graph, cluster, measurer, devices)
         if measurer is None:

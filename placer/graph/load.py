@@ -10,12 +10,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
 from placer.errors import PlacerError
 from placer.graph import shapes
 from placer.graph.constants import constants_to_initializers
+from placer.graph.feeds import check_sample_inputs
 from placer.graph.control_flow import CONTROL_FLOW, data_dependence, node_cost, small_constants
 from placer.graph.flops import node_flops
 from placer.graph.identity import graph_sha256
@@ -129,10 +131,14 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
 
 def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
                input_shapes: Mapping[str, tuple[int, ...]] | None = None, *,
-               run_model: shapes.ModelRunner | None = None, is_supported: KernelTable | None = None) -> OpGraph:
+               run_model: shapes.ModelRunner | None = None, is_supported: KernelTable | None = None,
+               inputs: Mapping[str, np.ndarray] | None = None, inputs_label: str = "inputs=") -> OpGraph:
     """Load an ONNX model (a path or a `ModelProto`, which is not modified) as an `OpGraph`.
 
-    `input_shapes` binds inputs' dynamic dimensions (see `parse_input_shapes`). Every tensor of
+    `input_shapes` binds inputs' dynamic dimensions (see `parse_input_shapes`). `inputs` are
+    sample inputs (name -> array; `inputs_label` says where from, for messages): checked against
+    the model first, their shapes bind their inputs, the real run that finishes shapes is fed
+    them, and the graph keeps them (`OpGraph.sample_inputs`) for every later run. Every tensor of
     the result has a static shape and dtype; problems a user can fix are `PlacerError`.
     `run_model` finishes shapes inference cannot find (data-dependent ones) with one real run,
     `is_supported` says which ops have a kernel (see `placer.kernels.loading.load_graph`, which
@@ -147,6 +153,12 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     else:
         original, source = read_model(path_or_model), str(path_or_model)
     input_shapes = dict(input_shapes or {})
+    weights = {t.name for t in original.graph.initializer}
+    given = check_sample_inputs(inputs or {}, original.graph, weights, inputs_label)
+    for name, array in given.items():   # an array binds its input's shape, as --input-shape does
+        if input_shapes.setdefault(name, tuple(array.shape)) != tuple(array.shape):
+            raise PlacerError(f"{inputs_label}: array {name!r} has shape {list(array.shape)}, but --input-shape binds "
+                              f"{name} to {list(input_shapes[name])}; make them agree, or leave out --input-shape {name}")
 
     sha256 = graph_sha256(original)
     slim, moved = slim_copy(original)
@@ -157,7 +169,6 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     _check_domains(slim)
 
     graph = slim.graph
-    weights = {t.name for t in original.graph.initializer}
     nodes = list(graph.node)
     names = node_names(nodes)
     available = [i.name for i in graph.input] + [t.name for t in graph.initializer]
@@ -197,7 +208,7 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     inputs = [infos[i.name] if i.name in infos else TensorInfo(i.name, bound[i.name], "float32")
               for i in model.graph.input if i.name not in weights]
     if missing:
-        infos.update(shapes.complete_shapes(model, missing, inputs, run_model))
+        infos.update(shapes.complete_shapes(model, missing, inputs, run_model, given))
     shapes.write_value_info(model, {n: infos[n] for n in _node_outputs(model)})
     constants = constants_to_initializers(model)
     weights.update(constants.values())
@@ -206,6 +217,8 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
         infos[t.name] = TensorInfo(t.name, tuple(int(d) for d in t.dims), shapes.dtype_name(t.data_type))
     graph = _build(model, infos, inputs, weights, sha256, source, is_supported)
     graph.constants = constants
+    graph.sample_inputs = given
+    graph.run_shapes = tuple(missing)
     return graph
 
 

@@ -102,6 +102,12 @@ class OpGraph:
     # Floating-point Constant nodes of the file, loaded as initializers (node name -> tensor):
     # weights, not placement decisions; each follows its first reader (`constant_devices`).
     constants: dict[str, str] = field(default_factory=dict)
+    # The user's sample inputs (--inputs, `inputs=`), checked against `inputs`: every run of the
+    # graph is fed them (the shapes' real run, the profile, every measured step), the inputs they
+    # leave out generated (`placer.graph.feeds.step_feeds`). Their values may decide the work.
+    sample_inputs: dict[str, np.ndarray] = field(default_factory=dict)
+    # Tensors whose shapes only a real run on those inputs found (an If's branch, a Loop's count).
+    run_shapes: tuple[str, ...] = ()
 
     @property
     def order(self) -> list[str]:

@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 from placer.errors import PlacerError
-from placer.graph.feeds import random_feeds
+from placer.graph.feeds import generated_note, random_feeds
 from placer.graph.opgraph import TensorInfo
 
 log = logging.getLogger(__name__)
@@ -121,6 +121,7 @@ def bind_input_shapes(graph: onnx.GraphProto, input_shapes: Mapping[str, tuple[i
         if value.name in input_shapes:
             want = tuple(input_shapes[value.name])
             tt.ClearField("shape")
+            tt.shape.SetInParent()   # a scalar's shape is present with no dimensions
             for w in want:
                 tt.shape.dim.add().dim_value = w
             bound[value.name] = want
@@ -240,9 +241,12 @@ ModelRunner = Callable[..., Mapping[str, Any]]
 
 
 def complete_shapes(model: onnx.ModelProto, missing: list[str], inputs: list[TensorInfo],
-                    run_model: ModelRunner | None) -> dict[str, TensorInfo]:
+                    run_model: ModelRunner | None,
+                    given: Mapping[str, np.ndarray] | None = None) -> dict[str, TensorInfo]:
     """Shapes and dtypes of the `missing` tensors from one real run of `model` (weights loaded)
-    by `run_model`; without one, a `PlacerError` that names them."""
+    by `run_model`, fed the `given` sample inputs and generated values for the rest (so an If's
+    outputs get the shapes of the branch the given inputs take); without a runner, a
+    `PlacerError` that names them. A failed run says which inputs were generated."""
     shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
     if run_model is None:
         raise PlacerError(f"shape inference leaves {len(missing)} tensors without a static shape ({shown}) and "
@@ -250,11 +254,14 @@ def complete_shapes(model: onnx.ModelProto, missing: list[str], inputs: list[Ten
                           "static shapes, or load it with placer.kernels.loading.load_graph")
     log.info("shape inference left %d tensors unknown; finishing them with one real run", len(missing))
     try:
-        values = run_model(model, random_feeds(inputs), outputs=list(missing))
+        given = dict(given or {})
+        values = run_model(model, {**random_feeds(i for i in inputs if i.name not in given), **given},
+                           outputs=list(missing))
     except Exception as exc:  # a kernel failure must reach the user as one line, not a traceback
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise PlacerError(f"shape inference leaves {len(missing)} tensors without a static shape ({shown}) "
-                          f"and a real run to find them failed: {reason}") from None
+                          f"and a real run to find them failed: {reason}"
+                          f"{generated_note(i.name for i in inputs if i.name not in given)}") from None
     result: dict[str, TensorInfo] = {}
     for name in missing:
         value = values.get(name)

@@ -32,6 +32,8 @@ class GraphSummary:
     # Constant node (or node folded with Constants) -> its weight (`OpGraph.constants`)
     constant_weights: dict[str, str] = field(default_factory=dict)
     data_dependent: dict[str, str] = field(default_factory=dict)    # control-flow node -> what the data decides
+    given_inputs: list[str] = field(default_factory=list)   # inputs the user's arrays gave (--inputs); others generated
+    run_shapes: list[str] = field(default_factory=list)     # tensors whose shapes a real run on the inputs found
 
 
 def critical_path(graph: OpGraph) -> tuple[list[str], float]:
@@ -70,7 +72,12 @@ def summarize(graph: OpGraph) -> GraphSummary:
         inputs=list(graph.inputs), outputs=list(graph.outputs), opsets=dict(graph.opsets),
         critical_path=path, critical_path_flops=path_flops, constant_weights=dict(graph.constants),
         data_dependent={n: op.data_dependence for n, op in graph.nodes.items() if op.data_dependence},
+        given_inputs=list(graph.sample_inputs), run_shapes=list(graph.run_shapes),
     )
+
+
+def _generated(s: GraphSummary) -> list[str]:
+    return [t.name for t in s.inputs if t.name not in s.given_inputs]
 
 
 def _tensor(t: TensorInfo) -> dict[str, Any]:
@@ -96,6 +103,9 @@ def to_json(graph: OpGraph) -> dict[str, Any]:
         "critical_path": {"flops": s.critical_path_flops, "nodes": s.critical_path},
         "constant_weights": s.constant_weights,
         "data_dependent": s.data_dependent,
+        "given_inputs": s.given_inputs,
+        # the shapes only a real run found, and the inputs that run was fed: they decided them
+        "shapes_from_run": {"tensors": s.run_shapes, "given": s.given_inputs, "generated": _generated(s)},
         "nodes": [
             {"name": n.name, "op_type": n.op_type, "domain": n.domain, "opset": n.opset,
              "inputs": [t for t in n.inputs if t],
@@ -128,6 +138,7 @@ def _count(n: int, noun: str) -> str:
 def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> str:
     """The human-readable report of `placer inspect`."""
     shape = lambda t: "x".join(map(str, t.shape)) or "scalar"  # noqa: E731
+    origin = (lambda t: " given" if t.name in s.given_inputs else " generated") if s.given_inputs else (lambda t: "")  # noqa: E731
     lines = [
         f"graph       {s.source}",
         f"sha256      {s.sha256}",
@@ -139,7 +150,7 @@ def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> s
         f"FLOPs       {_si(s.flops, 'FLOP')} per step",
         f"activations {_bytes(s.activation_bytes)} (all node outputs)",
         "inputs",
-        *(f"  {t.name:<24} {shape(t):<20} {t.dtype}" for t in s.inputs),
+        *(f"  {t.name:<24} {shape(t):<20} {t.dtype:<8}{origin(t)}".rstrip() for t in s.inputs),
         "outputs",
         *(f"  {t.name:<24} {shape(t):<20} {t.dtype}" for t in s.outputs),
         "op histogram",
@@ -161,4 +172,12 @@ def format_summary(s: GraphSummary, top_ops: int = 15, path_nodes: int = 8) -> s
                      "the larger branch and one iteration where no trip count is fixed; a profile times what "
                      "the profiling inputs did")
         lines += [f"  {name}: {reason}" for name, reason in s.data_dependent.items()]
+    if s.run_shapes:
+        given, generated = ", ".join(s.given_inputs) or "none", ", ".join(_generated(s)) or "none"
+        lines.append(f"shapes the inputs' values decided (an If's branch, a Loop's trip count, ...): "
+                     f"{_count(len(s.run_shapes), 'tensor')}, found by a real run on the inputs given ({given}) "
+                     f"and generated ({generated})")
+        shown = s.run_shapes[:path_nodes] + ([f"... {len(s.run_shapes) - path_nodes} more"]
+                                             if len(s.run_shapes) > path_nodes else [])
+        lines += [f"  {name}" for name in shown]
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from placer.engines import check_engine, make_engine
 from placer.engines.failures import ExecutionFailure
 from placer.engines.protocol import PlacedRun
 from placer.errors import PlacerError
-from placer.graph.feeds import random_feeds
+from placer.graph.feeds import generated_inputs, generated_note, step_feeds
 from placer.graph.opgraph import OpGraph
 from placer.kernels.prepare import PreparedGraph
 from placer.measure.measurement import INVALID, KERNEL_ERROR, Measurement
@@ -64,8 +64,9 @@ class RealMeasurer:
     placer's executor, "onnxruntime"). With the protocol's objective "training", a step is a
     training step with `training`'s loss and optimizer (default: `TrainingSpec()`; the torch
     engine only). With `pipeline`, a step is a pipelined step of its micro-batches
-    (`placer.program.pipeline`), each fed the same inputs. `feeds` may override some inputs only:
-    the rest are random from `seed`."""
+    (`placer.program.pipeline`), each fed the same inputs. A step is fed the graph's sample inputs
+    (`OpGraph.sample_inputs`, --inputs); `feeds` may override some inputs; the rest are random from
+    `seed`, and a kernel that fails on them says so."""
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str],
                  protocol: MeasureProtocol = MeasureProtocol(),
@@ -82,7 +83,8 @@ class RealMeasurer:
             raise PlacerError("a training step's loss and optimizer were given to an inference protocol; "
                               "measure with MeasureProtocol(objective='training')")
         self.training = (training or TrainingSpec()) if protocol.objective == "training" else None
-        self.engine = make_engine(engine, graph, self.device_objs, {**random_feeds(graph, seed), **(feeds or {})},
+        self._generated = [n for n in generated_inputs(graph) if n not in (feeds or {})]
+        self.engine = make_engine(engine, graph, self.device_objs, {**step_feeds(graph, seed), **(feeds or {})},
                                   prepared=prepared, training=self.training, pipeline=self.pipeline,
                                   timeout_s=protocol.timeout_s)
 
@@ -128,7 +130,10 @@ class RealMeasurer:
                                peak_memory=run.peak_memory, protocol=record)
         except (ExecutionFailure, RuntimeError, ValueError) as exc:
             log.info("placement failed: %s", exc)
-            return failed_measurement(exc, record, run.peak_memory)
+            failed = failed_measurement(exc, record, run.peak_memory)
+            if failed.failure == KERNEL_ERROR:   # a kernel failing on generated values: say so
+                failed.reason += generated_note(self._generated)
+            return failed
         finally:
             run.close()
 

@@ -54,7 +54,7 @@ def test_unreadable_inputs_file_is_a_user_error(tmp_path, capsys):
     onnx.save(branchy_model(), path)
     (tmp_path / "bad.npz").write_text("not numpy")
     assert main(["run", "--graph", str(path), "--inputs", str(tmp_path / "bad.npz")]) == 2
-    assert "cannot read inputs" in capsys.readouterr().err
+    assert "cannot read --inputs" in capsys.readouterr().err
 
 
 def test_run_training_step_saves_loss_gradients_and_updated_parameters(tmp_path, capsys):

@@ -110,7 +110,8 @@ class ConcurrentSessions(ClosesOnExit):
                  cores: Mapping[str, frozenset[int]] | None = None) -> None:
         self.pieces = list(pieces)
         self.outputs = list(outputs)
-        self.constants = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+        # np.asarray(order="C"), not np.ascontiguousarray: that makes a scalar (an int64 rate) 1-D
+        self.constants = {k: ort.OrtValue.ortvalue_from_numpy(np.asarray(v, order="C"))
                           for k, v in (constants or {}).items()}
         made = {t for p in self.pieces for t in p.outputs}
         # slots for what a piece makes and another reads; the rest is a feed or a constant
@@ -133,7 +134,7 @@ class ConcurrentSessions(ClosesOnExit):
         mappings is a pipelined step, one per micro-batch: micro-batch k's outputs are named
         ``<output>#k`` (an output that is a constant once, by its name)."""
         pipelined = not isinstance(feeds, Mapping)
-        per = [{k: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+        per = [{k: v if isinstance(v, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(np.asarray(v, order="C"))
                 for k, v in f.items()} for f in (feeds if pipelined else [feeds])]
         job = self._threads.new_job(timeout_s, lambda n, limit: _Step(n, limit, per, self.constants, self._crossing,
                                                                        self._readers))

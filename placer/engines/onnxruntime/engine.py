@@ -42,7 +42,7 @@ class OrtEngine:
         self.folded_nodes = set(self.folding.nodes)
         given = check_feeds(graph, dict(inputs))
         # made once: every step hands ORT the same OrtValues, as a deployed loop would
-        self.feeds = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v.numpy())) for k, v in given.items()}
+        self.feeds = {k: ort.OrtValue.ortvalue_from_numpy(np.asarray(v.numpy(), order="C")) for k, v in given.items()}
 
     def open(self, placement: Placement) -> OrtRun:
         return OrtRun(self, placement)
