@@ -104,8 +104,6 @@ class _Plan:
         self.shared_reader = sim._r_reader[~alone]
         every = np.concatenate([self.op_time.ravel(), self.xfer])
         self.shortest = float(np.min(every, where=every > 0, initial=np.inf))   # the smallest positive time
-        self.slowdown = list(sim.slowdown)
-        self.caps = np.array([c if c is not None else np.iinfo(np.int64).max for c in sim.mem_caps], dtype=np.int64)
         self.rows = int(max(1, min(MAX_ROWS, _CELLS // max(1, self.T * D, self.n))))
 
 
@@ -145,18 +143,19 @@ def _simulate_rows(plan: _Plan, sim: Any, A: np.ndarray, peaks: bool) -> BatchRe
     """One chunk of rows (each a device per simulated step)."""
     B = A.shape[0]
     n, D = plan.n, plan.D
+    caps = np.array([c if c is not None else np.iinfo(np.int64).max for c in sim.mem_caps], dtype=np.int64)
     invalid = np.isinf(plan.op_time[np.arange(n)[None, :], A]).any(axis=1)
     steps = np.ascontiguousarray(np.where(invalid[:, None], 0, A).T)   # (steps, rows); a failed row runs harmlessly
     schedule = _schedule(plan, sim, steps)
     step = schedule.step
     # Peaks are worked out when asked for, or when some row could be over a cap: no device holds
     # more than everything ever allocated on it.
-    top = _peaks(plan, steps, schedule) if peaks or (_bound(plan, steps, schedule) > plan.caps).any() else None
-    if any(s > 1.0 for s in plan.slowdown):
+    top = _peaks(plan, steps, schedule) if peaks or (_bound(plan, steps, schedule) > caps).any() else None
+    if any(s > 1.0 for s in sim.slowdown):
         step = step + np.asarray([contention_extra(overlap_seconds(schedule.start[:, b], schedule.finish[:, b],
-                                                                   steps[:, b], D), plan.slowdown)
+                                                                   steps[:, b], D), sim.slowdown)
                                   for b in range(B)])
-    oom = (top > plan.caps[None, :]).any(axis=1) if top is not None else np.zeros(B, dtype=bool)
+    oom = (top > caps[None, :]).any(axis=1) if top is not None else np.zeros(B, dtype=bool)
     failure = [INVALID if bad else OOM if over else None for bad, over in zip(invalid.tolist(), oom.tolist())]
     return BatchResult(np.where(invalid, np.inf, step), np.where(invalid[:, None], 0, top) if top is not None else None,
                        failure)
