@@ -21,6 +21,9 @@ runs in, devices busy together for most of the step with few hand-overs. Without
 placements whose devices overlap much are the ones with hundreds of hand-overs (on a chain, none
 overlap at all), so the factor mixes contention with their cost (nmt: 1.24 without the pipelined
 step, 1.19 with it, in the same rounds).
+
+Each placement's record keeps what the calibration predicts for it (`predicted_s`): a cached
+profile is checked on reuse against a few of them (`placer.costmodel.reuse_check`).
 """
 
 from __future__ import annotations
@@ -37,12 +40,11 @@ import numpy as np
 
 from placer.devices import Device, as_devices
 from placer.graph.opgraph import OpGraph
-from placer.costmodel.contention import fit_error, fit_slowdown
+from placer.costmodel.contention import contention_extra, fit_error, fit_slowdown
 from placer.costmodel.protocol import CostModel
 from placer.measure.measurer import RealMeasurer
 from placer.program.pipeline import Pipeline
 from placer.costmodel.profile import Profile
-from placer.measure.intervals import median_interval
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.program.training import TrainingSpec
 from placer.placement import Placement
@@ -173,38 +175,12 @@ def check_and_calibrate(graph: OpGraph, devices: Sequence[Device | str], profile
     calibrated = replace(profile, calibration={"single_step_times": singles})
     slowdown, handover, rows = _fit(graph, names, calibrated, placements + piped, measured, classes, training,
                                     pipelined.pipeline if piped else None)
+    for r in rows:   # what the calibration predicts: the check on reuse starts from its residual
+        r["predicted_s"] = r["uncontended_s"] + contention_extra(r["overlap_s"], [slowdown[classes[d]] for d in names])
     record = {"single_step_times": singles, "slowdown": slowdown, "handover_s": handover, "off": off, "retakes": attempt,
               "placements": rows, "rounds": result.rounds, "capped": result.capped,
               "protocol": protocol.to_dict()}
     return replace(profile, calibration=record, flag=flag)
-
-
-def stale_by(graph: OpGraph, devices: Sequence[Device | str], profile: Profile, measurer,
-             protocol: CalibrationProtocol = CALIBRATION) -> dict[str, float]:
-    """How far a cached profile's calibrated single-device steps are off the devices now (class ->
-    measured / calibrated - 1), from each device alone measured in a few interleaved rounds; only
-    the classes surely more than `protocol.tolerance` off. Empty for a profile never calibrated."""
-    singles = (profile.calibration or {}).get("single_step_times")
-    if not singles:
-        return {}
-    names = [d.name for d in as_devices(devices)]
-    classes = profile.protocol["classes"]
-    rounds = replace(protocol.rounds, max_rounds=protocol.rounds.min_rounds)
-    result = measure_in_rounds([Candidate(f"single:{d}", partial(measurer.open, Placement.single_device(
-        list(graph.nodes), d, graph.sha256))) for d in names], rounds)
-    # a class is off only when the whole 95% interval of its devices' rounds (pooled) lies beyond
-    # the tolerance: a few rounds of a small graph are noisy, and a retake costs a minute
-    pooled: dict[str, list[float]] = {}
-    for d in names:
-        m = result.measurements[f"single:{d}"]
-        if m.ok and classes[d] in singles:
-            pooled.setdefault(classes[d], []).extend(m.times)
-    off = {}
-    for c, times in pooled.items():
-        now = median_interval(times)
-        if now.low / singles[c] - 1.0 > protocol.tolerance or now.high / singles[c] - 1.0 < -protocol.tolerance:
-            off[c] = now.value / singles[c] - 1.0
-    return off
 
 
 def _class_medians(per_device: dict[str, float | None], classes: dict[str, str]) -> dict[str, float]:

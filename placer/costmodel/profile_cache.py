@@ -3,7 +3,8 @@
 
 A fresh profile is checked and calibrated against whole-graph measurements before it is cached
 (`placer.costmodel.calibration`); a cached one is checked against the devices on reuse when the
-caller asks (`check_cached`: the commands), and taken again when stale. The cache key holds what a
+caller asks (`check_cached`: the commands): each device alone and a few of its calibration splits
+(`placer.costmodel.reuse_check`), and taken again when stale. The cache key holds what a
 profile depends on (`cache_key`).
 """
 
@@ -24,10 +25,11 @@ import numpy as np
 import torch
 
 from placer.costmodel.calibration import (CALIBRATION, PIPELINED_MICRO_BATCHES, CalibrationProtocol,
-                                          check_and_calibrate, stale_by)
+                                          check_and_calibrate)
 from placer.costmodel.profile import PROFILE_PROTOCOL, Profile, device_classes, spread_transfers
 from placer.costmodel.profiled import ProfiledCostModel
 from placer.costmodel.profiler import profile_graph
+from placer.costmodel.reuse_check import stale_by
 from placer.devices import Device
 from placer.errors import PlacerError
 from placer.engines.failures import KERNEL_ERROR
@@ -141,14 +143,15 @@ def _given_key(given: dict[str, np.ndarray]) -> dict[str, str]:
 
 
 def _stale(graph, devs, profile, engine, protocol, feeds, training, calibration, profile_kwargs) -> bool:
-    """A cached profile whose devices now run the whole graph more than the tolerance off what it
-    was calibrated on is stale: said in one line, and profiled again."""
-    measurer = measurer_for(engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
-                            prepared=profile_kwargs.get("prepared"), training=training)
-    off = stale_by(graph, devs, profile, measurer, calibration)
+    """A cached profile whose devices now run the whole graph, alone or split as a few of its
+    calibration placements, more than the tolerance off what its calibration predicts is stale
+    (`placer.costmodel.reuse_check`): said in one line, and profiled again."""
+    make = partial(measurer_for, engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
+                   prepared=profile_kwargs.get("prepared"), training=training)
+    off = stale_by(graph, devs, profile, make(), calibration, training,
+                   pipelined=partial(make, pipeline=Pipeline(PIPELINED_MICRO_BATCHES)))
     if off:
-        log.warning("the cached profile is stale: the devices now run the whole graph %s off what it was "
-                    "calibrated on; profiling again", ", ".join(f"{o:+.0%} ({c})" for c, o in off.items()))
+        log.warning("the cached profile is stale: %s; profiling again", off.note())
     return bool(off)
 
 

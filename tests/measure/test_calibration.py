@@ -17,6 +17,7 @@ from placer.costmodel.lower_bound import lower_bound  # noqa: E402
 from placer.costmodel.profile import Profile, TransferStat  # noqa: E402
 from placer.costmodel.profile_cache import profiled_cost_model
 from placer.costmodel.profiled import ProfiledCostModel
+from placer.costmodel.reuse_check import REUSE_SPLITS, stale_by
 from placer.measure.rounds import RoundsProtocol  # noqa: E402
 from placer.costmodel.simulator import Simulator  # noqa: E402
 
@@ -164,18 +165,17 @@ def test_a_slow_hand_over_between_devices_is_fitted_too():
 
 
 def test_a_cached_profile_the_devices_no_longer_match_is_stale():
-    from placer.costmodel.calibration import stale_by
-
     graph = _graph()
     calibrated = check_and_calibrate(graph, DEVICES, _profile(graph), lambda: pytest.fail("retaken"),
                                      FakeMeasurer(graph, _truth(_profile(graph), single=1.0, slowdown=1.0)), QUICK)
     # the machine now runs one device's whole graph 30% slower than when it was calibrated
     slower = FakeMeasurer(graph, _truth(_profile(graph), single=1.3, slowdown=1.0))
-    assert stale_by(graph, DEVICES, calibrated, slower, QUICK) == {CLASS: pytest.approx(0.3)}
-    assert slower.opened == 2   # each device alone: a few seconds, not a new calibration
+    off = stale_by(graph, DEVICES, calibrated, slower, QUICK)
+    assert off.singles == {CLASS: pytest.approx(0.3)} and off.splits == {}   # the splits slower alike
+    assert slower.opened == 2 + REUSE_SPLITS   # each device alone and a few splits: not a new calibration
     same = FakeMeasurer(graph, _truth(_profile(graph), single=1.05, slowdown=1.0))
-    assert stale_by(graph, DEVICES, calibrated, same, QUICK) == {}
-    assert stale_by(graph, DEVICES, _profile(graph), slower, QUICK) == {}   # never calibrated: nothing to hold it to
+    assert not stale_by(graph, DEVICES, calibrated, same, QUICK)
+    assert not stale_by(graph, DEVICES, _profile(graph), slower, QUICK)   # never calibrated: nothing to hold it to
 
 
 def test_a_stale_cached_profile_is_profiled_again_and_said_so(tmp_path, caplog):
@@ -205,6 +205,38 @@ def test_a_stale_cached_profile_is_profiled_again_and_said_so(tmp_path, caplog):
         "the cached profile is stale")
 
 
+@pytest.mark.slow
+def test_a_contention_factor_set_wrong_on_disk_is_caught_and_retaken_on_its_next_use(tmp_path, caplog):
+    """Through the cost model's cache, on real devices, with the default calibration: a cached
+    profile whose contention factor is edited to 3.0 still predicts each device alone (the check of
+    singles passes it), but not its splits; its next use measures a few of them, retakes the
+    profile and says why in one warning. Two chains of matmuls big enough (about 10 ms a step) that
+    a busy machine's preemptions do not drown a 3x misprediction."""
+    import json
+
+    import onnx
+    from testgraphs import branches
+
+    from placer.devices import parse_devices
+    from placer.graph.load import load_graph
+
+    onnx.save(branches(2, 3, width=512, batch=256), tmp_path / "b.onnx")
+    graph = load_graph(tmp_path / "b.onnx")
+    devices = parse_devices("cpu:0[threads=1],cpu:1[threads=1]")
+    first = profiled_cost_model(graph, devices, cache_dir=tmp_path)
+    data = json.loads(first.path.read_text())
+    fitted = data["calibration"]["slowdown"]
+    assert max(fitted.values()) < 2.0, f"the machine is too busy for this test: contention fitted at {fitted}"
+    data["calibration"]["slowdown"] = dict.fromkeys(fitted, 3.0)
+    first.path.write_text(json.dumps(data))
+    with caplog.at_level(logging.WARNING, logger="placer.costmodel.profile_cache"):
+        again = profiled_cost_model(graph, devices, cache_dir=tmp_path, check_cached=True)
+    assert not again.from_cache and again.path == first.path
+    notes = [r.getMessage() for r in caplog.records if r.getMessage().startswith("the cached profile is stale")]
+    assert len(notes) == 1 and "its multi-device predictions (contention factor 3.00 (cpu[threads=1])" in notes[0]
+    assert json.loads(again.path.read_text())["calibration"]["slowdown"] != data["calibration"]["slowdown"]
+
+
 def test_a_pipelined_step_calibrates_contention_where_no_single_step_overlaps():
     """On a chain no placement of one input keeps both devices busy at once, so the single steps
     say nothing of contention; the contiguous split's pipelined step does, and the fitted factor
@@ -226,3 +258,53 @@ def test_a_pipelined_step_calibrates_contention_where_no_single_step_overlaps():
     predicted = Simulator(graph, DEVICES, ProfiledCostModel(got), pipeline=eight).simulate(assign).step_time
     assert predicted == pytest.approx(Simulator(graph, DEVICES, truth, pipeline=eight).simulate(assign).step_time,
                                       rel=1e-3)
+
+
+def _calibrated_with_pipeline(graph, slowdown: float):
+    """A profile calibrated (with its pipelined split) against a truth of contention `slowdown`,
+    and the measurers of that truth."""
+    from placer.costmodel.calibration import PIPELINED_MICRO_BATCHES
+    from placer.program.pipeline import Pipeline
+
+    truth = _truth(_profile(graph), single=1.0, slowdown=slowdown)
+    measurer = FakeMeasurer(graph, truth)
+    piped = FakeMeasurer(graph, truth, Pipeline(PIPELINED_MICRO_BATCHES))
+    calibrated = check_and_calibrate(graph, DEVICES, _profile(graph), lambda: pytest.fail("retaken"), measurer, QUICK,
+                                     pipelined=piped)
+    return calibrated, measurer, piped
+
+
+def test_a_cached_contention_factor_the_splits_no_longer_show_is_stale():
+    from placer.costmodel.calibration import PIPELINED
+
+    graph = _graph()
+    calibrated, measurer, piped = _calibrated_with_pipeline(graph, slowdown=1.3)
+    # the record keeps what the calibration predicts for each placement: the check starts from it
+    placements = {**dict(calibration_placements(graph, DEVICES, ProfiledCostModel(_profile(graph)))),
+                  PIPELINED: None}
+    for r in calibrated.calibration["placements"]:
+        p = placements[r["placement"]] or placements["contiguous"]
+        sim = Simulator(graph, DEVICES, ProfiledCostModel(calibrated),
+                        pipeline=piped.pipeline if r["placement"] == PIPELINED else None)
+        assert r["predicted_s"] == pytest.approx(sim.simulate([DEVICES.index(p.nodes[n]) for n in graph.nodes]).step_time,
+                                                 rel=1e-6)
+    assert not stale_by(graph, DEVICES, calibrated, measurer, QUICK, pipelined=lambda: piped)
+    assert measurer.opened + piped.opened == (8 + 1) + (2 + REUSE_SPLITS)   # the calibration's, then the check's
+    wrong = replace(calibrated, calibration={**calibrated.calibration, "slowdown": {CLASS: 3.0}})
+    off = stale_by(graph, DEVICES, wrong, measurer, QUICK, pipelined=lambda: piped)
+    assert off.singles == {} and len(off.splits) == REUSE_SPLITS
+    assert all(o < -QUICK.tolerance for o in off.splits.values())   # measured faster than 3.0 predicts
+    assert "contention factor 3.00 (cpu[threads=1])" in off.note() and "\n" not in off.note()
+
+
+def test_the_check_on_reuse_carries_the_residual_a_calibration_left_on_a_split():
+    """A calibration whose fit left its splits well off when it was taken (here: contention 3.0,
+    predicting them slower than they ran then) is held to that residual, not retaken on every use
+    for it; the same factor without that residual is caught (the test above)."""
+    graph = _graph()
+    calibrated, measurer, piped = _calibrated_with_pipeline(graph, slowdown=1.3)
+    rows = [{**r, "predicted_s": r["uncontended_s"] + 2.0 * max(r["overlap_s"])}
+            for r in calibrated.calibration["placements"]]
+    assert any(r["predicted_s"] > 1.5 * r["measured_s"] for r in rows)
+    off_then = replace(calibrated, calibration={**calibrated.calibration, "placements": rows, "slowdown": {CLASS: 3.0}})
+    assert not stale_by(graph, DEVICES, off_then, measurer, QUICK, pipelined=lambda: piped)
