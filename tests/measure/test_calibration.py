@@ -226,7 +226,8 @@ def test_a_contention_factor_set_wrong_on_disk_is_caught_and_retaken_on_its_next
     first = profiled_cost_model(graph, devices, cache_dir=tmp_path)
     data = json.loads(first.path.read_text())
     fitted = data["calibration"]["slowdown"]
-    assert max(fitted.values()) < 2.0, f"the machine is too busy for this test: contention fitted at {fitted}"
+    if max(fitted.values()) >= 2.0:   # the premise, not the check: a sane factor to set wrong
+        pytest.skip(f"the machine is too busy for this test: contention fitted at {fitted}")
     data["calibration"]["slowdown"] = dict.fromkeys(fitted, 3.0)
     first.path.write_text(json.dumps(data))
     with caplog.at_level(logging.WARNING, logger="placer.costmodel.profile_cache"):
