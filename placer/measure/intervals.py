@@ -146,7 +146,10 @@ def interval_over_blocks(blocks, confidence: float = CONFIDENCE) -> Interval:
     block medians on a log scale. As Kalibera and Jones show, the spread of the top level's figures
     holds every level beneath it (a block median varies with its rounds too), and with few blocks
     only t keeps its coverage: a bootstrap over 3 blocks that moved by 1% covered the true value
-    81% of the time, t 95%."""
+    81% of the time, t 95%. Nor is it ever narrower than the rounds pooled say (their order-statistic
+    interval): three block medians that happen to agree would otherwise give an interval a tenth of
+    the rounds' spread, which the next run missed (a compare row: [111.0, 111.4] ms against
+    [111.6, 112.8] ms the run before)."""
     groups = [np.asarray(b, dtype=np.float64) for b in blocks if len(b)]
     if not groups:
         raise ValueError("no samples")
@@ -155,8 +158,10 @@ def interval_over_blocks(blocks, confidence: float = CONFIDENCE) -> Interval:
     logs = np.array([np.median(np.log(g)) for g in groups])   # of an even count: the geometric midpoint
     centre = float(logs.mean())
     half = float(student_t.ppf(0.5 + confidence / 2, len(logs) - 1) * logs.std(ddof=1) / np.sqrt(len(logs)))
-    return Interval(float(np.exp(centre)), float(np.exp(centre - half)), float(np.exp(centre + half)),
-                    sum(len(g) for g in groups), confidence, len(groups))
+    pooled = median_interval(np.concatenate(groups), confidence)
+    return Interval(float(np.exp(centre)), min(float(np.exp(centre - half)), pooled.low),
+                    max(float(np.exp(centre + half)), pooled.high), sum(len(g) for g in groups), confidence,
+                    len(groups))
 
 
 def speedup_verdict(speedup: Interval, resolution: float = RESOLUTION) -> str:

@@ -132,3 +132,15 @@ def test_the_interval_over_blocks_has_its_coverage_when_runs_differ():
         blocks = [np.exp(rng.normal(0, 0.01) + rng.normal(0, 0.005, 10)) for _ in range(3)]
         inside += interval_over_blocks(blocks).contains(1.0)
     assert 0.92 <= inside / 400 <= 0.98
+
+
+def test_an_interval_over_blocks_is_never_narrower_than_the_rounds_pooled():
+    """Three blocks whose medians agree by chance: Student's t over them alone would give an
+    interval far narrower than the rounds' own spread, one the next run misses."""
+    rng = np.random.default_rng(3)
+    blocks = [1.0 + 0.05 * rng.standard_normal(15) for _ in range(3)]
+    blocks = [b - np.median(b) + 1.0 + 1e-4 * i for i, b in enumerate(blocks)]   # medians 1.0000, 1.0001, 1.0002
+    over = interval_over_blocks(blocks)
+    pooled = median_interval(np.concatenate(blocks))
+    assert over.low <= pooled.low and over.high >= pooled.high
+    assert over.high - over.low > 0.01
