@@ -1,0 +1,81 @@
+"""One graph on one cluster, ready for the graph policy: its features, its simulator and its yardstick.
+
+The simulator is the batched one (`simulate_batch`, `peaks=False`: only whether a placement fits
+matters), over the cluster's devices with their memory capacities as caps. The yardstick is the
+best list heuristic's simulated step time (m-ETF, m-SCT, HEFT, the expert and every single device,
+as local search starts from: `placer.placers.local_search.best_start`): rewards are step times
+divided by it, so that they compare across graphs and clusters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from placer.costmodel.batch_simulator import simulate_batch
+from placer.costmodel.protocol import CostModel
+from placer.costmodel.simulator import Simulator
+from placer.graph.opgraph import OpGraph
+from placer.hardware import Cluster
+from placer.placement import Placement
+from placer.placers.base import make_simulator
+from placer.policy.gnn.features import GraphFeatures, graph_features
+from placer.policy.gnn.model import FeatureTensors
+
+
+@dataclass
+class Episode:
+    """A graph on a cluster: what the policy reads and what scores its placements."""
+
+    name: str
+    graph: OpGraph
+    cluster: Cluster
+    cost: CostModel
+    features: GraphFeatures
+    tensors: FeatureTensors
+    simulator: Simulator
+    node_group: np.ndarray           # each node's group, in graph order
+    best_time: float = math.inf      # the best list heuristic's simulated step time (inf: none fits, or not asked)
+    best_name: str | None = None
+
+    @property
+    def caps(self) -> dict[str, int]:
+        return {d.name: d.model.memory_bytes for d in self.cluster.devices}
+
+    def step_times(self, group_assign: np.ndarray) -> np.ndarray:
+        """Simulated step time of each row of `group_assign` (N, G) device indices; inf where it fails."""
+        rows = np.asarray(group_assign, dtype=np.int64).reshape(-1, self.features.n_groups)[:, self.node_group]
+        result = simulate_batch(self.simulator, rows, peaks=False)
+        return np.where([f is None for f in result.failure], result.step_time, np.inf)
+
+    def placement(self, group_devices, **info) -> Placement:
+        """The node-level `Placement` of one device index per group; `info` recorded under extra["placer"]."""
+        placement = self.features.grouping.expand([int(d) for d in group_devices], self.features.devices,
+                                                  self.graph.sha256)
+        placement.extra = {"placer": {"name": "gnn", **info}}
+        return placement
+
+
+def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None, name: str = "",
+                 yardstick: bool = True) -> Episode:
+    """`graph` on `cluster`, priced by `cost` (default: the cluster's roofline model); with
+    `yardstick`, the best list heuristic is found too (a few list schedules, tenths of a second)."""
+    if cost is None:
+        from placer.costmodel.roofline import RooflineCostModel
+
+        cost = RooflineCostModel(cluster, graph)
+    features = graph_features(graph, cluster, cost)
+    devices = cluster.device_names
+    caps = {d.name: d.model.memory_bytes for d in cluster.devices}
+    simulator = make_simulator(graph, devices, cost, caps)
+    node_group = np.asarray([features.grouping.node_group[n] for n in graph.nodes], dtype=np.int64)
+    episode = Episode(name or graph.source, graph, cluster, cost, features, FeatureTensors.of(features), simulator,
+                      node_group)
+    if yardstick:
+        from placer.placers.local_search import best_start
+
+        start = best_start(graph, devices, cost, caps, simulator)
+        episode.best_time, episode.best_name = start.step_time, start.name
+    return episode

@@ -1,0 +1,138 @@
+"""The graph policy: it sees the devices, places graphs and clusters it was not trained on, and its
+checkpoints load on any graph and device count."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from placer.graph.load import load_graph
+from placer.hardware import Cluster, ClusterDevice, Link, catalogue_models, load_cluster
+from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, load_policy, save_policy
+from placer.policy.gnn.episode import make_episode
+from placer.policy.gnn.features import HASH_BUCKETS, OP_VOCABULARY, graph_features, op_column
+from placer.policy.gnn.learn import LearnConfig, rollout, update
+from placer.policy.gnn.model import FeatureTensors
+from testgraphs import branches
+
+TINY = PolicyConfig(hidden=16, layers=1, heads=1, rounds=1)
+
+
+def two_gpus(slow_first: bool) -> Cluster:
+    """A K40 and an H100 (15x the FLOP/s, 12x the bandwidth) joined by one link."""
+    models = catalogue_models()
+    slow, fast = ClusterDevice("cuda:0", models["tesla-k40"]), ClusterDevice("cuda:1", models["h100-sxm5-80gb"])
+    if not slow_first:
+        slow, fast = ClusterDevice("cuda:1", models["tesla-k40"]), ClusterDevice("cuda:0", models["h100-sxm5-80gb"])
+    devices = (slow, fast) if slow_first else (fast, slow)
+    link = Link("pcie", ("cuda:0", "cuda:1"), 15.75e9, 1e-5, "test")
+    return Cluster("fast-slow" if not slow_first else "slow-fast", "test", devices, (link,))
+
+
+def fast_device(cluster: Cluster) -> int:
+    return [d.model.key for d in cluster.devices].index("h100-sxm5-80gb")
+
+
+@pytest.fixture(scope="module")
+def chains():
+    return load_graph(branches(2, 3, width=256, batch=64))
+
+
+def train_tiny(episodes, updates: int = 40, seed: int = 0) -> GraphPlacementPolicy:
+    torch.manual_seed(seed)
+    policy = GraphPlacementPolicy(TINY)
+    optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
+    config = LearnConfig(samples=8)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(updates):
+        update(policy, optimizer, episodes, [rollout(policy, e, config, generator) for e in episodes], config)
+    return policy
+
+
+def fast_share(policy, episode) -> float:
+    """The share of the greedy placement's groups on the fast device."""
+    actions = policy.sample(episode.tensors, 1, greedy=True)[0, -1].numpy()
+    return float(np.mean(actions == fast_device(episode.cluster)))
+
+
+def test_a_trained_policy_puts_the_work_on_the_fast_device_whichever_its_index(chains):
+    episodes = [make_episode(chains, two_gpus(slow_first)) for slow_first in (True, False)]
+    policy = train_tiny(episodes)
+    assert [fast_share(policy, e) for e in episodes] == [1.0, 1.0]
+
+
+def test_a_policy_blind_to_the_devices_cannot_tell_fast_from_slow(chains):
+    """The premise of the test above: with every device figure and per-device time made equal, the
+    two devices look alike and the same training cannot prefer the fast one in both orders."""
+    episodes = [make_episode(chains, two_gpus(slow_first)) for slow_first in (True, False)]
+    for e in episodes:
+        e.tensors = FeatureTensors(**{**vars(e.tensors), "device": e.tensors.device.mean(0, keepdim=True).expand_as(
+            e.tensors.device).clone(), "pair": e.tensors.pair.mean(1, keepdim=True).expand_as(e.tensors.pair).clone()})
+    policy = train_tiny(episodes)
+    assert min(fast_share(policy, e) for e in episodes) < 1.0
+
+
+def test_the_device_figures_reach_the_logits(chains):
+    """The gradient path: each device's datasheet and link figures move its logits."""
+    torch.manual_seed(0)
+    policy = GraphPlacementPolicy(TINY)
+    x = make_episode(chains, two_gpus(True), yardstick=False).tensors
+    device = x.device.clone().requires_grad_(True)
+    x = FeatureTensors(**{**vars(x), "device": device})
+    logits = policy.logits(x, policy.encode(x), None, 1)
+    (logits[..., 1] - logits[..., 0]).sum().backward()
+    grad = device.grad.abs().sum(dim=1)
+    assert (grad > 0).all(), grad
+
+
+def test_features_are_absolute_not_scaled_by_the_graph(chains):
+    """A group's features do not change when the graph around it grows: nothing is divided by a graph's maximum."""
+    cluster = load_cluster("2xt4-pcie")
+    small = graph_features(chains, cluster)
+    big = graph_features(load_graph(branches(4, 3, width=256, batch=64)), cluster)
+    first_small = small.groups[0, :-1]   # the last column is the position in the order
+    assert np.allclose(first_small, big.groups[0, :-1])
+
+
+def unknown_op_model() -> onnx.ModelProto:
+    """x -> Relu -> a custom-domain op placer has no kernel for -> MatMul -> y."""
+    w = onnx.numpy_helper.from_array(np.ones((8, 8), dtype=np.float32), "w")
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Swizzle", ["r"], ["s"], name="swizzle", domain="com.example"),
+             helper.make_node("MatMul", ["s", "w"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "custom", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w],
+                              value_info=[helper.make_tensor_value_info("s", TensorProto.FLOAT, [4, 8])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+
+
+def test_an_unseen_op_type_falls_in_a_hashed_bucket():
+    column = op_column("Swizzle")
+    assert len(OP_VOCABULARY) <= column < len(OP_VOCABULARY) + HASH_BUCKETS
+    assert op_column("Swizzle") == column and op_column("MatMul") == OP_VOCABULARY.index("MatMul")
+
+
+def test_a_checkpoint_loads_on_another_graph_and_device_count(tmp_path, chains):
+    torch.manual_seed(0)
+    policy = GraphPlacementPolicy(TINY)
+    path = save_policy(policy, tmp_path / "policy.pt", {"made_by": "test"})
+    loaded, info = load_policy(path)
+    assert info["made_by"] == "test" and loaded.config == TINY
+    for graph, cluster in [(chains, two_gpus(True)), (load_graph(branches(6, 4)), load_cluster("dgx1-v100"))]:
+        placement = loaded.place(graph, cluster)
+        assert set(placement.nodes) == set(graph.nodes)
+        assert set(placement.devices) == set(cluster.device_names)
+        again = policy.place(graph, cluster)
+        assert again.nodes == placement.nodes   # the same weights, the same placement
+
+
+def test_a_graph_larger_than_any_in_training_is_placed():
+    """Past 256 groups the grouping coarsens; the placement covers every node."""
+    graph = load_graph(branches(40, 8, width=16, batch=4))   # 641 ops: more than the most groups a policy sees
+    policy = GraphPlacementPolicy(TINY)
+    placement = policy.place(graph, load_cluster("4xa100-nvlink"))
+    assert len(placement.nodes) == len(graph.nodes) == 641
+    assert placement.extra["placer"]["groups"] <= 256
