@@ -25,7 +25,7 @@ LAYERS = [
     ("placer.measure",),
     ("placer.costmodel",),
     ("placer.placers",),
-    ("placer.evaluate", "placer.env", "placer.workers"),
+    ("placer.evaluate", "placer.env", "placer.workers", "placer.corpus"),
     ("placer.policy",),
     ("placer.commands", "placer.cli"),
 ]

@@ -8,15 +8,13 @@ on three scales), with seeded weights. Not in the zoo: it stands for a model pla
 from __future__ import annotations
 
 import argparse
-import io
-import warnings
 from pathlib import Path
 
 import onnx
 import torch
 from torch import nn
 
-from graphs.export import OPSET, write_atomic
+from graphs.outside import export_module
 
 WIDTHS = (16, 32, 64, 128, 256)   # YOLOv8n's channels per stage
 CLASSES = 80
@@ -142,17 +140,7 @@ def export_yolo(path: str | Path, size: int = 320, batch: int = 1, seed: int = 0
         torch.manual_seed(seed)
         model = YoloDetector().eval()
         images = torch.rand(batch, 3, size, size)
-    buffer = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, (images,), buffer, dynamo=False, opset_version=OPSET, input_names=["images"],
-                          output_names=["detections"], do_constant_folding=True,
-                          training=torch.onnx.TrainingMode.EVAL)
-    proto = onnx.load_from_string(buffer.getvalue())
-    onnx.checker.check_model(proto)
-    path = Path(path)
-    write_atomic(proto.SerializeToString(), path)
-    return path
+    return export_module(model, (images,), path, ["images"], ["detections"])
 
 
 def main() -> None:

@@ -1,0 +1,113 @@
+"""The corpus: held-out families and clusters never reach training; sampled clusters are real
+hardware descriptions (every device reaches every other, a placement over all of them simulates);
+random DAGs are ONNX models placer loads as a user's file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from placer.corpus import HELD_OUT_CLUSTERS, HELD_OUT_FAMILIES, held_out_items, sample_cluster, training_items
+from placer.corpus.clusters import MAX_DEVICES, MIN_DEVICES, signature
+from placer.corpus.items import held_out_signatures
+from placer.corpus.random_dags import DagSpec, random_dag
+from placer.costmodel.roofline import cluster_measurer
+from placer.errors import PlacerError
+from placer.graph.load import load_graph
+from placer.placement import Placement
+
+
+@pytest.fixture(scope="module")
+def training():
+    return [item for seed in (0, 1) for item in training_items(seed, "small")]
+
+
+@pytest.fixture(scope="module")
+def held_out():
+    return held_out_items(0, "small")
+
+
+def test_no_held_out_family_or_cluster_is_ever_a_training_item(training):
+    held_hardware = set(held_out_signatures())
+    assert training
+    for item in training:
+        assert item.family not in HELD_OUT_FAMILIES, item.name
+        assert item.cluster.name not in HELD_OUT_CLUSTERS, item.name
+        assert signature(item.cluster) not in held_hardware, item.name
+
+
+def test_no_held_out_graph_is_a_training_graph(training, held_out):
+    trained = {item.graph.sha256 for item in training}
+    for item in held_out:
+        if item.family in HELD_OUT_FAMILIES:
+            assert item.graph.sha256 not in trained, item.name
+
+
+def test_every_held_out_item_is_unseen_and_every_held_out_name_is_judged(held_out):
+    for item in held_out:
+        assert item.family in HELD_OUT_FAMILIES or item.cluster.name in HELD_OUT_CLUSTERS, item.name
+    assert {i.family for i in held_out} >= set(HELD_OUT_FAMILIES)
+    assert {i.cluster.name for i in held_out} >= set(HELD_OUT_CLUSTERS)
+    # unseen graphs on seen hardware, seen families on unseen hardware, and both unseen
+    assert any(i.family in HELD_OUT_FAMILIES and i.cluster.name not in HELD_OUT_CLUSTERS for i in held_out)
+    assert any(i.family not in HELD_OUT_FAMILIES and i.cluster.name in HELD_OUT_CLUSTERS for i in held_out)
+
+
+def test_training_mixes_families_catalogue_and_sampled_clusters_and_is_seeded(training):
+    families = {item.family for item in training}
+    assert {"random_dag", "resnet50", "rnnlm", "nmt"} <= families
+    names = {item.cluster.name for item in training}
+    assert any(n.startswith("sampled-") for n in names) and any(not n.startswith("sampled-") for n in names)
+    again = [item.name for item in training_items(0, "small")]
+    assert again == [item.name for item in training[:len(again)]]
+    assert again != [item.name for item in training[len(again):]]   # another seed, another order
+
+
+def test_an_unknown_size_is_a_one_line_error():
+    with pytest.raises(PlacerError, match="unknown corpus size 'huge'; use one of small, full"):
+        next(training_items(0, "huge"))
+
+
+@pytest.mark.parametrize("n", range(MIN_DEVICES, MAX_DEVICES + 1))
+def test_a_sampled_cluster_routes_between_all_its_devices_and_simulates_a_placement(n):
+    cluster = sample_cluster(np.random.default_rng(n), n)
+    names = cluster.device_names
+    assert len(names) == n and any(d.model.kind == "cuda" for d in cluster.devices)
+    for a in names:
+        for b in names:
+            route = cluster.route(a, b)
+            assert (route == ()) == (a == b)
+            # a copy never passes through a GPU
+            inner = [m for link in route for m in link.members if m not in (a, b)]
+            assert all(not m.startswith("cuda") for m in inner)
+    graph = load_graph(random_dag(DagSpec("dense", 6, 3, 2, 64, 64), seed=n))
+    nodes = list(graph.nodes)
+    placement = Placement([f"{d}" for d in names], {v: names[i % n] for i, v in enumerate(nodes)})
+    measurement = cluster_measurer(cluster, graph).measure(placement)
+    assert measurement.ok and measurement.step_time > 0
+
+
+def test_sampled_clusters_vary_and_are_drawn_from_the_seed():
+    drawn = [sample_cluster(np.random.default_rng(s)) for s in range(12)]
+    assert len({signature(c) for c in drawn}) > 6
+    assert len({len(c.devices) for c in drawn}) > 3
+    assert any(len({d.machine for d in c.devices}) == 2 for c in drawn)
+    assert sample_cluster(np.random.default_rng(3)) == sample_cluster(np.random.default_rng(3))
+
+
+def test_a_sampled_cluster_never_has_an_avoided_clusters_hardware():
+    for s in range(20):
+        # two devices: few layouts, so the draw is one that could come again; avoided, it never does
+        drawn = signature(sample_cluster(np.random.default_rng(s), 2))
+        assert signature(sample_cluster(np.random.default_rng(s), 2, avoid=(drawn,))) != drawn
+
+
+def test_a_random_dag_is_a_checked_onnx_model_with_static_shapes_and_its_spec():
+    spec = DagSpec("conv", depth=8, width=4, fan_in=3, size=16, rows=14)
+    graph = load_graph(random_dag(spec, seed=5))
+    ops = {node.op_type for node in graph.nodes.values()}
+    assert "Conv" in ops and ops <= {"Conv", "Add", "Relu", "Concat"}
+    assert len(graph.nodes) >= spec.depth
+    assert all(node.flops >= 0 for node in graph.nodes.values())
+    assert random_dag(spec, seed=5) == random_dag(spec, seed=5)
+    assert random_dag(spec, seed=5) != random_dag(spec, seed=6)
