@@ -29,8 +29,18 @@ def _scaled_log(values: np.ndarray) -> np.ndarray:
     return logged / top if top > 0 else logged
 
 
-def group_features(graph: OpGraph, grouping: Grouping) -> GroupFeatures:
-    """The features of every group of `grouping` over `graph`."""
+@dataclass
+class _GroupFigures:
+    """The raw figures both views scale: op-type counts, scalars, shapes and bytes between groups."""
+
+    op_types: list[str]
+    hist: np.ndarray        # (groups, op types): the share of each op type
+    scalars: np.ndarray     # (groups, 4): output bytes, FLOPs, param bytes, nodes
+    shapes: np.ndarray      # (groups, SHAPE_DIMS): the largest output's last dims
+    adjacency: np.ndarray   # (groups, groups): bytes sent from row to column
+
+
+def _group_figures(graph: OpGraph, grouping: Grouping) -> _GroupFigures:
     op_types = sorted({n.op_type for n in graph.nodes.values()})
     column = {t: i for i, t in enumerate(op_types)}
     G = len(grouping.groups)
@@ -50,11 +60,35 @@ def group_features(graph: OpGraph, grouping: Grouping) -> GroupFeatures:
         tail = list(largest[-SHAPE_DIMS:])
         shapes[g, SHAPE_DIMS - len(tail):] = tail
     hist /= np.maximum(scalars[:, 3:4], 1)
-    columns = [hist] + [_scaled_log(scalars[:, k:k + 1]) for k in range(4)] + [_scaled_log(shapes)]
     adjacency = np.zeros((G, G), dtype=np.float64)
     for u, v, data in graph.dag.edges(data=True):
         a, b = grouping.node_group[u], grouping.node_group[v]
         if a != b:
             adjacency[a, b] += data.get("bytes", 0)
+    return _GroupFigures(op_types, hist, scalars, shapes, adjacency)
+
+
+def group_features(graph: OpGraph, grouping: Grouping) -> GroupFeatures:
+    """The features of every group of `grouping` over `graph`, scaled by the graph's own maxima."""
+    f = _group_figures(graph, grouping)
+    columns = [f.hist] + [_scaled_log(f.scalars[:, k:k + 1]) for k in range(4)] + [_scaled_log(f.shapes)]
     return GroupFeatures(np.concatenate(columns, axis=1).astype(np.float32),
-                         _scaled_log(adjacency).astype(np.float32), op_types)
+                         _scaled_log(f.adjacency).astype(np.float32), f.op_types)
+
+
+# Fixed scales of the absolute view: log1p of a figure over log1p of this reaches 1 (clipped above).
+ABSOLUTE_SCALE = 1e13      # bytes and FLOPs of one group (~10 TB, ~10 TFLOP)
+ABSOLUTE_FEATURES = 4 + SHAPE_DIMS
+
+
+def _absolute_log(values: np.ndarray, scale: float = ABSOLUTE_SCALE) -> np.ndarray:
+    return np.clip(np.log1p(np.maximum(values, 0.0)) / np.log1p(scale), 0.0, 1.0)
+
+
+def absolute_group_features(graph: OpGraph, grouping: Grouping) -> GroupFeatures:
+    """The same figures on fixed scales, never one graph's maxima, and without the op-type
+    histogram (its columns are the graph's own vocabulary): `ABSOLUTE_FEATURES` columns for every
+    graph, so one observation space holds any of them."""
+    f = _group_figures(graph, grouping)
+    features = np.concatenate([_absolute_log(f.scalars), _absolute_log(f.shapes)], axis=1)
+    return GroupFeatures(features.astype(np.float32), _absolute_log(f.adjacency).astype(np.float32), [])

@@ -6,6 +6,26 @@ sequential mode each step places the next group (Discrete) and the last one is m
 The reward is -sqrt(step time in seconds); a failed placement counts as if it took
 `failure_time` seconds (100 s, as the published implementation did). `info` carries the full
 `Measurement` (as a dict) and the `Placement`.
+
+One environment for many problems: built with `max_groups` and `max_devices`, its spaces are
+padded to those sizes, so that `reset(options={"graph": ..., "cluster": ...})` can switch the
+graph, the cluster or both between episodes (and `gymnasium.vector.SyncVectorEnv` can batch
+environments on different problems). The padded observation is, with G groups of D devices in
+this episode (G <= max_groups, D <= max_devices):
+
+- ``features`` (max_groups x 8): each group's output bytes, FLOPs, parameter bytes, node count and
+  largest output shape, log-scaled on fixed scales (`absolute_group_features`), zero past G;
+- ``adjacency`` (max_groups x max_groups): log bytes from row group to column group;
+- ``group_mask`` (max_groups): 1 for the G real groups;
+- ``devices`` (max_devices x 4): each device's log peak float32 FLOP/s, log memory bandwidth, log
+  memory and whether it is a GPU, from the cluster's datasheet figures (zero without a cluster);
+- ``device_mask`` (max_devices): 1 for the D real devices;
+- ``group_time`` (max_groups x max_devices): the cost model's log time of each group's ops on each
+  device (1: cannot run there), when the rewards are simulated; zero otherwise;
+- ``placed`` (max_groups): the device of each group so far; max_devices marks "not yet" and padding.
+
+The action holds max_groups device indices (one-shot) or one (sequential); the entries past G are
+ignored, and a group sent to a device past D fails the placement (rewarded as `failure_time`).
 """
 
 from __future__ import annotations
@@ -19,7 +39,7 @@ import numpy as np
 from gymnasium import spaces
 
 from placer.devices import Device
-from placer.env.features import group_features
+from placer.env.features import absolute_group_features, group_features
 from placer.errors import PlacerError
 from placer.graph.grouping import Grouping, group_graph
 from placer.graph.opgraph import OpGraph
@@ -27,6 +47,11 @@ from placer.hardware import Cluster, load_cluster
 from placer.measure.measurement import Measurement, Measurer
 
 MODES = ("one_shot", "sequential")
+RESET_OPTIONS = ("graph", "cluster")
+DEVICE_FEATURES = 4
+_LOG_RATE_SCALE = 1e16     # FLOP/s and bytes/s: log1p over log1p of this
+_LOG_MEMORY_SCALE = 2**40  # bytes of memory
+_TIME_SCALE_US = 1e6       # a group's time in microseconds: log1p over log1p of a second's
 
 
 class PlacementEnv(gym.Env):
@@ -41,6 +66,8 @@ class PlacementEnv(gym.Env):
     its devices, their memory capacities as caps.
     Observation: ``features`` (groups x features), ``adjacency`` (groups x groups) and
     ``placed`` (the device of each group so far; the number of devices marks "not yet").
+    With `max_groups` and `max_devices`, the padded observation of the module's docstring, and
+    `reset(options={"graph": ..., "cluster": ...})` switches problems between episodes.
     """
 
     metadata = {"render_modes": []}
@@ -50,7 +77,8 @@ class PlacementEnv(gym.Env):
                  n_groups: int | None = None, grouping_method: str = "partition", mode: str = "one_shot",
                  failure_time: float = 100.0, input_shapes: dict[str, tuple[int, ...]] | Sequence[str] | None = None,
                  cluster: Cluster | str | os.PathLike | None = None,
-                 inputs: dict[str, np.ndarray] | str | os.PathLike | None = None) -> None:
+                 inputs: dict[str, np.ndarray] | str | os.PathLike | None = None,
+                 max_groups: int | None = None, max_devices: int | None = None) -> None:
         if mode not in MODES:
             raise PlacerError(f"unknown environment mode {mode!r}; use one of {', '.join(MODES)}")
         if isinstance(graph, (str, os.PathLike)):
@@ -60,50 +88,140 @@ class PlacementEnv(gym.Env):
         elif input_shapes or inputs is not None:
             raise PlacerError("input_shapes and inputs apply to a graph loaded here; pass the model's path or zoo "
                               "name, or load the OpGraph with placer.kernels.loading.load_graph(path, input_shapes, inputs)")
+        if (max_groups is None) != (max_devices is None) or any(m is not None and m < 1 for m in (max_groups, max_devices)):
+            raise PlacerError("give max_groups and max_devices together, both at least 1 (the padded spaces' sizes), "
+                              "or neither")
+        self.padded = max_groups is not None
+        self.max_groups, self.max_devices = max_groups, max_devices
+        # what the measurer of another graph or cluster is made from (a measurer given is for its graph only)
+        self._given_measurer = measurer is not None
+        self.cluster: Cluster | None = None
         if cluster is not None:
-            measurer = _cluster_measurer(graph, cluster, measurer, devices)
+            self.cluster = cluster if isinstance(cluster, Cluster) else load_cluster(os.fspath(cluster))
+            measurer = _cluster_measurer(graph, self.cluster, measurer, devices)
         if measurer is None:
             from placer.devices import default_devices
             from placer.costmodel.simulator import SimulatedMeasurer
 
-            measurer = SimulatedMeasurer(graph, devices if devices is not None else default_devices())
-        self.graph = graph
-        self.measurer = measurer
-        self.devices = list(measurer.devices)
-        self.grouping = grouping or group_graph(graph, n_groups, len(self.devices), grouping_method)
+            self._device_specs = devices if devices is not None else default_devices()
+            measurer = SimulatedMeasurer(graph, self._device_specs)
         self.mode = mode
         self.failure_time = float(failure_time)
+        self._n_groups_asked, self._grouping_method = n_groups, grouping_method
+        self._set_problem(graph, measurer, grouping)
 
-        feats = group_features(graph, self.grouping)
-        self.op_types = feats.op_types
-        G, D = len(self.grouping), len(self.devices)
-        self.n_groups, self.n_devices = G, D
-        self._features, self._adjacency = feats.features, feats.adjacency
-        self.observation_space = spaces.Dict({
-            "features": spaces.Box(0.0, 1.0, feats.features.shape, np.float32),
-            "adjacency": spaces.Box(0.0, 1.0, feats.adjacency.shape, np.float32),
-            "placed": spaces.MultiDiscrete(np.full(G, D + 1, dtype=np.int64)),
-        })
+        G, D = (self.max_groups, self.max_devices) if self.padded else (self.n_groups, self.n_devices)
+        if self.padded:
+            self.observation_space = spaces.Dict({
+                "features": spaces.Box(0.0, 1.0, (G, self._features.shape[1]), np.float32),
+                "adjacency": spaces.Box(0.0, 1.0, (G, G), np.float32),
+                "group_mask": spaces.MultiBinary(G),
+                "devices": spaces.Box(0.0, 1.0, (D, DEVICE_FEATURES), np.float32),
+                "device_mask": spaces.MultiBinary(D),
+                "group_time": spaces.Box(0.0, 1.0, (G, D), np.float32),
+                "placed": spaces.MultiDiscrete(np.full(G, D + 1, dtype=np.int64)),
+            })
+        else:
+            self.observation_space = spaces.Dict({
+                "features": spaces.Box(0.0, 1.0, self._features.shape, np.float32),
+                "adjacency": spaces.Box(0.0, 1.0, self._adjacency.shape, np.float32),
+                "placed": spaces.MultiDiscrete(np.full(G, D + 1, dtype=np.int64)),
+            })
         self.action_space = (spaces.MultiDiscrete(np.full(G, D, dtype=np.int64)) if mode == "one_shot"
                              else spaces.Discrete(D))
-        self._placed = np.full(G, D, dtype=np.int64)
+        self._clear()
+
+    def _set_problem(self, graph: OpGraph, measurer: Measurer, grouping: Grouping | None = None) -> None:
+        """Make `graph` on the measurer's devices this environment's problem: its groups and features."""
+        devices = list(measurer.devices)
+        if self.padded and len(devices) > self.max_devices:
+            raise PlacerError(f"{len(devices)} devices do not fit this environment's max_devices={self.max_devices}; "
+                              "build it with a larger max_devices")
+        if grouping is None:
+            asked = self._n_groups_asked
+            grouping = group_graph(graph, min(asked, self.max_groups) if self.padded and asked else asked, len(devices),
+                                   self._grouping_method)
+            if self.padded and len(grouping) > self.max_groups:
+                grouping = group_graph(graph, self.max_groups, len(devices), self._grouping_method)
+        elif self.padded and len(grouping) > self.max_groups:
+            raise PlacerError(f"the grouping has {len(grouping)} groups, more than max_groups={self.max_groups}; "
+                              "build the environment with a larger max_groups")
+        self.graph, self.measurer, self.devices, self.grouping = graph, measurer, devices, grouping
+        self.n_groups, self.n_devices = len(grouping), len(devices)
+        feats = (absolute_group_features if self.padded else group_features)(graph, grouping)
+        self.op_types = feats.op_types
+        self._features, self._adjacency = feats.features, feats.adjacency
+        if self.padded:
+            self._device_rows = _device_rows(self.cluster, devices)
+            self._group_time = _group_time(graph, grouping, getattr(measurer, "cost_model", None), devices)
+
+    def _clear(self) -> None:
+        width = self.max_groups if self.padded else self.n_groups
+        self._placed = np.full(width, self.max_devices if self.padded else self.n_devices, dtype=np.int64)
         self._position = 0
 
     def _obs(self) -> dict[str, np.ndarray]:
-        return {"features": self._features.copy(), "adjacency": self._adjacency.copy(),
+        if not self.padded:
+            return {"features": self._features.copy(), "adjacency": self._adjacency.copy(),
+                    "placed": self._placed.copy()}
+        G, D, Gm, Dm = self.n_groups, self.n_devices, self.max_groups, self.max_devices
+        features = np.zeros((Gm, self._features.shape[1]), np.float32)
+        features[:G] = self._features
+        adjacency = np.zeros((Gm, Gm), np.float32)
+        adjacency[:G, :G] = self._adjacency
+        devices = np.zeros((Dm, DEVICE_FEATURES), np.float32)
+        devices[:D] = self._device_rows
+        group_time = np.zeros((Gm, Dm), np.float32)
+        group_time[:G, :D] = self._group_time
+        return {"features": features, "adjacency": adjacency,
+                "group_mask": (np.arange(Gm) < G).astype(np.int8), "devices": devices,
+                "device_mask": (np.arange(Dm) < D).astype(np.int8), "group_time": group_time,
                 "placed": self._placed.copy()}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start a new placement: nothing placed yet."""
+        """Start a new placement: nothing placed yet. `options={"graph": ..., "cluster": ...}` (either
+        or both; padded environments only) makes the episode's problem that graph (an `OpGraph`, an
+        ONNX path or a zoo name) on that cluster (a `Cluster`, a catalogue name or a TOML file)."""
         super().reset(seed=seed)
-        self._placed = np.full(self.n_groups, self.n_devices, dtype=np.int64)
-        self._position = 0
+        if options:
+            self._switch(options)
+        self._clear()
         return self._obs(), {}
+
+    def _switch(self, options: dict[str, Any]) -> None:
+        unknown = sorted(set(options) - set(RESET_OPTIONS))
+        if unknown:
+            raise PlacerError(f"unknown reset option {unknown[0]!r}; the options are {', '.join(RESET_OPTIONS)}")
+        if not self.padded:
+            raise PlacerError("this environment's spaces are sized by its first graph and devices; build it with "
+                              "max_groups= and max_devices= to switch graphs or clusters between episodes")
+        if self._given_measurer:
+            raise PlacerError("the measurer given to this environment measures its own graph on its own devices; "
+                              "give a cluster or devices instead to switch graphs or clusters between episodes")
+        graph = options.get("graph", self.graph)
+        if isinstance(graph, (str, os.PathLike)):
+            from placer.kernels.loading import load_graph
+
+            graph = load_graph(graph)
+        cluster = options.get("cluster", self.cluster)
+        if cluster is not None and not isinstance(cluster, Cluster):
+            cluster = load_cluster(os.fspath(cluster))
+        if cluster is not None:
+            from placer.costmodel.roofline import cluster_measurer
+
+            measurer = cluster_measurer(cluster, graph)
+        else:
+            from placer.costmodel.simulator import SimulatedMeasurer
+
+            measurer = SimulatedMeasurer(graph, self._device_specs)
+        self.cluster = cluster
+        self._set_problem(graph, measurer)
 
     def step(self, action):
         """Place all groups (one-shot) or the next one (sequential); measure once all are placed."""
         if self.mode == "one_shot":
-            self._placed = np.asarray(action, dtype=np.int64).reshape(self.n_groups).copy()
+            width = self.max_groups if self.padded else self.n_groups
+            self._placed = np.asarray(action, dtype=np.int64).reshape(width).copy()
             self._position = self.n_groups
         else:
             if self._position >= self.n_groups:
@@ -112,9 +230,16 @@ class PlacementEnv(gym.Env):
             self._position += 1
             if self._position < self.n_groups:
                 return self._obs(), 0.0, False, False, {}
-        if (self._placed < 0).any() or (self._placed >= self.n_devices).any():
-            raise ValueError(f"actions must be device indices in [0, {self.n_devices})")
-        measurement, placement = self.evaluate(self._placed)
+        chosen = self._placed[:self.n_groups]
+        limit = self.max_devices if self.padded else self.n_devices
+        if (chosen < 0).any() or (chosen >= limit).any():
+            raise ValueError(f"actions must be device indices in [0, {limit})")
+        if (chosen >= self.n_devices).any():   # padded: a device this episode does not have
+            measurement = Measurement(ok=False, failure="INVALID", reason=f"a group was sent to device index "
+                                      f"{int(chosen.max())}; this episode has {self.n_devices} devices (device_mask)")
+            return self._obs(), self.reward(measurement), True, False, {
+                "measurement": measurement.to_dict(), "placement": None}
+        measurement, placement = self.evaluate(chosen)
         return self._obs(), self.reward(measurement), True, False, {
             "measurement": measurement.to_dict(), "placement": placement}
 
@@ -127,6 +252,39 @@ class PlacementEnv(gym.Env):
         """-sqrt(step time in seconds); a failure counts as `failure_time` seconds."""
         ok = measurement.ok and measurement.step_time is not None and math.isfinite(measurement.step_time)
         return -math.sqrt(measurement.step_time if ok else self.failure_time)
+
+
+def _log_unit(values: np.ndarray | float, scale: float) -> np.ndarray:
+    """log1p(value) / log1p(scale), clipped into [0, 1]: the same scale for every problem."""
+    return np.clip(np.log1p(np.maximum(values, 0.0)) / math.log1p(scale), 0.0, 1.0)
+
+
+def _device_rows(cluster: Cluster | None, devices: list[str]) -> np.ndarray:
+    """(D, DEVICE_FEATURES): each device's datasheet figures; zero rows without a cluster."""
+    rows = np.zeros((len(devices), DEVICE_FEATURES), np.float32)
+    if cluster is None:
+        return rows
+    for i, name in enumerate(devices):
+        model = cluster.device(name).model
+        rows[i] = [_log_unit(model.peak_flops["float32"], _LOG_RATE_SCALE),
+                   _log_unit(model.memory_bandwidth_Bps, _LOG_RATE_SCALE),
+                   _log_unit(model.memory_bytes, _LOG_MEMORY_SCALE), float(model.kind == "cuda")]
+    return rows
+
+
+def _group_time(graph: OpGraph, grouping: Grouping, cost, devices: list[str]) -> np.ndarray:
+    """(G, D): the cost model's time of each group's ops on each device, log microseconds over a
+    second's, 1 where an op cannot run; zero without a cost model (measured rewards)."""
+    times = np.zeros((len(grouping), len(devices)))
+    if cost is None:
+        return times.astype(np.float32)
+    for g, members in enumerate(grouping.groups):
+        for name in members:
+            times[g] += [cost.op_time(graph.nodes[name], d) for d in devices]
+    finite = np.isfinite(times)
+    out = np.ones_like(times)
+    out[finite] = _log_unit(times[finite] * 1e6, _TIME_SCALE_US)
+    return out.astype(np.float32)
 
 
 def _cluster_measurer(graph: OpGraph, cluster: Cluster | str | os.PathLike, measurer, devices) -> Measurer:

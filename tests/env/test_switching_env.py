@@ -1,0 +1,118 @@
+"""One environment for many problems: padded spaces, `reset(options={"graph", "cluster"})` switching
+the graph and the cluster between episodes, and vectorised environments over it."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from placer.env import PlacementEnv
+from placer.errors import PlacerError
+from placer.graph.load import load_graph
+from placer.hardware import load_cluster
+from testgraphs import branches
+
+MAX_GROUPS, MAX_DEVICES = 16, 12
+
+
+@pytest.fixture(scope="module")
+def small():
+    return load_graph(branches(2, 2, width=32))
+
+
+@pytest.fixture(scope="module")
+def large():
+    return load_graph(branches(6, 3, width=128, batch=64))
+
+
+def padded(graph, cluster="paper-2xk40", **kwargs):
+    return PlacementEnv(graph, cluster=cluster, max_groups=MAX_GROUPS, max_devices=MAX_DEVICES, **kwargs)
+
+
+def test_reset_switches_graph_and_cluster_and_the_spaces_hold_both(small, large):
+    env = padded(small)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    assert obs["device_mask"].sum() == 3   # paper-2xk40: a CPU and 2 K40s
+    first_devices, first_groups = obs["devices"].copy(), obs["group_mask"].sum()
+
+    obs, _ = env.reset(options={"graph": large, "cluster": load_cluster("8xh100-nvlink")})
+    assert env.observation_space.contains(obs)
+    assert env.graph is large and env.cluster.name == "8xh100-nvlink"
+    assert obs["device_mask"].sum() == 10 and first_groups < obs["group_mask"].sum() == env.n_groups <= MAX_GROUPS
+    assert not np.array_equal(obs["devices"][:3], first_devices[:3])   # an H100 is not a K40
+    assert (obs["group_time"][:env.n_groups, :10] > 0).all() and (obs["group_time"][:, 10:] == 0).all()
+    action = np.zeros(MAX_GROUPS, dtype=np.int64)
+    action[:env.n_groups] = np.arange(env.n_groups) % 10
+    _, reward, done, _, info = env.step(action)
+    assert done and math.isfinite(reward) and info["measurement"]["ok"]
+    assert info["measurement"]["protocol"]["cluster"] == "8xh100-nvlink"
+    assert set(info["placement"].nodes) == set(large.nodes)
+    assert set(info["placement"].nodes.values()) <= set(env.cluster.device_names)
+
+    # the graph alone: the cluster stays
+    obs, _ = env.reset(options={"graph": small})
+    assert env.graph is small and env.cluster.name == "8xh100-nvlink" and obs["device_mask"].sum() == 10
+
+
+def test_a_group_sent_to_a_device_the_episode_lacks_fails_the_placement(small):
+    env = padded(small, n_groups=3)
+    env.reset(seed=0)
+    action = np.zeros(MAX_GROUPS, dtype=np.int64)
+    action[1] = MAX_DEVICES - 1   # masked out: paper-2xk40 has 3 devices
+    _, reward, done, _, info = env.step(action)
+    assert done and reward == -math.sqrt(env.failure_time)
+    assert info["measurement"]["failure"] == "INVALID" and info["placement"] is None
+
+
+@pytest.mark.parametrize("mode", ["one_shot", "sequential"])
+def test_the_padded_environment_passes_gymnasiums_checker(small, mode):
+    check_env(padded(small, n_groups=3, mode=mode))
+
+
+def test_the_sequential_mode_switches_too(small, large):
+    env = padded(small, n_groups=3, mode="sequential")
+    env.reset(options={"graph": large, "cluster": "v100-k40-mix"})
+    done, steps = False, 0
+    while not done:
+        _, reward, done, _, info = env.step(0)
+        steps += 1
+    assert steps == env.n_groups and info["measurement"]["ok"]
+
+
+def test_sync_vector_env_runs_environments_on_different_problems(small, large):
+    envs = gymnasium.vector.SyncVectorEnv([lambda: padded(small, n_groups=3),
+                                           lambda: padded(large, cluster="4xa100-nvlink")])
+    obs, _ = envs.reset(seed=0)
+    assert obs["features"].shape == (2, MAX_GROUPS, 8)
+    assert obs["device_mask"].sum(axis=1).tolist() == [3, 5]
+    _, reward, done, _, _ = envs.step(np.zeros((2, MAX_GROUPS), dtype=np.int64))
+    assert done.all() and np.isfinite(reward).all() and reward[0] != reward[1]
+    # one reset's options reach every environment
+    obs, _ = envs.reset(options={"graph": small, "cluster": "cpu-rtx4090"})
+    assert obs["device_mask"].sum(axis=1).tolist() == [2, 2]
+    assert envs.observation_space.contains(obs)
+    envs.close()
+
+
+def test_switching_needs_padded_spaces_and_no_given_measurer(small, large):
+    plain = PlacementEnv(small, cluster="paper-2xk40", n_groups=3)
+    with pytest.raises(PlacerError, match="build it with max_groups= and max_devices= to switch"):
+        plain.reset(options={"graph": large})
+    env = padded(small, n_groups=3)
+    with pytest.raises(PlacerError, match="unknown reset option 'devices'; the options are graph, cluster"):
+        env.reset(options={"devices": ["cpu:0"]})
+    with pytest.raises(PlacerError, match="10 devices do not fit this environment's max_devices=4"):
+        PlacementEnv(small, cluster="paper-2xk40", max_groups=4, max_devices=4).reset(
+            options={"cluster": "8xh100-nvlink"})
+    with pytest.raises(PlacerError, match="give max_groups and max_devices together"):
+        PlacementEnv(small, cluster="paper-2xk40", max_groups=4)
+    from placer.costmodel.roofline import cluster_measurer
+
+    given = PlacementEnv(small, cluster_measurer(load_cluster("paper-2xk40"), small), max_groups=4, max_devices=4)
+    with pytest.raises(PlacerError, match="measures its own graph"):
+        given.reset(options={"graph": large})
