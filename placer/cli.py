@@ -11,7 +11,7 @@ import sys
 from placer.errors import PlacerError
 
 # Sub-command modules, in the order `placer --help` lists them.
-COMMANDS = ["train", "apply", "measure", "run", "compare", "inspect", "show", "zoo", "cluster"]
+COMMANDS = ["train", "pretrain", "place", "apply", "measure", "run", "compare", "inspect", "show", "zoo", "cluster"]
 
 
 def build_parser() -> argparse.ArgumentParser:

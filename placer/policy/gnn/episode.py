@@ -22,7 +22,7 @@ from placer.hardware import Cluster
 from placer.placement import Placement
 from placer.placers.base import make_simulator
 from placer.policy.gnn.features import GraphFeatures, graph_features
-from placer.policy.gnn.model import FeatureTensors
+from placer.policy.gnn.tensors import FeatureTensors
 
 
 @dataclass

@@ -134,7 +134,7 @@ def graph_features(graph: OpGraph, cluster: Cluster, cost: CostModel | None = No
         grouping = group_graph(graph, None, len(devices))
         if len(grouping) > MAX_GROUPS:
             grouping = group_graph(graph, MAX_GROUPS, len(devices))
-    G, D = len(grouping), len(devices)
+    G = len(grouping)
     activations = {name: info.nbytes for name, info in graph.tensors.items() if name not in graph.initializers}
     groups = np.zeros((G, GROUP_FEATURES), dtype=np.float64)
     memory = np.zeros(G)
@@ -170,6 +170,7 @@ def graph_features(graph: OpGraph, cluster: Cluster, cost: CostModel | None = No
     capacity = np.asarray([d.model.memory_bytes for d in cluster.devices], dtype=np.float64)
     mask = runnable & (memory[:, None] <= capacity[None, :])
     mask |= runnable & ~mask.any(axis=1, keepdims=True)   # too big for any device alone: memory is the simulator's call
+    mask[~mask.any(axis=1)] = True   # runs nowhere: any choice fails, and the simulator says so
     safe = np.where(runnable, np.maximum(times, 1e-12), np.nan)
     fastest = np.nanmin(np.where(runnable.any(axis=1, keepdims=True), safe, 1.0), axis=1, keepdims=True)
     pair = np.stack([np.nan_to_num(np.log(safe) / _LOG_TIME, nan=0.0),

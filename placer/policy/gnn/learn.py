@@ -77,7 +77,7 @@ def update(policy, optimizer: torch.optim.Optimizer, episodes: list[Episode], ro
         loss = (-(advantage * logp).mean() - config.entropy * entropy.mean()) / len(episodes)
         loss.backward()
         total_loss += loss.item()
-        total_entropy += float(entropy.mean()) / len(episodes)
+        total_entropy += entropy.mean().item() / len(episodes)
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip))
     optimizer.step()
     costs = np.stack([r.costs for r in rollouts])             # (items, K, R)

@@ -1,0 +1,67 @@
+"""`placer place`: a zoo model and a user's ONNX file with an op the policy's vocabulary lacks,
+placed zero-shot by a graph policy checkpoint, the placement written and priced."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+from placer.cli import main
+from placer.placement import Placement
+from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, save_policy
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory):
+    torch.manual_seed(0)
+    return save_policy(GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2)),
+                       tmp_path_factory.mktemp("policy") / "policy.pt")
+
+
+def mish_model() -> onnx.ModelProto:
+    """x -> Relu -> Mish (outside the policy's op vocabulary) -> MatMul -> y."""
+    w = onnx.numpy_helper.from_array(np.ones((8, 8), dtype=np.float32), "w")
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Mish", ["r"], ["s"], name="mish"),
+             helper.make_node("MatMul", ["s", "w"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "unseen", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_a_zoo_model_is_placed_and_priced_against_the_best_heuristic(tmp_path, policy_file, capsys):
+    out = tmp_path / "placement.json"
+    assert main(["place", "--graph", "inception_v3.onnx", "--cluster",
+                 "4xa100-nvlink", "--out", str(out), "--policy", str(policy_file)]) == 0
+    text = capsys.readouterr().out
+    assert "graph policy" in text and "best list heuristic" in text
+    placement = Placement.load(out)
+    info = placement.extra["placer"]
+    assert info["name"] == "gnn" and info["best_heuristic_step_time"] > 0 and info["simulated_step_time"] > 0
+    assert set(placement.devices) == {"cpu:0", "cuda:0", "cuda:1", "cuda:2", "cuda:3"}
+
+
+def test_an_onnx_file_with_an_op_outside_the_vocabulary_is_placed(tmp_path, policy_file):
+    model = tmp_path / "mish.onnx"
+    onnx.save(mish_model(), model)
+    out = tmp_path / "placement.json"
+    assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "--out", str(out),
+                 "--policy", str(policy_file)]) == 0
+    nodes = json.loads(out.read_text())["nodes"]
+    assert set(nodes) == {"relu", "mish", "mm"}
+
+
+def test_place_refuses_a_missing_cluster_or_a_file_that_is_no_policy(tmp_path, capsys):
+    model = tmp_path / "mish.onnx"
+    onnx.save(mish_model(), model)
+    assert main(["place", "--graph", str(model), "--out", str(tmp_path / "p.json")]) == 2
+    assert "--cluster" in capsys.readouterr().err
+    bogus = tmp_path / "bogus.pt"
+    bogus.write_text("not a checkpoint")
+    assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "--out", str(tmp_path / "p.json"),
+                 "--policy", str(bogus)]) == 2
+    assert "graph policy checkpoint" in capsys.readouterr().err
