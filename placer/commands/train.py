@@ -78,6 +78,11 @@ def register(subparsers) -> None:
                              "deterministic, for tests) (default %(default)s)")
     parser.add_argument("--refresh-profile", action="store_true",
                         help="profile the devices again even when a cached profile exists")
+    parser.add_argument("--policy", default="seq2seq", metavar="seq2seq|pretrained|POLICY.pt",
+                        help="what learns: seq2seq (default; a fresh per-graph policy) or the graph policy, fine-tuned "
+                             "from the pre-trained one shipped with placer (pretrained) or from a placer pretrain "
+                             "policy.pt; the graph policy learns on a --cluster's simulated rewards, for --samples or "
+                             "--budget, and writes placement.json, policy.pt and summary.json to the run folder")
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the closing comparison (every baseline placer, random search and the learned "
                              "placements measured side by side, as placer compare --include-rl does)")
@@ -126,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
     refuse_ignored_on_cluster(args)
+    if args.policy != "seq2seq":
+        from placer.commands.train_graph_policy import finetune_from_args
+
+        return finetune_from_args(args, _run_dir(args))
     budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
     hp = Hyperparameters(**{f.name: getattr(args, f.name) for f in fields(Hyperparameters)})
     if hp.samples_per_update < 1 or hp.hidden_size < 1:
