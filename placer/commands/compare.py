@@ -51,6 +51,10 @@ def register(subparsers) -> None:
     add_pipeline_args(parser)
     parser.add_argument("--include-rl", metavar="runs/NAME", default=None,
                         help="also measure the best placement of a training run (its placement.json)")
+    parser.add_argument("--include-placement", metavar="FILE", action="append", default=[],
+                        help="also measure (or simulate, with --cluster) this placement file beside the baselines, "
+                             "e.g. one placer place wrote; repeatable. A file for another graph, other devices or "
+                             "another cluster is refused")
     parser.add_argument("--placers", default=",".join(PLACERS), metavar="P1,P2",
                         help=f"which placers to run (default: all: {','.join(PLACERS)})")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
@@ -98,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
                                                            "--history-dir", folder=True)
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
+    # checked before any profiling or placing: a wrong file costs nothing
+    included = included_rows(graph, args.include_placement, [d.name for d in devices],
+                             cluster_from_args(args).name if simulated_only(args) else None)
     protocol = MeasureProtocol(warmup=0, repeats=1, timeout_s=args.timeout, objective=args.objective)
     rounds = rounds_from_args(args, args.seed)
     training = training_spec_from_args(args, graph)
@@ -105,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if simulated_only(args):
         comparison = simulated_comparison(graph, devices, cluster_from_args(args), placers, args.include_rl,
                                           args.samples, args.seed, training=training,
-                                          pipeline=pipeline_from_args(args))
+                                          pipeline=pipeline_from_args(args), included=included)
         print(comparison_json(comparison) if args.json else format_table(comparison), end="" if args.json else "\n")
         paths = write_outputs(comparison, out, plot=not args.no_plot)
         print(f"saved {', '.join(str(p) for p in paths)}", file=sys.stderr if args.json else sys.stdout)
@@ -119,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
 
     comparison = _measure_side_by_side(graph, devices, cost, placers, args.include_rl, args.samples, args.seed,
                                        protocol, rounds, progress=lambda text: print(text, file=sys.stderr),
-                                       training=training, engine=args.engine, pipeline=pipeline_from_args(args))
+                                       training=training, engine=args.engine, pipeline=pipeline_from_args(args),
+                                       included=included)
     if history is not None:
         comparison.notes += check_and_record(comparison, history)
 
@@ -131,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, samples: int | None, seed: int,
-                          protocol, rounds, progress=None, training=None, engine: str = "torch", pipeline=None):
+                          protocol, rounds, progress=None, training=None, engine: str = "torch", pipeline=None,
+                          included=()):
     """Run the placers (and add the run's placements and what a user runs instead: the whole machine
     as one device, ONNX Runtime), then measure them all in the same interleaved rounds in `engine`;
     with `training` (the protocol's objective is then training) every placement on the training
@@ -147,6 +156,7 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
     if run_dir:
         rows.extend(learned_rows(graph, run_dir, names))
+    rows.extend(included)
     users, skipped = user_baseline_rows(graph, devices, protocol, seed, training, engine, pipeline)
     measurer = measurer_for(engine, graph, devices, protocol, seed=seed, training=training, pipeline=pipeline)
     comparison = compare(graph, names, measurer, cost, rows + users, caps, progress=progress, training=training,
@@ -159,8 +169,8 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
 
 
 def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, samples: int | None, seed: int,
-                         training=None, pipeline=None):
-    """Every placer (and the run's placements) on a described cluster, each row's step time simulated
+                         training=None, pipeline=None, included=()):
+    """Every placer (and the run's placements, and the `included` rows) on a described cluster, each row's step time simulated
     with the cluster's roofline costs: nothing is measured, so nothing is noisy or tied."""
     from placer.costmodel.roofline import RooflineCostModel
     from placer.costmodel.simulator import SimulatedMeasurer
@@ -175,6 +185,7 @@ def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, s
     rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
     if run_dir:   # its devices are the cluster's, not this machine's
         rows.extend(learned_rows(graph, run_dir, names, check_devices=False))
+    rows.extend(included)
     measurer = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     comparison = compare(graph, names, measurer, cost, rows, caps, training=training, pipeline=pipeline)
     comparison.info = {"simulated": True, "cluster": cluster.name, **cost.describe(),
@@ -229,6 +240,42 @@ def learned_rows(graph, run_dir, devices: list[str], check_devices: bool = True)
     return [learned_row(graph, Placement.load(path), devices, name=name, find_time_s=summary.get("wall_time_s"),
                         samples=summary.get("samples"), check_devices=check_devices)
             for name, path in files.items()]
+
+
+def included_rows(graph, files, devices: list[str], cluster: str | None):
+    """The rows of `compare --include-placement FILE ...`: each file's placement, named
+    file:<its stem>, checked against the graph, the compared devices (every device it lists) and
+    the hardware it was made for (`placer place` records the cluster); on this machine's devices
+    (`cluster` None) against the devices present too. Anything wrong is one `PlacerError` line."""
+    from placer.evaluate.compare import INCLUDED, learned_row
+    from placer.placement import Placement
+
+    rows, names = [], set()
+    here = f"cluster {cluster!r}" if cluster else "this machine's devices"
+    for path in files:
+        option = f"--include-placement {path}"
+        placement = Placement.load(path)
+        info = placement.extra.get("placer") if isinstance(placement.extra.get("placer"), dict) else {}
+        made_for = info.get("cluster")
+        if made_for and made_for != cluster:
+            raise PlacerError(f"{option} was made for cluster {made_for!r}, not {here}; compare it with --cluster "
+                              f"{made_for}, or place the graph for {here} (placer place)")
+        extra = [d for d in placement.devices if d not in devices]
+        if extra:
+            raise PlacerError(f"{option} is for devices {', '.join(placement.devices)}, and the comparison has no "
+                              f"{', '.join(extra)}; compare it on the devices it was made for (--devices or --cluster)")
+        name = base = f"file:{Path(path).stem}"
+        while name in names:   # two files of one name: the later ones numbered
+            name = f"{base}#{len(rows) + 1}"
+        names.add(name)
+        try:
+            rows.append(learned_row(graph, placement, devices, name=name, placer=INCLUDED, what="the placement",
+                                    fix="compare it on the devices it was made for (--devices or --cluster)",
+                                    find_time_s=info.get("seconds_to_place"), samples=info.get("samples"),
+                                    check_devices=cluster is None))
+        except PlacerError as exc:
+            raise PlacerError(f"{option}: {exc}") from None
+    return rows
 
 
 def check_run_hardware(args: argparse.Namespace, run_dir) -> None:

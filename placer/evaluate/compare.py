@@ -190,20 +190,27 @@ def _options_of(name: str, options: dict[str, dict[str, Any]]) -> dict[str, Any]
 
 def learned_row(graph: OpGraph, placement: Placement, devices: list[str], *, name: str = "learned",
                 find_time_s: float | None = None, samples: int | None = None,
-                check_devices: bool = True) -> CompareRow:
+                check_devices: bool = True, placer: str = "learned", what: str = "the learned placement",
+                fix: str = "pass --devices with the devices it was trained on") -> CompareRow:
     """A learned placement as a row, checked against the graph and the compared devices (and,
     with `check_devices`, against this machine's: not for a simulated comparison on a described
-    cluster); `find_time_s` is the training time, `samples` the placements the learner drew."""
+    cluster); `find_time_s` is the training time, `samples` the placements the learner drew.
+    `placer` labels the row (`INCLUDED` for a user's placement file), `what` names the placement
+    and `fix` says what to do in the one-line error of a device the comparison lacks."""
     from placer.annotate.resolve import resolve_placement
 
     placement = resolve_placement(graph, placement, check_devices=check_devices)
     outside = sorted(set(placement.nodes.values()) - set(devices))
     if outside:
-        raise PlacerError(f"the learned placement uses {', '.join(outside)}, which are not among the compared "
-                          f"devices {', '.join(devices)}; pass --devices with the devices it was trained on")
+        raise PlacerError(f"{what} uses {', '.join(outside)}, which are not among the compared "
+                          f"devices {', '.join(devices)}; {fix}")
     placement = Placement(devices=list(devices), nodes=placement.nodes, graph_sha256=placement.graph_sha256,
-                          extra={"placer": {"name": "learned", "samples": samples}})
-    return CompareRow(name, "learned", None, find_time_s, placement=placement)
+                          extra={"placer": {"name": placer, "samples": samples}})
+    return CompareRow(name, placer, None, find_time_s, placement=placement)
+
+
+# The row label of a placement file a user puts beside the baselines (compare --include-placement)
+INCLUDED = "included"
 
 
 CONTROL = "control"
@@ -361,11 +368,12 @@ def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow |
     the best baseline placer (by paired speedup over the best single device), the best single
     device, the whole machine as one device and ONNX Runtime."""
     ok = [r for r in rows if r.step_time is not None]
-    placers = [r for r in ok if r.placer not in ("learned", "single", CONTROL) and r.opener is None]
+    placers = [r for r in ok if r.placer not in ("learned", INCLUDED, "single", CONTROL) and r.opener is None]
     best_placer = min(placers, key=partial(_paired_order, speedup, best_single)) if placers else None
     learned = [r for r in ok if r.placer == "learned"]
     # the run's placement.json, what `placer apply` takes: the placement a user gets from the run
-    subject = next((r for r in learned if r.name == "learned"), learned[0] if learned else best_placer)
+    included = [r for r in ok if r.placer == INCLUDED]
+    subject = next((r for r in learned if r.name == "learned"), (learned + included + [best_placer])[0])
     if subject is None:
         return []
     references = [(best_placer, "the best baseline placer"), (best_single, "the best single device")] + \
