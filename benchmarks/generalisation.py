@@ -1,0 +1,183 @@
+"""Generalisation of the graph policy (issue 29.6), simulated: on the corpus's held-out problems
+(`placer.corpus.held_out_items`: graphs of held-out families on a training cluster, and graphs on
+the held-out clusters), the pre-trained policy placing zero-shot, the same policy fine-tuned on the
+problem, the same network learning it from scratch and the per-graph seq2seq learner
+(`placer train`), against every baseline placer at its defaults (the list heuristics, local
+search, the exact CP-SAT solver, random search at the learners' sample count), with the seconds
+each took to place and the samples each learner drew.
+
+Every step time is the roofline cost model's on the cluster's datasheet figures (the same
+simulator for every row), so it is exact: no interval. Ratios are a row's step time over the best
+baseline's (below 1: faster than every baseline). "to reach" is the samples the fine-tuned policy
+(and the one from scratch) drew before its best placement was as fast as the per-graph learner's
+final one; the issue asks for a fifth of the per-graph learner's samples or fewer.
+
+    python benchmarks/generalisation.py                       # held_out_items(size="full"), 2000 samples
+    python benchmarks/generalisation.py --quick               # the small held-out set, 200 samples
+    python benchmarks/generalisation.py --items transformer --no-per-graph --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _bench import save_json  # noqa: E402
+from paper_setting import LIST_HEURISTICS, learn as per_graph_learn  # noqa: E402
+from placer.commands.compare import run_summary, simulated_comparison  # noqa: E402
+from placer.corpus import held_out_items  # noqa: E402
+from placer.costmodel.roofline import cluster_measurer  # noqa: E402
+from placer.devices import as_devices  # noqa: E402
+from placer.placers import PLACERS  # noqa: E402
+from placer.policy.gnn.checkpoint import PRETRAINED, load_policy  # noqa: E402
+from placer.policy.gnn.episode import make_episode  # noqa: E402
+from placer.policy.gnn.finetune import finetune  # noqa: E402
+from placer.policy.gnn.learn import LearnConfig  # noqa: E402
+from placer.policy.gnn.model import GraphPlacementPolicy  # noqa: E402
+from placer.policy.gnn.placing import place_episode  # noqa: E402
+
+
+def baselines(item, samples: int, seed: int) -> dict:
+    """Every placer on the item's cluster at its defaults (random search with `samples`)."""
+    devices = as_devices(item.cluster.device_specs())
+    comparison = simulated_comparison(item.graph, devices, item.cluster, list(PLACERS), None, samples, seed)
+    rows = {r.name: r for r in comparison.rows if r.step_time is not None}
+    best = min(rows, key=lambda n: rows[n].step_time)
+    heuristics = [n for n in LIST_HEURISTICS if n in rows]
+    best_heuristic = min(heuristics, key=lambda n: rows[n].step_time) if heuristics else None
+    exact = rows.get("exact")
+    return {"rows_ms": {n: r.step_time * 1e3 for n, r in rows.items()},
+            "seconds": {n: r.find_time_s for n, r in rows.items()},
+            "best": best, "best_ms": rows[best].step_time * 1e3,
+            "best_heuristic": best_heuristic,
+            "best_heuristic_ms": rows[best_heuristic].step_time * 1e3 if best_heuristic else None,
+            "exact_gap": exact.placement.extra.get("placer", {}).get("gap") if exact and exact.placement else None,
+            "bound_ms": comparison.lower_bound.value * 1e3}
+
+
+def simulated_ms(item, placement) -> float | None:
+    """The placement's step on the item's cluster by the baselines' simulator (memory checked)."""
+    m = cluster_measurer(item.cluster, item.graph).measure(placement)
+    return m.step_time * 1e3 if m.ok else None
+
+
+def zero_shot(policy, item) -> dict:
+    """The policy placing the item with no training on it: its step and the seconds to place."""
+    start = time.perf_counter()
+    placement = place_episode(policy, make_episode(item.graph, item.cluster, yardstick=False))
+    seconds = time.perf_counter() - start
+    return {"ms": simulated_ms(item, placement), "seconds": seconds}
+
+
+def learning(policy, item, samples: int, seed: int, folder: Path) -> dict:
+    """`policy` fine-tuned on the item for `samples` sampled placements: its best step, its curve."""
+    start = time.perf_counter()
+    result = finetune(policy, make_episode(item.graph, item.cluster), folder, LearnConfig(), samples=samples,
+                      seed=seed, log=lambda text: None)
+    return {"ms": result.best_step_time * 1e3, "samples": result.samples, "seconds": time.perf_counter() - start,
+            "curve": [(c["samples"], c["best_step_time"] * 1e3) for c in result.summary["curve"]]}
+
+
+def per_graph(item, samples: int, seed: int, folder: Path) -> dict:
+    """The per-graph seq2seq learner (placer train --cluster C --reward simulated) on the item."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "graph.onnx"
+    onnx.save(item.graph.model, path)
+    seconds = per_graph_learn(path, item.cluster.name, samples, seed, folder / "run", "inference")
+    summary = run_summary(folder / "run")
+    return {"ms": summary["best_step_time"] * 1e3, "samples": summary["samples"], "seconds": seconds}
+
+
+def to_reach(curve: list[tuple[int, float]], target_ms: float | None) -> int | None:
+    """The samples drawn before the best step was `target_ms` or faster (None: never)."""
+    if target_ms is None:
+        return None
+    return next((s for s, ms in curve if ms <= target_ms * (1 + 1e-9)), None)
+
+
+def one(item, policy, samples: int, seed: int, with_per_graph: bool) -> dict:
+    base = baselines(item, samples, seed)
+    out = {"item": item.name, "family": item.family, "cluster": item.cluster.name, "nodes": len(item.graph.nodes),
+           "devices": len(item.cluster.devices), "samples": samples, "baselines": base,
+           "zero_shot": zero_shot(policy, item)}
+    with tempfile.TemporaryDirectory(prefix="placer-generalisation-") as folder:
+        folder = Path(folder)
+        out["fine_tuned"] = learning(copy.deepcopy(policy), item, samples, seed, folder / "fine")
+        scratch = GraphPlacementPolicy(policy.config)   # the same network, freshly initialised
+        out["scratch"] = learning(scratch, item, samples, seed, folder / "scratch")
+        if with_per_graph:
+            out["per_graph"] = per_graph(item, samples, seed, folder / "seq2seq")
+    target = out.get("per_graph", {}).get("ms")
+    for name in ("fine_tuned", "scratch"):
+        out[name]["to_reach_per_graph"] = to_reach(out[name]["curve"], target)
+    for name in ("zero_shot", "fine_tuned", "scratch", "per_graph"):
+        if name in out and out[name]["ms"] is not None:
+            out[name]["vs_best"] = out[name]["ms"] / base["best_ms"]
+    return out
+
+
+def _cell(value, fmt: str = ".3f", width: int = 9) -> str:
+    return f"{'-' if value is None else format(value, fmt):>{width}}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--size", choices=("small", "full"), default="full", help="which held-out set (corpus size)")
+    parser.add_argument("--items", nargs="+", default=None, metavar="TEXT",
+                        help="only the held-out items whose name contains one of these")
+    parser.add_argument("--samples", type=int, default=2000,
+                        help="samples each learner draws (random search gets as many)")
+    parser.add_argument("--policy", default=str(PRETRAINED), help="the graph policy checkpoint (default: the shipped one)")
+    parser.add_argument("--no-per-graph", action="store_true", help="skip the per-graph seq2seq learner (slowest)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="the small held-out set, 200 samples")
+    parser.add_argument("--json", default=None, help="write every figure here")
+    args = parser.parse_args()
+    if args.quick:
+        args.size, args.samples = "small", 200
+    if not Path(args.policy).is_file():
+        raise SystemExit(f"no graph policy checkpoint at {args.policy}; run placer pretrain, or give --policy")
+    policy, info = load_policy(args.policy)
+    items = [i for i in held_out_items(args.seed, args.size)
+             if not args.items or any(text in i.name for text in args.items)]
+    print(f"generalisation on {len(items)} held-out problems ({args.size}), simulated (roofline costs from datasheets), "
+          f"{args.samples} samples per learner; policy {args.policy}")
+    print(f"{'item':<52}{'best baseline':>24}{'local s.':>9}{'exact':>9}{'zero-shot':>10}{'s':>6}"
+          f"{'fine-t.':>9}{'scratch':>9}{'per-gr.':>9}{'ft reach':>9}{'sc reach':>9}")
+    results = []
+    for item in items:
+        r = one(item, policy, args.samples, args.seed, not args.no_per_graph)
+        results.append(r)
+        b = r["baselines"]
+        rows = b["rows_ms"]
+        best = f"{b['best']} {b['best_ms']:.3f}"
+        ratio = lambda ms: None if ms is None else ms / b["best_ms"]   # noqa: E731
+        print(f"{r['item'][:51]:<52}{best:>24}{_cell(ratio(rows.get('local_search')))}"
+              f"{_cell(ratio(rows.get('exact')))}{_cell(r['zero_shot'].get('vs_best'), width=10)}"
+              f"{r['zero_shot']['seconds']:>6.2f}{_cell(r['fine_tuned'].get('vs_best'))}"
+              f"{_cell(r['scratch'].get('vs_best'))}{_cell(r.get('per_graph', {}).get('vs_best'))}"
+              f"{_cell(r['fine_tuned']['to_reach_per_graph'], 'd')}{_cell(r['scratch']['to_reach_per_graph'], 'd')}",
+              flush=True)
+    print("best baseline in ms per simulated step; every other column is that row's step over the best baseline's "
+          "(below 1: faster than every baseline); s: seconds the policy took to place zero-shot; reach: samples the "
+          f"learner drew until it was as fast as the per-graph learner after {args.samples} ('-': never)")
+    ratios = [r["zero_shot"]["vs_best"] for r in results if r["zero_shot"].get("vs_best") is not None]
+    if ratios:
+        print(f"zero-shot over the best baseline: mean {sum(ratios) / len(ratios):.3f}, worst {max(ratios):.3f} "
+              f"({len(ratios)} of {len(results)} placed within memory); slowest to place "
+              f"{max(r['zero_shot']['seconds'] for r in results):.2f} s")
+    if args.json:
+        save_json(args.json, {"size": args.size, "samples": args.samples, "policy": args.policy,
+                              "policy_info": info, "rows": results})
+
+
+if __name__ == "__main__":
+    main()
