@@ -131,11 +131,11 @@ def run(args: argparse.Namespace) -> int:
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
     refuse_ignored_on_cluster(args)
+    budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
     if args.policy != "seq2seq":
         from placer.commands.train_graph_policy import finetune_from_args
 
-        return finetune_from_args(args, _run_dir(args))
-    budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
+        return finetune_from_args(args, _run_dir(args), budget_s)
     hp = Hyperparameters(**{f.name: getattr(args, f.name) for f in fields(Hyperparameters)})
     if hp.samples_per_update < 1 or hp.hidden_size < 1:
         raise PlacerError("--samples-per-update and --hidden-size must be at least 1")

@@ -19,10 +19,10 @@ def policy_path(value: str) -> Path:
     return Path(value)
 
 
-def finetune_from_args(args: argparse.Namespace, run_dir: Path) -> int:
-    """Fine-tune the --policy checkpoint on --graph and --cluster with simulated rewards; print the figures."""
+def finetune_from_args(args: argparse.Namespace, run_dir: Path, budget_s: float | None) -> int:
+    """Fine-tune the --policy checkpoint on --graph and --cluster with simulated rewards, for
+    --samples or `budget_s` seconds; print the figures."""
     from placer.commands.common import cluster_from_args, load_graph_from_args
-    from placer.commands.train import DEFAULT_BUDGET, parse_budget
     from placer.policy.gnn.checkpoint import load_policy
     from placer.policy.gnn.episode import make_episode
     from placer.policy.gnn.finetune import finetune
@@ -38,7 +38,6 @@ def finetune_from_args(args: argparse.Namespace, run_dir: Path) -> int:
     if args.resume:
         raise PlacerError("--resume continues seq2seq runs only; fine-tune again from the run's policy.pt with "
                           "--policy RUN/policy.pt")
-    budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
     policy, info = load_policy(path)
     graph = load_graph_from_args(args)
     cluster = cluster_from_args(args)

@@ -69,8 +69,10 @@ def test_a_policy_blind_to_the_devices_cannot_tell_fast_from_slow(chains):
     two devices look alike and the same training cannot prefer the fast one in both orders."""
     episodes = [make_episode(chains, two_gpus(slow_first)) for slow_first in (True, False)]
     for e in episodes:
-        e.tensors = FeatureTensors(**{**vars(e.tensors), "device": e.tensors.device.mean(0, keepdim=True).expand_as(
-            e.tensors.device).clone(), "pair": e.tensors.pair.mean(1, keepdim=True).expand_as(e.tensors.pair).clone()})
+        x = e.tensors
+        e.tensors = FeatureTensors(**{**vars(x), "device": x.device.mean(0, keepdim=True).expand_as(x.device).clone(),
+                                      "pair": x.pair.mean(1, keepdim=True).expand_as(x.pair).clone(),
+                                      "group_time": x.group_time.mean(1, keepdim=True).expand_as(x.group_time).clone()})
     policy = train_tiny(episodes)
     assert min(fast_share(policy, e) for e in episodes) < 1.0
 
@@ -82,7 +84,7 @@ def test_the_device_figures_reach_the_logits(chains):
     x = make_episode(chains, two_gpus(True), yardstick=False).tensors
     device = x.device.clone().requires_grad_(True)
     x = FeatureTensors(**{**vars(x), "device": device})
-    logits = policy.logits(x, policy.encode(x), None, 1)
+    logits = policy.logits(x, policy.encode(x), policy.unplaced(x, 1))
     (logits[..., 1] - logits[..., 0]).sum().backward()
     grad = device.grad.abs().sum(dim=1)
     assert (grad > 0).all(), grad

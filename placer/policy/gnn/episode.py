@@ -39,6 +39,9 @@ class Episode:
     node_group: np.ndarray           # each node's group, in graph order
     best_time: float = math.inf      # the best list heuristic's simulated step time (inf: none fits, or not asked)
     best_name: str | None = None
+    # the best list heuristic's placement on the groups (each group where most of its work is): a
+    # start the policy improves on, beside its placement from nothing; None without a yardstick
+    start: np.ndarray | None = None
 
     @property
     def caps(self) -> dict[str, int]:
@@ -78,4 +81,17 @@ def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None
 
         start = best_start(graph, devices, cost, caps, simulator)
         episode.best_time, episode.best_name = start.step_time, start.name
+        if start.assign is not None:
+            episode.start = group_majority(graph, node_group, features.n_groups, len(devices), start.assign)
     return episode
+
+
+def group_majority(graph: OpGraph, node_group: np.ndarray, n_groups: int, n_devices: int,
+                   node_devices: np.ndarray) -> np.ndarray:
+    """(G,) the device holding most of each group's work (`node_cost`) in a node-level assignment."""
+    from placer.graph.grouping import node_cost
+
+    work = np.zeros((n_groups, n_devices))
+    np.add.at(work, (node_group, np.asarray(node_devices, dtype=np.int64)),
+              [node_cost(node) for node in graph.nodes.values()])
+    return work.argmax(axis=1)

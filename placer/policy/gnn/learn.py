@@ -37,10 +37,16 @@ class LearnConfig:
 
 @dataclass
 class Rollout:
-    """K sampled placements of one episode: their actions (K, R, G) and costs (K, R)."""
+    """K sampled placements of one episode: their starts (K, G; D: nothing placed), every round's
+    actions (K, R, G) and costs (K, R)."""
 
+    initial: np.ndarray
     actions: np.ndarray
     costs: np.ndarray
+
+    def from_nothing(self, n_devices: int) -> np.ndarray:
+        """(K,) which samples started from nothing (the others from the best heuristic's placement)."""
+        return (self.initial == n_devices).all(axis=1)
 
 
 def yardstick(episode: Episode, times: np.ndarray) -> float:
@@ -59,10 +65,21 @@ def costs_of(episode: Episode, actions: np.ndarray, failure_ratio: float) -> np.
     return np.where(np.isfinite(ratio), np.minimum(ratio, failure_ratio), failure_ratio)
 
 
+def initial_placements(episode: Episode, samples: int) -> np.ndarray:
+    """(K, G) starts: the first half from nothing, the rest from the best heuristic's placement
+    (all from nothing when the episode has none)."""
+    G, D = episode.features.n_groups, len(episode.features.devices)
+    initial = np.full((samples, G), D, dtype=np.int64)
+    if episode.start is not None:
+        initial[samples // 2:] = episode.start
+    return initial
+
+
 def rollout(policy, episode: Episode, config: LearnConfig, generator: torch.Generator) -> Rollout:
-    """K sampled placements of `episode` and their costs."""
-    actions = policy.sample(episode.tensors, config.samples, generator).numpy()
-    return Rollout(actions, costs_of(episode, actions, config.failure_ratio))
+    """K sampled placements of `episode` (half of them improving the best heuristic's) and their costs."""
+    initial = initial_placements(episode, config.samples)
+    actions = policy.sample(episode.tensors, config.samples, generator, initial=torch.from_numpy(initial)).numpy()
+    return Rollout(initial, actions, costs_of(episode, actions, config.failure_ratio))
 
 
 def update(policy, optimizer: torch.optim.Optimizer, episodes: list[Episode], rollouts: list[Rollout],
@@ -72,8 +89,12 @@ def update(policy, optimizer: torch.optim.Optimizer, episodes: list[Episode], ro
     optimizer.zero_grad()
     total_loss, total_entropy = 0.0, 0.0
     for episode, r in zip(episodes, rollouts):
-        advantage = torch.from_numpy(r.costs.mean(axis=0, keepdims=True) - r.costs).float()   # lower cost: positive
-        logp, entropy = policy.log_prob(episode.tensors, torch.from_numpy(r.actions))
+        # the baseline: the mean cost of the samples of the same start, round by round
+        fresh = r.from_nothing(len(episode.features.devices))
+        baseline = np.where(fresh[:, None], r.costs[fresh].mean(axis=0) if fresh.any() else 0.0,
+                            r.costs[~fresh].mean(axis=0) if (~fresh).any() else 0.0)
+        advantage = torch.from_numpy(baseline - r.costs).float()   # lower cost than the baseline: positive
+        logp, entropy = policy.log_prob(episode.tensors, torch.from_numpy(r.actions), torch.from_numpy(r.initial))
         loss = (-(advantage * logp).mean() - config.entropy * entropy.mean()) / len(episodes)
         loss.backward()
         total_loss += loss.item()
@@ -81,15 +102,11 @@ def update(policy, optimizer: torch.optim.Optimizer, episodes: list[Episode], ro
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), config.grad_clip))
     optimizer.step()
     costs = np.stack([r.costs for r in rollouts])             # (items, K, R)
+    fresh = np.concatenate([r.costs[r.from_nothing(len(e.features.devices)), -1] for e, r in zip(episodes, rollouts)])
     return {"loss": total_loss, "entropy_per_group": total_entropy, "grad_norm": grad_norm,
             "cost_mean": float(costs.mean()), "cost_last_round": float(costs[:, :, -1].mean()),
+            "cost_last_round_from_nothing": float(fresh.mean()) if fresh.size else float("nan"),
             "cost_best": float(costs.min(axis=(1, 2)).mean()),
             "failure_rate": float((costs >= config.failure_ratio).mean())}
 
 
-def greedy_cost(policy, episode: Episode) -> float:
-    """The greedy placement's step time over the yardstick, its fastest round (as `place` keeps)."""
-    policy.eval()
-    actions = policy.sample(episode.tensors, 1, greedy=True).numpy()
-    times = episode.step_times(actions[0])
-    return float(np.min(times) / yardstick(episode, times))

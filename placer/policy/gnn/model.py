@@ -27,7 +27,7 @@ from torch_geometric.nn import TransformerConv
 from placer.policy.gnn.features import DEVICE_FEATURES, EDGE_FEATURES, GROUP_FEATURES, PAIR_FEATURES
 from placer.policy.gnn.tensors import FeatureTensors
 
-STATE_FEATURES = 5   # on this device now, neighbours' bytes there, its load, the load with this group, round 0
+STATE_FEATURES = 5   # on this device now, neighbours' bytes there, its load, the load with this group, not placed
 
 
 @dataclass(frozen=True)
@@ -77,41 +77,45 @@ class GraphPlacementPolicy(nn.Module):
         g = self.group_proj(torch.cat([h, h.mean(dim=0, keepdim=True).expand_as(h)], dim=1))
         return g, self.device_proj(e)
 
-    def state(self, x: FeatureTensors, assign: torch.Tensor | None, samples: int) -> torch.Tensor:
-        """(K, G, D, STATE_FEATURES) of the current placements `assign` (K, G); None: round 0."""
+    def state(self, x: FeatureTensors, assign: torch.Tensor) -> torch.Tensor:
+        """(K, G, D, STATE_FEATURES) of the current placements `assign` (K, G); a group at index D
+        is not placed yet (round 0 from nothing)."""
         G, D = x.mask.shape
-        if assign is None:
-            s = torch.zeros(samples, G, D, STATE_FEATURES)
-            s[..., 4] = 1.0
-            return s
-        on = torch.nn.functional.one_hot(assign, D).float()                       # (K, G, D)
+        on = torch.nn.functional.one_hot(assign, D + 1)[..., :D].float()          # (K, G, D)
         src, dst = x.edge_index
         near = torch.zeros_like(on).index_add_(1, src, on[:, dst] * x.edge_bytes[None, :, None])
         near = near / near.sum(dim=2, keepdim=True).clamp_min(1.0)
         load = (on * x.group_time).sum(dim=1, keepdim=True) / x.ideal_load        # (K, 1, D)
         moved = load + (1.0 - on) * x.group_time / x.ideal_load
-        return torch.stack([on, near, torch.log1p(load).expand_as(on), torch.log1p(moved),
-                            torch.zeros_like(on)], dim=3)
+        unplaced = (assign == D).float()[:, :, None].expand_as(on)
+        return torch.stack([on, near, torch.log1p(load).expand_as(on), torch.log1p(moved), unplaced], dim=3)
 
-    def logits(self, x: FeatureTensors, encoded: tuple[torch.Tensor, torch.Tensor],
-               assign: torch.Tensor | None, samples: int) -> torch.Tensor:
-        """(K, G, D) masked logits of one round, given the previous round's placements."""
+    def logits(self, x: FeatureTensors, encoded: tuple[torch.Tensor, torch.Tensor], assign: torch.Tensor) -> torch.Tensor:
+        """(K, G, D) masked logits of one round, given the previous round's placements (K, G)."""
         g, e = encoded
-        pair = torch.cat([x.pair.expand(samples, -1, -1, -1), self.state(x, assign, samples)], dim=3)
+        pair = torch.cat([x.pair.expand(assign.shape[0], -1, -1, -1), self.state(x, assign)], dim=3)
         hidden = torch.relu(g[None, :, None, :] + e[None, None, :, :] + self.pair_proj(pair))
         out = self.score(hidden).squeeze(3)
         return out.masked_fill(~x.mask, -math.inf)
 
     # --- rounds of improvement -----------------------------------------------------------------
 
+    @staticmethod
+    def unplaced(x: FeatureTensors, samples: int) -> torch.Tensor:
+        """(K, G) starting placements of nothing: round 0 places from scratch."""
+        G, D = x.mask.shape
+        return torch.full((samples, G), D, dtype=torch.long)
+
     @torch.no_grad()
     def sample(self, x: FeatureTensors, samples: int, generator: torch.Generator | None = None,
-               greedy: bool = False) -> torch.Tensor:
-        """(K, R, G) device indices: every round's placement of K samples (greedy: the most likely)."""
+               greedy: bool = False, initial: torch.Tensor | None = None) -> torch.Tensor:
+        """(K, R, G) device indices: every round's placement of K samples (greedy: the most likely),
+        each improving on the one before; round 0 on `initial` (K, G) (default: nothing placed)."""
         encoded = self.encode(x)
-        assign, rounds = None, []
+        assign = initial if initial is not None else self.unplaced(x, samples)
+        rounds = []
         for _ in range(self.config.rounds):
-            logits = self.logits(x, encoded, assign, samples)
+            logits = self.logits(x, encoded, assign)
             if greedy:
                 assign = logits.argmax(dim=2)
             else:
@@ -120,14 +124,16 @@ class GraphPlacementPolicy(nn.Module):
             rounds.append(assign)
         return torch.stack(rounds, dim=1)
 
-    def log_prob(self, x: FeatureTensors, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob(self, x: FeatureTensors, actions: torch.Tensor,
+                 initial: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability (K, R) of each round's placement of `actions` (K, R, G) and the mean
-        entropy per group (K, R), with gradients: the previous round's placement is each round's state."""
+        entropy per group (K, R), with gradients: the previous round's placement (round 0:
+        `initial`) is each round's state."""
         encoded = self.encode(x)
-        samples = actions.shape[0]
+        previous = initial if initial is not None else self.unplaced(x, actions.shape[0])
         logps, entropies = [], []
         for r in range(actions.shape[1]):
-            logits = self.logits(x, encoded, actions[:, r - 1] if r else None, samples)
+            logits = self.logits(x, encoded, actions[:, r - 1] if r else previous)
             logp = torch.log_softmax(logits, dim=2)
             chosen = logp.gather(2, actions[:, r, :, None]).squeeze(2)
             p = logp.exp()

@@ -1,4 +1,9 @@
-"""Zero-shot placing with a graph policy: every round of improvement simulated, the fastest kept."""
+"""Zero-shot placing with a graph policy: every round of improvement simulated, the fastest kept.
+
+Two chains of rounds run: one from nothing, one improving the best list heuristic's placement on
+the groups (when the episode has one). Both are the policy's own placements; the placement's
+extra["placer"] records each chain's step times, so what the policy does from nothing stays visible.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +14,32 @@ import torch
 
 from placer.errors import PlacerError
 from placer.policy.gnn.episode import Episode, make_episode
+from placer.policy.gnn.learn import initial_placements
 
 
 def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0):
-    """The `Placement` of `episode` by `policy`: each round's placement (greedy, or one sample with
-    `seed`) simulated in one batch, the fastest that runs and fits kept. Its extra["placer"]
-    records every round's simulated step time and which was kept."""
+    """The `Placement` of `episode` by `policy`: each round's placement of each chain (greedy, or
+    sampled with `seed`) simulated in one batch, the fastest that runs and fits kept."""
     generator = torch.Generator().manual_seed(seed)
     policy.eval()
-    actions = policy.sample(episode.tensors, 1, generator, greedy=greedy)[0].numpy()   # (R, G)
-    times = episode.step_times(actions)
-    best = int(np.argmin(times))
-    if not math.isfinite(times[best]):
+    initial = initial_placements(episode, 2 if episode.start is not None else 1)
+    actions = policy.sample(episode.tensors, len(initial), generator, greedy=greedy,
+                            initial=torch.from_numpy(initial)).numpy()          # (chains, R, G)
+    chains, rounds, G = actions.shape
+    times = episode.step_times(actions.reshape(chains * rounds, G)).reshape(chains, rounds)
+    chain, r = np.unravel_index(int(np.argmin(times)), times.shape)
+    if not math.isfinite(times[chain, r]):
         raise PlacerError(f"no placement the policy made of {episode.name} runs on {episode.cluster.name} within its "
                           "devices' memory; try another cluster with more memory, or fine-tune the policy "
                           "(placer train --policy pretrained)")
-    return episode.placement(actions[best], round=best, rounds=[float(t) for t in times],
-                             simulated_step_time=float(times[best]), groups=episode.features.n_groups)
+    listed = [None if not math.isfinite(t) else float(t) for t in times.ravel()]
+    return episode.placement(actions[chain, r], chain="from nothing" if chain == 0 else "from the best heuristic",
+                             round=int(r), rounds_from_nothing=listed[:rounds],
+                             rounds_from_heuristic=listed[rounds:] or None,
+                             from_nothing_step_time=float(np.min(times[0])),
+                             simulated_step_time=float(times[chain, r]), groups=G)
 
 
 def place(policy, graph, cluster, cost=None, greedy: bool = True, seed: int = 0):
-    """`place_episode` on `graph` and `cluster` (no yardstick is computed)."""
-    return place_episode(policy, make_episode(graph, cluster, cost, yardstick=False), greedy, seed)
+    """`place_episode` on `graph` and `cluster` (the best heuristic found first, as a start)."""
+    return place_episode(policy, make_episode(graph, cluster, cost), greedy, seed)

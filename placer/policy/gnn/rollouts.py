@@ -46,7 +46,7 @@ def rollout_batch(config: dict, state: dict, learn: dict, seed: int, *items: Any
         if episode is None:
             episode = _EPISODES[item.name] = make_episode(item.graph, item.cluster, name=item.name)
         r = rollout(policy, episode, learn_config, generator)
-        out.append((r.actions, r.costs))
+        out.append((r.initial, r.actions, r.costs))
     return out
 
 
@@ -73,8 +73,8 @@ class RayRollouts:
                                                      seed * 1000 + k, *refs)))
         out: list[Rollout | None] = [None] * len(items)
         for batch, future in futures:
-            for i, (actions, costs) in zip(batch, self.ray.get(future)):
-                out[i] = Rollout(np.asarray(actions), np.asarray(costs))
+            for i, (initial, actions, costs) in zip(batch, self.ray.get(future)):
+                out[i] = Rollout(np.asarray(initial), np.asarray(actions), np.asarray(costs))
         return out   # type: ignore[return-value]
 
     def close(self) -> None:
