@@ -116,3 +116,17 @@ def test_switching_needs_padded_spaces_and_no_given_measurer(small, large):
     given = PlacementEnv(small, cluster_measurer(load_cluster("paper-2xk40"), small), max_groups=4, max_devices=4)
     with pytest.raises(PlacerError, match="measures its own graph"):
         given.reset(options={"graph": large})
+
+
+def test_the_readmes_corpus_snippet_runs_as_written():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    snippet = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "max_groups=" in b)
+    namespace: dict = {}
+    exec(snippet, namespace)   # noqa: S102 - the README's own code
+    env = namespace["env"]
+    assert namespace["terminated"] and math.isfinite(namespace["reward"])
+    assert namespace["info"]["measurement"]["ok"]   # the action kept to the real devices
+    assert env.graph is namespace["item"].graph and env.cluster is namespace["item"].cluster
