@@ -111,3 +111,14 @@ def test_a_random_dag_is_a_checked_onnx_model_with_static_shapes_and_its_spec():
     assert all(node.flops >= 0 for node in graph.nodes.values())
     assert random_dag(spec, seed=5) == random_dag(spec, seed=5)
     assert random_dag(spec, seed=5) != random_dag(spec, seed=6)
+
+
+def test_training_never_samples_a_cluster_with_held_out_hardware(monkeypatch):
+    import placer.corpus.items as items
+
+    sampled = {signature(i.cluster) for i in training_items(0, "small") if i.cluster.name.startswith("sampled-")}
+    assert sampled
+    # were those the held-out clusters' hardware, the same seed would draw others in their place
+    monkeypatch.setattr(items, "held_out_signatures", lambda: tuple(sampled))
+    redrawn = {signature(i.cluster) for i in training_items(0, "small") if i.cluster.name.startswith("sampled-")}
+    assert redrawn and not redrawn & sampled
