@@ -97,13 +97,18 @@ def run(args: argparse.Namespace) -> int:
     result = pretrain(run_dir, items, held_out, config, budget_s=budget_s, updates=args.updates, resume=args.resume,
                       rollouts=rollouts, run_info={"corpus": args.corpus, "command": command})
     print(f"{result.updates} updates, {result.samples} sampled placements in {result.seconds:.0f} s")
-    print("held out, placed zero-shot (simulated step time over the best list heuristic's):")
+    print("held out, placed zero-shot: simulated step time over the best list heuristic's, over the best baseline's "
+          "(local search included), and from nothing alone over the heuristic's")
     for row in result.held_out:
-        ratio = row["ratio_to_best_heuristic"]
-        print(f"  {row['name']:<60} {ratio:7.3f}x  ({row['seconds_to_place']:.2f} s)" if ratio is not None
-              else f"  {row['name']:<60} no heuristic fits")
+        if row["ratio_to_best_heuristic"] is None:
+            print(f"  {row['name']:<58} no heuristic fits")
+            continue
+        print(f"  {row['name']:<58} {row['ratio_to_best_heuristic']:6.3f}x {row['ratio_to_best_baseline']:6.3f}x "
+              f"{row['from_nothing_ratio_to_best_heuristic']:6.3f}x  ({row['seconds_to_place']:.2f} s)")
     s = result.summary
     if s["held_out_mean_ratio"] is not None:
-        print(f"mean {s['held_out_mean_ratio']:.3f}x, worst {s['held_out_worst_ratio']:.3f}x")
+        print(f"mean {s['held_out_mean_ratio']:.3f}x / {s['held_out_mean_ratio_to_best_baseline']:.3f}x / "
+              f"{s['held_out_from_nothing_mean_ratio']:.3f}x, worst {s['held_out_worst_ratio']:.3f}x / "
+              f"{s['held_out_worst_ratio_to_best_baseline']:.3f}x / {s['held_out_from_nothing_worst_ratio']:.3f}x")
     print(f"policy: {run_dir / 'policy.pt'}   curves: tensorboard --logdir {run_dir}")
     return 0

@@ -73,3 +73,15 @@ def test_the_command_refuses_bad_options_in_one_line(tmp_path, capsys):
     assert "--budget" in capsys.readouterr().err
     assert main(["pretrain", "--run-dir", str(tmp_path / "r"), "--updates", "1", "--resume"]) == 2
     assert "no checkpoint.pt" in capsys.readouterr().err
+
+
+def test_the_command_pretrains_on_the_small_corpus_and_judges_every_held_out_item(tmp_path, capsys):
+    from placer.corpus import held_out_items
+
+    run = tmp_path / "run"
+    assert main(["pretrain", "--corpus", "small", "--updates", "1", "--items-per-update", "2", "--samples", "2",
+                 "--hidden", "8", "--layers", "1", "--run-dir", str(run)]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert [r["name"] for r in summary["held_out"]] == [i.name for i in held_out_items(0, "small")]
+    assert all(r["ratio_to_best_baseline"] >= r["ratio_to_best_heuristic"] for r in summary["held_out"])
+    assert "held out, placed zero-shot" in capsys.readouterr().out

@@ -6,7 +6,9 @@ folder gets TensorBoard curves (`charts/...`), `checkpoint.pt` (weights, optimiz
 random states: `resume` continues exactly where it stopped, at a checkpoint) every
 `checkpoint_every` updates and at the end, `policy.pt` (the weights alone, as shipped) and
 `summary.json` with the held-out figures: each held-out item placed zero-shot (greedy), its
-simulated step time over the best list heuristic's, and the seconds it took.
+simulated step time over the best list heuristic's and over the best baseline's (local search at
+its defaults included; the exact solver is left to benchmarks/generalisation.py), and the
+seconds it took.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def held_out_figures(policy: GraphPlacementPolicy, items: list[Any]) -> list[dic
         seconds = time.monotonic() - started
         info = placement.extra["placer"]
         t, best = info["simulated_step_time"], episode.best_time if episode.best_name else None
+        searched = _local_search_time(episode)
+        yardsticks = [b for b in (best, searched) if b]
         rows.append({"name": item.name, "family": getattr(item, "family", ""), "cluster": item.cluster.name,
                      "ops": len(item.graph.nodes), "groups": episode.features.n_groups,
                      "devices": len(item.cluster.devices), "seconds_to_place": round(seconds, 3),
@@ -72,8 +76,22 @@ def held_out_figures(policy: GraphPlacementPolicy, items: list[Any]) -> list[dic
                      "from_nothing_step_time_s": info["from_nothing_step_time"],
                      "best_heuristic": episode.best_name, "best_heuristic_step_time_s": best,
                      "ratio_to_best_heuristic": t / best if best else None,
-                     "from_nothing_ratio_to_best_heuristic": info["from_nothing_step_time"] / best if best else None})
+                     "from_nothing_ratio_to_best_heuristic": info["from_nothing_step_time"] / best if best else None,
+                     "local_search_step_time_s": searched,
+                     "ratio_to_best_baseline": t / min(yardsticks) if yardsticks else None})
     return rows
+
+
+def _local_search_time(episode: Episode) -> float | None:
+    """Local search's simulated step time at its defaults (from the best list heuristic, 2000
+    simulated placements), None when it finds no placement that fits."""
+    from placer.placers.local_search import local_search
+
+    try:
+        found = local_search(episode.graph, episode.cluster.device_names, episode.cost, episode.caps)
+    except PlacerError:
+        return None
+    return float(found.extra["placer"]["simulated_step_time"])
 
 
 def pretrain(run_dir: Path, items: list[Any], held_out: list[Any], config: PretrainConfig, *,
@@ -146,12 +164,15 @@ def pretrain(run_dir: Path, items: list[Any], held_out: list[Any], config: Pretr
         writer.add_scalar(f"held_out/{row['name']}", row["ratio_to_best_heuristic"] or float("nan"), samples)
     writer.close()
     ratios = [r["ratio_to_best_heuristic"] for r in rows if r["ratio_to_best_heuristic"] is not None]
+    to_baseline = [r["ratio_to_best_baseline"] for r in rows if r["ratio_to_best_baseline"] is not None]
     alone = [r["from_nothing_ratio_to_best_heuristic"] for r in rows if r["ratio_to_best_heuristic"] is not None]
     summary = {**info, "updates": done, "samples": samples, "seconds": round(spent, 1), "training_items": len(items),
                "episodes_seen": len(episodes), "held_out": rows,
                "held_out_mean_ratio": float(np.mean(ratios)) if ratios else None,
                "held_out_worst_ratio": float(np.max(ratios)) if ratios else None,
                "held_out_from_nothing_mean_ratio": float(np.mean(alone)) if alone else None,
-               "held_out_from_nothing_worst_ratio": float(np.max(alone)) if alone else None}
+               "held_out_from_nothing_worst_ratio": float(np.max(alone)) if alone else None,
+               "held_out_mean_ratio_to_best_baseline": float(np.mean(to_baseline)) if to_baseline else None,
+               "held_out_worst_ratio_to_best_baseline": float(np.max(to_baseline)) if to_baseline else None}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return PretrainResult(done, samples, spent, rows, summary)
