@@ -36,6 +36,7 @@ from placer.commands.compare import run_summary, simulated_comparison  # noqa: E
 from placer.corpus import held_out_items  # noqa: E402
 from placer.costmodel.roofline import cluster_measurer  # noqa: E402
 from placer.devices import as_devices  # noqa: E402
+from placer.errors import PlacerError  # noqa: E402
 from placer.placers import PLACERS  # noqa: E402
 from placer.policy.gnn.checkpoint import PRETRAINED, load_policy  # noqa: E402
 from placer.policy.gnn.episode import make_episode  # noqa: E402
@@ -72,7 +73,10 @@ def simulated_ms(item, placement) -> float | None:
 def zero_shot(policy, item) -> dict:
     """The policy placing the item with no training on it: its step and the seconds to place."""
     start = time.perf_counter()
-    placement = place_episode(policy, make_episode(item.graph, item.cluster, yardstick=False))
+    try:
+        placement = place_episode(policy, make_episode(item.graph, item.cluster, yardstick=False))
+    except PlacerError as exc:   # no round of the policy fits the devices' memory: a failure, reported
+        return {"ms": None, "seconds": time.perf_counter() - start, "failure": str(exc)}
     seconds = time.perf_counter() - start
     return {"ms": simulated_ms(item, placement), "seconds": seconds}
 

@@ -83,7 +83,7 @@ def _draw(rng: np.random.Generator, n: int) -> Cluster:
         links += _gpu_fabric(names, machine, hosts, rng)
     if machines == 2:
         links.append(Link("network", ("cpu:0", "cpu:1"), float(rng.choice(NETWORK_BPS)),
-                          float(rng.uniform(5e-6, 20e-6)), SOURCE))
+                          round(float(rng.uniform(5, 20)), 1) * 1e-6, SOURCE))
     # named by its content, so the same draw has the same name in every process
     content = repr([(d.name, d.model.key, d.machine) for d in devices] + [(l.members, l.bandwidth_Bps) for l in links])
     name = f"sampled-{n}dev-{hashlib.sha256(content.encode()).hexdigest()[:8]}"

@@ -59,6 +59,16 @@ def test_reset_switches_graph_and_cluster_and_the_spaces_hold_both(small, large)
     assert env.graph is small and env.cluster.name == "8xh100-nvlink" and obs["device_mask"].sum() == 10
 
 
+def test_reset_takes_an_onnx_path_and_a_catalogue_name_as_the_constructor_does(tmp_path, small):
+    import onnx
+
+    onnx.save(branches(3, 2, width=16), tmp_path / "m.onnx")
+    env = padded(small)
+    obs, _ = env.reset(options={"graph": str(tmp_path / "m.onnx"), "cluster": "2xt4-pcie"})
+    assert env.graph.source.endswith("m.onnx") and env.cluster.name == "2xt4-pcie"
+    assert obs["device_mask"].sum() == 3 and env.observation_space.contains(obs)
+
+
 def test_a_group_sent_to_a_device_the_episode_lacks_fails_the_placement(small):
     env = padded(small, n_groups=3)
     env.reset(seed=0)
