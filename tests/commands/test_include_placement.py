@@ -99,3 +99,21 @@ def test_a_file_for_another_graph_devices_or_cluster_is_one_line_and_exit_2(tmp_
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--include-placement {tmp_path / 'bad.json'}" in err and expected in err, err
     assert not (tmp_path / "out" / "compare.json").exists()
+
+
+def test_what_placer_place_writes_is_compared_on_its_cluster_and_refused_on_another(tmp_path, model, capsys):
+    from placer.policy.gnn.checkpoint import save_policy
+    from placer.policy.gnn.model import GraphPlacementPolicy, PolicyConfig
+
+    policy = save_policy(GraphPlacementPolicy(PolicyConfig()), tmp_path / "policy.pt")   # untrained: any placement
+    placed = tmp_path / "placed.json"
+    assert main(["place", "--graph", str(model), "--cluster", "paper-2xk40", "--policy", str(policy),
+                 "--out", str(placed)]) == 0
+    argv = ["compare", "--graph", str(model), "--no-plot", "--out", str(tmp_path / "out"), "--placers", "single",
+            "--include-placement", str(placed)]
+    capsys.readouterr()
+    assert main(argv + ["--cluster", "paper-2xk40", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["file:placed"]["status"] == "ok" and rows["file:placed"]["find_time_s"] > 0
+    assert main(argv + ["--cluster", "2xt4-pcie"]) == 2
+    assert "made for cluster 'paper-2xk40', not cluster '2xt4-pcie'" in capsys.readouterr().err
