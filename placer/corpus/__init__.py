@@ -3,6 +3,7 @@
     training_items(seed, size)   -> an iterator of `CorpusItem` (graph, cluster, objective)
     held_out_items(seed, size)   -> a list of `CorpusItem` never seen in training
     sample_cluster(rng, n)       -> a `Cluster` of 2-8 devices around the catalogue
+    write_cluster(cluster, path) -> a cluster TOML file (`--cluster path` takes it)
 
 Graphs: the zoo's models and families of them through their export options (batch, sequence
 length, depth, vocabulary), layered random DAGs as in the placement literature, and models from
@@ -19,9 +20,9 @@ Held out (never in `training_items`):
 the corpus for pre-training and the generalisation benchmark.
 """
 
-from placer.corpus.clusters import sample_cluster
+from placer.corpus.clusters import sample_cluster, write_cluster
 from placer.corpus.items import (HELD_OUT_CLUSTERS, HELD_OUT_FAMILIES, CorpusItem, held_out_items,
                                  training_items)
 
 __all__ = ["HELD_OUT_CLUSTERS", "HELD_OUT_FAMILIES", "CorpusItem", "held_out_items", "sample_cluster",
-           "training_items"]
+           "training_items", "write_cluster"]

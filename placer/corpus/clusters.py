@@ -10,11 +10,13 @@ exist. A sampled cluster never has the devices of a held-out cluster (same model
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
-from placer.hardware import Cluster, ClusterDevice, Link, catalogue_models, catalogue_names, load_cluster
+from placer.hardware import Cluster, ClusterDevice, DeviceModel, Link, catalogue_models, catalogue_names, load_cluster
 
 MIN_DEVICES, MAX_DEVICES = 2, 8
 # per direction, bytes/s, as the catalogue's files cite them
@@ -119,3 +121,47 @@ def _gpu_fabric(names: list[str], machine: str, hosts: list[str], rng: np.random
         bandwidth = float(rng.choice(NVSWITCH_BPS))
         return [Link(f"nvswitch-{a}", (a, switch), bandwidth, 5e-6, SOURCE) for a in names]
     return []
+
+
+def _toml(value) -> str:
+    """A TOML value, floats exact (repr), so that a written cluster loads as the same figures."""
+    if isinstance(value, str):
+        return json.dumps(value)   # a JSON string is a valid TOML basic string
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }" if value else "{}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _model_table(model: DeviceModel) -> dict:
+    return {"name": model.name, "kind": model.kind, "peak_flops": model.peak_flops, "tensor_flops": model.tensor_flops,
+            "memory_bandwidth_Bps": model.memory_bandwidth_Bps, "memory_bytes": model.memory_bytes,
+            "launch_overhead_s": model.launch_overhead_s, "source": model.source}
+
+
+def write_cluster(cluster: Cluster, path: str | Path) -> Path:
+    """`cluster` as a cluster TOML file (the catalogue's format) that `load_cluster` reads back as
+    the same cluster, so a sampled one can be shown, compared on and placed for by file (--cluster)."""
+    lines = [f"name = {_toml(cluster.name)}", f"description = {_toml(cluster.description)}",
+             f"source = {_toml(cluster.source)}"]
+    if cluster.hosts:
+        lines.append(f"hosts = {_toml(list(cluster.hosts))}")
+    catalogue = catalogue_models()
+    own = {}
+    for d in cluster.devices:
+        lines += ["", "[[device]]", f"name = {_toml(d.name)}", f"model = {_toml(d.model.key)}",
+                  f"machine = {_toml(d.machine)}", f"contention = {_toml(d.contention)}"]
+        if catalogue.get(d.model.key) != d.model:   # not the catalogue's: the file carries its figures
+            own[d.model.key] = d.model
+    for link in cluster.links:
+        lines += ["", "[[link]]", f"name = {_toml(link.name)}", f"members = {_toml(list(link.members))}",
+                  f"bandwidth_Bps = {_toml(link.bandwidth_Bps)}", f"latency_s = {_toml(link.latency_s)}",
+                  f"source = {_toml(link.source)}"]
+    for key, model in own.items():
+        lines += ["", f"[models.{json.dumps(key)}]"] + [f"{k} = {_toml(v)}" for k, v in _model_table(model).items()]
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path

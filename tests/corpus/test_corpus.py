@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from placer.corpus import HELD_OUT_CLUSTERS, HELD_OUT_FAMILIES, held_out_items, sample_cluster, training_items
-from placer.corpus.clusters import MAX_DEVICES, MIN_DEVICES, signature
+from placer.corpus.clusters import MAX_DEVICES, MIN_DEVICES, catalogue_clusters, signature, write_cluster
+from placer.hardware import load_cluster
 from placer.corpus.items import held_out_signatures
 from placer.corpus.random_dags import DagSpec, random_dag
 from placer.costmodel.roofline import cluster_measurer
@@ -122,3 +123,23 @@ def test_training_never_samples_a_cluster_with_held_out_hardware(monkeypatch):
     monkeypatch.setattr(items, "held_out_signatures", lambda: tuple(sampled))
     redrawn = {signature(i.cluster) for i in training_items(0, "small") if i.cluster.name.startswith("sampled-")}
     assert redrawn and not redrawn & sampled
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_sampled_cluster_written_as_toml_loads_back_as_the_same_cluster(tmp_path, seed):
+    cluster = sample_cluster(np.random.default_rng(seed))
+    loaded = load_cluster(str(write_cluster(cluster, tmp_path / "sampled.toml")))   # every check load_cluster runs
+    assert loaded == cluster
+    assert [loaded.route(a, b) for a in loaded.device_names for b in loaded.device_names] == \
+        [cluster.route(a, b) for a in cluster.device_names for b in cluster.device_names]
+
+
+def test_a_cluster_with_its_own_model_is_written_with_that_models_figures(tmp_path):
+    import dataclasses
+
+    (cluster,) = catalogue_clusters(["paper-2xk40"])
+    gpu = cluster.devices[1]
+    faster = dataclasses.replace(gpu.model, key="k40-overclocked", peak_flops={"float32": 6e12})
+    devices = (cluster.devices[0], dataclasses.replace(gpu, model=faster), *cluster.devices[2:])
+    cluster = dataclasses.replace(cluster, devices=devices)
+    assert load_cluster(str(write_cluster(cluster, tmp_path / "own.toml"))) == cluster
