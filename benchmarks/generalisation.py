@@ -173,6 +173,14 @@ def main() -> None:
     print("best baseline in ms per simulated step; every other column is that row's step over the best baseline's "
           "(below 1: faster than every baseline); s: seconds the policy took to place zero-shot; reach: samples the "
           f"learner drew until it was as fast as the per-graph learner after {args.samples} ('-': never)")
+    print(f"\ntime to place, seconds (samples drawn): {'zero-shot':>10}{'local search':>14}{'exact':>8}"
+          f"{'fine-tuned':>18}{'scratch':>18}{'per-graph':>18}")
+    for r in results:
+        seconds = r["baselines"]["seconds"]
+        learned = "".join(f"{'-' if n not in r else format(r[n]['seconds'], '.1f') + ' (' + str(r[n]['samples']) + ')':>18}"
+                          for n in ("fine_tuned", "scratch", "per_graph"))
+        print(f"{r['item'][:39]:<40}{r['zero_shot']['seconds']:>10.2f}{_cell(seconds.get('local_search'), '.1f', 14)}"
+              f"{_cell(seconds.get('exact'), '.1f', 8)}{learned}")
     ratios = [r["zero_shot"]["vs_best"] for r in results if r["zero_shot"].get("vs_best") is not None]
     if ratios:
         print(f"zero-shot over the best baseline: mean {sum(ratios) / len(ratios):.3f}, worst {max(ratios):.3f} "
