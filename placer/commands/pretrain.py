@@ -21,13 +21,15 @@ def register(subparsers) -> None:
                     "gets TensorBoard curves, checkpoint.pt (for --resume), policy.pt (for placer place --policy, "
                     "or to ship) and summary.json with each held-out item placed zero-shot against the best list "
                     "heuristic.")
-    parser.add_argument("--run-dir", default=None, metavar="DIR", help="run folder (default runs/pretrain-<date>-<time>)")
+    parser.add_argument("--run-dir", default=None, metavar="DIR",
+                        help="run folder (default runs/pretrain-<date>-<time>)")
     parser.add_argument("--budget", default=None, metavar="TIME", help="training time, like 90s, 10m or 1h")
     parser.add_argument("--updates", type=int, default=None, metavar="N",
                         help="stop after N updates in all (a resumed run continues to N)")
     parser.add_argument("--corpus", choices=("small", "full"), default="full",
                         help="the corpus's size: small (a few graphs, seconds to build; for trying) or full (default)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the corpus, the policy and the sampling (default 0)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the corpus, the policy and the sampling (default 0)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its checkpoint")
     parser.add_argument("--items-per-update", type=int, default=8, metavar="N",
                         help="training items per update (default %(default)s)")
@@ -36,7 +38,8 @@ def register(subparsers) -> None:
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default %(default)s)")
     parser.add_argument("--hidden", type=int, default=64, help="embedding width (default %(default)s)")
     parser.add_argument("--layers", type=int, default=3, help="message-passing layers (default %(default)s)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of improvement per placement (default %(default)s)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of improvement per placement (default %(default)s)")
     parser.add_argument("--workers", type=int, default=0, metavar="N",
                         help="roll out on N Ray tasks at once (pip install -e '.[ray]'); default 0: in this process")
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
@@ -78,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
     if budget_s is None and args.updates is None:
         raise PlacerError("give a --budget (like 10m) or --updates N")
     heads = 2 if args.hidden % 2 == 0 else 1
-    config = PretrainConfig(items_per_update=args.items_per_update, seed=args.seed,
-                            policy=PolicyConfig(hidden=args.hidden, layers=args.layers, heads=heads, rounds=args.rounds),
+    policy = PolicyConfig(hidden=args.hidden, layers=args.layers, heads=heads, rounds=args.rounds)
+    config = PretrainConfig(items_per_update=args.items_per_update, seed=args.seed, policy=policy,
                             learn=LearnConfig(samples=args.samples, lr=args.lr))
     run_dir = _run_dir(args)
     started = time.monotonic()

@@ -9,6 +9,7 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from placer.graph.grouping import group_graph
 from placer.graph.load import load_graph
 from placer.hardware import Cluster, ClusterDevice, Link, catalogue_models, load_cluster
 from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, load_policy, save_policy
@@ -41,7 +42,7 @@ def chains():
     return load_graph(branches(2, 3, width=256, batch=64))
 
 
-def train_tiny(episodes, updates: int = 40, seed: int = 0) -> GraphPlacementPolicy:
+def train_tiny(episodes, updates: int = 20, seed: int = 0) -> GraphPlacementPolicy:
     torch.manual_seed(seed)
     policy = GraphPlacementPolicy(TINY)
     optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
@@ -90,13 +91,37 @@ def test_the_device_figures_reach_the_logits(chains):
     assert (grad > 0).all(), grad
 
 
-def test_features_are_absolute_not_scaled_by_the_graph(chains):
-    """A group's features do not change when the graph around it grows: nothing is divided by a graph's maximum."""
+def chain_model(heavy: bool) -> onnx.ModelProto:
+    """x -> MatMul -> Relu -> y, and with `heavy` a 64x larger MatMul beside it."""
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return onnx.numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [helper.make_node("MatMul", ["x", "wa"], ["a"], name="mm_a"),
+             helper.make_node("Relu", ["a"], ["y"], name="relu_a")]
+    inits, outputs = [w("wa", 64, 64)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 64])]
+    if heavy:
+        nodes.append(helper.make_node("MatMul", ["x", "wb"], ["b"], name="mm_b"))
+        inits.append(w("wb", 64, 4096))
+        outputs.append(helper.make_tensor_value_info("b", TensorProto.FLOAT, [32, 4096]))
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+                              outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_features_are_absolute_not_scaled_by_the_graph():
+    """An op's features do not change when a heavier op joins the graph: nothing is divided by a graph's maximum."""
     cluster = load_cluster("2xt4-pcie")
-    small = graph_features(chains, cluster)
-    big = graph_features(load_graph(branches(4, 3, width=256, batch=64)), cluster)
-    first_small = small.groups[0, :-1]   # the last column is the position in the order
-    assert np.allclose(first_small, big.groups[0, :-1])
+    rows = []
+    for heavy in (False, True):
+        graph = load_graph(chain_model(heavy))
+        grouping = group_graph(graph, method="nodes")
+        features = graph_features(graph, cluster, grouping=grouping)
+        g = grouping.node_group["mm_a"]
+        rows.append((features.groups[g, :-1], features.pair[g], features.device))   # the last column: position
+    for small, big in zip(*rows):
+        assert np.allclose(small, big)
 
 
 def unknown_op_model() -> onnx.ModelProto:

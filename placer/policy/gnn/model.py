@@ -90,7 +90,8 @@ class GraphPlacementPolicy(nn.Module):
         unplaced = (assign == D).float()[:, :, None].expand_as(on)
         return torch.stack([on, near, torch.log1p(load).expand_as(on), torch.log1p(moved), unplaced], dim=3)
 
-    def logits(self, x: FeatureTensors, encoded: tuple[torch.Tensor, torch.Tensor], assign: torch.Tensor) -> torch.Tensor:
+    def logits(self, x: FeatureTensors, encoded: tuple[torch.Tensor, torch.Tensor],
+               assign: torch.Tensor) -> torch.Tensor:
         """(K, G, D) masked logits of one round, given the previous round's placements (K, G)."""
         g, e = encoded
         pair = torch.cat([x.pair.expand(assign.shape[0], -1, -1, -1), self.state(x, assign)], dim=3)
