@@ -357,13 +357,16 @@ def _measure_links(devices, measured: str) -> tuple[list[dict], list[str]]:
     links: list[dict] = []
     hosts: list[str] = []
     if len(cpus) > 1:
-        latency = min(_handover_latency(200) for _ in range(3))
-        links.append({"name": "handover-cpu", "members": [d.name for d in cpus], "bandwidth_Bps": HANDOVER_BANDWIDTH,
-                      "latency_s": latency,
-                      "source": f"{measured}: half the round trip of two threads waking each other, best of "
-                                "3 x 200 (placer.costmodel.profiler's hand-over); the virtual CPU devices share "
-                                "memory and hand a tensor over by reference, so bytes cost nothing: bandwidth "
-                                "written as 1e15 B/s"})
+        wake = min(_handover_latency(200) for _ in range(3))
+        latency, bandwidth = _engine_handover(cpus[:2])
+        links.append({"name": "handover-cpu", "members": [d.name for d in cpus], "bandwidth_Bps": bandwidth,
+                      "latency_s": max(wake, latency),
+                      "source": f"{measured}: what a tensor crossing devices adds to a step in placer's torch engine "
+                                f"(chains of {HANDOVER_CHAIN} Relus alternating between two devices against the "
+                                "same chain on one, medians of interleaved steps, per crossing: of 1 KiB tensors "
+                                "the latency, at least the "
+                                f"{wake * 1e6:.1f} us two threads take to wake each other; of 1 MiB ones against "
+                                "1 KiB the bandwidth: the reader's core pulls the bytes from the writer's cache)"})
     if gpus:
         anchor = cpus[0].name if cpus else "host"
         if not cpus:
@@ -383,6 +386,56 @@ def _measure_links(devices, measured: str) -> tuple[list[dict], list[str]]:
                                   "source": f"{measured}: peer copies {a.name}->{b.name}, 1 KiB (latency) and "
                                             f"{COPY_BYTES // 2**20} MiB (bandwidth), best of 3"})
     return links, hosts
+
+
+HANDOVER_CHAIN = 64
+HANDOVER_BYTES = (1024, 2**20)   # the chains' tensor sizes: the small one gives the latency, both the bandwidth
+
+
+def _engine_handover(devices) -> tuple[float, float]:
+    """(latency, bandwidth) of a tensor crossing from one virtual CPU device to another in placer's
+    torch engine: chains of HANDOVER_CHAIN Relus placed alternately on two devices, against the
+    same chain on the first alone, per crossing (medians, the two placements interleaved), once
+    with small tensors (the latency) and once with 1 MiB ones (the bytes' cost: the reader's core
+    pulls them from the writer's cache). It holds what the engine does at each crossing (publishing
+    the tensor, waking the reader's thread, cold caches), which the threads' wake-up alone (a few
+    microseconds) leaves out: measured here, 39 us a crossing of 1 KiB and 179 us of 1 MiB."""
+    small, large = (_per_crossing(devices, nbytes) for nbytes in HANDOVER_BYTES)
+    extra = large - small
+    bandwidth = (HANDOVER_BYTES[1] - HANDOVER_BYTES[0]) / extra if extra > 0 else HANDOVER_BANDWIDTH
+    return small, bandwidth
+
+
+def _per_crossing(devices, nbytes: int) -> float:
+    """Seconds one crossing of an `nbytes` tensor adds to a step (see `_engine_handover`)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from placer.kernels.loading import load_graph
+    from placer.measure.measurer import MeasureProtocol, measurer_for
+    from placer.placement import Placement
+
+    shape = [1, max(1, nbytes // 4)]
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(HANDOVER_CHAIN)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "handover", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(f"t{HANDOVER_CHAIN}", TensorProto.FLOAT, shape)]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    graph = load_graph(model)
+    names = [d.name for d in devices]
+    alone = Placement(names, {n: names[0] for n in graph.nodes})
+    alternating = Placement(names, {n: names[i % 2] for i, n in enumerate(graph.nodes)})
+    measurer = measurer_for("torch", graph, devices, MeasureProtocol(warmup=5, repeats=15))
+    steps: dict[str, list[float]] = {"alone": [], "alternating": []}
+    for _ in range(3):
+        for label, placement in (("alone", alone), ("alternating", alternating)):
+            m = measurer.measure(placement)
+            if not m.ok:
+                raise PlacerError(f"describe-local: the hand-over chain failed on {', '.join(names)}: {m.reason}")
+            steps[label].append(m.step_time)
+    return max(0.0, (statistics.median(steps["alternating"]) - statistics.median(steps["alone"]))
+               / (HANDOVER_CHAIN - 1))
 
 
 def _copy_figures(src: str, dst: str, pinned: bool) -> tuple[float, float]:

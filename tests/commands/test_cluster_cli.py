@@ -125,3 +125,27 @@ def test_describe_local_writes_a_file_that_loads_with_measured_figures(tmp_path,
 def test_describe_local_refuses_a_file_that_is_not_toml(tmp_path, capsys):
     code, _, err = run(capsys, "describe-local", "-o", str(tmp_path / "here.json"))
     assert code == 2 and err.count("\n") == 1 and "here.toml" in err
+
+
+def test_the_hand_over_is_what_a_crossing_adds_to_a_step_in_the_engine(monkeypatch):
+    """describe-local's hand-over: chains alternating between two devices against the same chains
+    on one, per crossing: the small tensors' give the latency, the large ones' the bandwidth (a fake
+    measurer: 50 us a crossing plus 1 ns a byte)."""
+    from placer.commands import cluster as cluster_command
+    from placer.devices import parse_devices
+    from placer.measure.measurement import Measurement
+    import placer.measure.measurer as measurer_module
+
+    class Fake:
+        def __init__(self, graph):
+            self.nbytes = next(iter(graph.nodes.values())).output_bytes
+
+        def measure(self, placement):
+            devices = list(placement.nodes.values())
+            crossings = sum(1 for a, b in zip(devices, devices[1:]) if a != b)
+            return Measurement(ok=True, step_time=1e-3 + crossings * (50e-6 + self.nbytes * 1e-9))
+
+    monkeypatch.setattr(measurer_module, "measurer_for", lambda engine, graph, *args, **kwargs: Fake(graph))
+    devices = parse_devices("cpu:0[threads=1],cpu:1[threads=1]")
+    latency, bandwidth = cluster_command._engine_handover(devices)
+    assert latency == pytest.approx(50e-6 + 1024e-9) and bandwidth == pytest.approx(1e9)
