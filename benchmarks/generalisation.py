@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 import tempfile
 import time
@@ -160,6 +161,9 @@ def main() -> None:
     for item in items:
         r = one(item, policy, args.samples, args.seed, not args.no_per_graph)
         results.append(r)
+        if args.json:   # after every item: a long run cut short keeps what it finished
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(_record(args, info, results), indent=2) + "\n")
         b = r["baselines"]
         rows = b["rows_ms"]
         best = f"{b['best']} {b['best_ms']:.3f}"
@@ -187,8 +191,12 @@ def main() -> None:
               f"({len(ratios)} of {len(results)} placed within memory); slowest to place "
               f"{max(r['zero_shot']['seconds'] for r in results):.2f} s")
     if args.json:
-        save_json(args.json, {"size": args.size, "samples": args.samples, "policy": args.policy,
-                              "policy_info": info, "rows": results})
+        save_json(args.json, _record(args, info, results))
+
+
+def _record(args, info: dict, results: list[dict]) -> dict:
+    return {"size": args.size, "samples": args.samples, "policy": args.policy, "policy_info": info,
+            "rows": results}
 
 
 if __name__ == "__main__":
