@@ -65,3 +65,16 @@ def test_place_refuses_a_missing_cluster_or_a_file_that_is_no_policy(tmp_path, c
     assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "--out", str(tmp_path / "p.json"),
                  "--policy", str(bogus)]) == 2
     assert "graph policy checkpoint" in capsys.readouterr().err
+
+
+def test_the_shipped_policy_places_a_zoo_model_with_no_policy_given(tmp_path, capsys):
+    """A fresh install places with the checkpoint shipped as package data, which says how it was made."""
+    from placer.policy.gnn.checkpoint import PRETRAINED, read_info
+
+    assert PRETRAINED.is_file() and PRETRAINED.stat().st_size < 5 * 2**20
+    info = read_info()
+    assert info["command"].startswith("placer pretrain") and info["held_out"]
+    out = tmp_path / "placement.json"
+    assert main(["place", "--graph", "inception_v3.onnx", "--cluster", "dgx1-v100", "--out", str(out)]) == 0
+    assert "pre-trained, shipped with placer" in capsys.readouterr().out
+    assert Placement.load(out).extra["placer"]["policy"] == "pretrained"
