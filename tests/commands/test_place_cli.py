@@ -78,3 +78,15 @@ def test_the_shipped_policy_places_a_zoo_model_with_no_policy_given(tmp_path, ca
     assert main(["place", "--graph", "inception_v3.onnx", "--cluster", "dgx1-v100", "--out", str(out)]) == 0
     assert "pre-trained, shipped with placer" in capsys.readouterr().out
     assert Placement.load(out).extra["placer"]["policy"] == "pretrained"
+
+
+def test_place_never_writes_a_placement_slower_than_the_best_heuristic(tmp_path, policy_file, capsys):
+    """An untrained policy places Inception-v3 on a DGX-1 far slower than HEFT: what `place` writes is
+    then the heuristic's own placement, said so, and the policy's figure is kept beside it."""
+    out = tmp_path / "placement.json"
+    assert main(["place", "--graph", "inception_v3.onnx", "--cluster", "dgx1-v100", "--out", str(out),
+                 "--policy", str(policy_file)]) == 0
+    info = Placement.load(out).extra["placer"]
+    assert info["simulated_step_time"] <= info["best_heuristic_step_time"]
+    assert info["policy_step_time"] > info["best_heuristic_step_time"] and "best list heuristic" in info["chain"]
+    assert "kept instead" in capsys.readouterr().out

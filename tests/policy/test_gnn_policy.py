@@ -166,3 +166,4 @@ def test_a_graph_larger_than_any_in_training_is_placed():
     placement = policy.place(graph, load_cluster("4xa100-nvlink"))
     assert len(placement.nodes) == len(graph.nodes) == 641
     assert placement.extra["placer"]["groups"] <= 256
+

@@ -42,6 +42,7 @@ class Episode:
     # the best list heuristic's placement on the groups (each group where most of its work is): a
     # start the policy improves on, beside its placement from nothing; None without a yardstick
     start: np.ndarray | None = None
+    best_assign: np.ndarray | None = None   # the best list heuristic's own node-level placement
 
     @property
     def caps(self) -> dict[str, int]:
@@ -80,7 +81,7 @@ def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None
         from placer.placers.local_search import best_start
 
         start = best_start(graph, devices, cost, caps, simulator)
-        episode.best_time, episode.best_name = start.step_time, start.name
+        episode.best_time, episode.best_name, episode.best_assign = start.step_time, start.name, start.assign
         if start.assign is not None:
             episode.start = group_majority(graph, node_group, features.n_groups, len(devices), start.assign)
     return episode

@@ -3,6 +3,9 @@
 Two chains of rounds run: one from nothing, one improving the best list heuristic's placement on
 the groups (when the episode has one). Both are the policy's own placements; the placement's
 extra["placer"] records each chain's step times, so what the policy does from nothing stays visible.
+Where the best list heuristic's own placement (node by node, before grouping) simulates faster
+than every round, `place` returns that one and says so: a user is never handed a placement slower
+than the heuristic placer already computed.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 import torch
 
 from placer.errors import PlacerError
+from placer.placement import Placement
 from placer.policy.gnn.episode import Episode, make_episode
 from placer.policy.gnn.learn import initial_placements
 
@@ -33,6 +37,16 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0):
                           "devices' memory; try another cluster with more memory, or fine-tune the policy "
                           "(placer train --policy pretrained)")
     listed = [None if not math.isfinite(t) else float(t) for t in times.ravel()]
+    if episode.best_assign is not None and episode.best_time < times[chain, r]:
+        names = episode.cluster.device_names
+        placement = Placement(list(names), {n: names[int(k)] for n, k in zip(episode.graph.nodes, episode.best_assign)},
+                              graph_sha256=episode.graph.sha256)
+        placement.extra = {"placer": {"name": "gnn", "chain": f"the best list heuristic ({episode.best_name}): every "
+                                      "round of the policy simulated slower", "policy_step_time": float(times[chain, r]),
+                                      "rounds_from_nothing": listed[:rounds], "rounds_from_heuristic": listed[rounds:] or None,
+                                      "from_nothing_step_time": float(np.min(times[0])),
+                                      "simulated_step_time": float(episode.best_time), "groups": G}}
+        return placement
     return episode.placement(actions[chain, r], chain="from nothing" if chain == 0 else "from the best heuristic",
                              round=int(r), rounds_from_nothing=listed[:rounds],
                              rounds_from_heuristic=listed[rounds:] or None,
