@@ -46,7 +46,7 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, sa
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     writer = SummaryWriter(str(run_dir))
-    zero_shot = place_episode(policy, episode)
+    zero_shot = place_episode(policy, episode, keep_heuristic=False)   # the policy's own
     best_time = zero_shot.extra["placer"]["simulated_step_time"]
     best, best_source = zero_shot, "zero-shot"
     scale = yardstick(episode, np.asarray([best_time]))
@@ -64,7 +64,7 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, sa
         for name, value in stats.items():
             writer.add_scalar("charts/" + name, value, done)
         writer.add_scalar("charts/best_step_time", best_time, done)
-    greedy = place_episode(policy, episode)
+    greedy = place_episode(policy, episode, keep_heuristic=False)
     greedy_time = greedy.extra["placer"]["simulated_step_time"]
     if greedy_time < best_time:
         best, best_time, best_source = greedy, greedy_time, "greedy"

@@ -21,9 +21,11 @@ from placer.policy.gnn.episode import Episode, make_episode
 from placer.policy.gnn.learn import initial_placements
 
 
-def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0):
+def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, keep_heuristic: bool = True):
     """The `Placement` of `episode` by `policy`: each round's placement of each chain (greedy, or
-    sampled with `seed`) simulated in one batch, the fastest that runs and fits kept."""
+    sampled with `seed`) simulated in one batch, the fastest that runs and fits kept; with
+    `keep_heuristic`, the best list heuristic's own placement where it is faster still (fine-tuning
+    judges the policy's own, and passes False)."""
     generator = torch.Generator().manual_seed(seed)
     policy.eval()
     initial = initial_placements(episode, 2 if episode.start is not None else 1)
@@ -37,7 +39,7 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0):
                           "devices' memory; try another cluster with more memory, or fine-tune the policy "
                           "(placer train --policy pretrained)")
     listed = [None if not math.isfinite(t) else float(t) for t in times.ravel()]
-    if episode.best_assign is not None and episode.best_time < times[chain, r]:
+    if keep_heuristic and episode.best_assign is not None and episode.best_time < times[chain, r]:
         names = episode.cluster.device_names
         placement = Placement(list(names), {n: names[int(k)] for n, k in zip(episode.graph.nodes, episode.best_assign)},
                               graph_sha256=episode.graph.sha256)
