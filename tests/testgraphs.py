@@ -32,3 +32,13 @@ def branches(n: int, depth: int, width: int = 64, batch: int = 16) -> onnx.Model
     graph = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, width * n])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def unseen_op_model() -> onnx.ModelProto:
+    """x -> Relu -> Mish (a standard op outside the graph policy's vocabulary) -> MatMul -> y."""
+    w = numpy_helper.from_array(np.ones((8, 8), dtype=np.float32), "w")
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Mish", ["r"], ["s"], name="mish"),
+             helper.make_node("MatMul", ["s", "w"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "unseen", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import TensorProto, helper
 
 from placer.cli import main
 from placer.placement import Placement
 from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, save_policy
+from testgraphs import unseen_op_model
 
 
 @pytest.fixture(scope="module")
@@ -21,16 +20,6 @@ def policy_file(tmp_path_factory):
     torch.manual_seed(0)
     return save_policy(GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2)),
                        tmp_path_factory.mktemp("policy") / "policy.pt")
-
-
-def mish_model() -> onnx.ModelProto:
-    """x -> Relu -> Mish (outside the policy's op vocabulary) -> MatMul -> y."""
-    w = onnx.numpy_helper.from_array(np.ones((8, 8), dtype=np.float32), "w")
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Mish", ["r"], ["s"], name="mish"),
-             helper.make_node("MatMul", ["s", "w"], ["y"], name="mm")]
-    graph = helper.make_graph(nodes, "unseen", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
 def test_a_zoo_model_is_placed_and_priced_against_the_best_heuristic(tmp_path, policy_file, capsys):
@@ -47,7 +36,7 @@ def test_a_zoo_model_is_placed_and_priced_against_the_best_heuristic(tmp_path, p
 
 def test_an_onnx_file_with_an_op_outside_the_vocabulary_is_placed(tmp_path, policy_file):
     model = tmp_path / "mish.onnx"
-    onnx.save(mish_model(), model)
+    onnx.save(unseen_op_model(), model)
     out = tmp_path / "placement.json"
     assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "--out", str(out),
                  "--policy", str(policy_file)]) == 0
@@ -57,7 +46,7 @@ def test_an_onnx_file_with_an_op_outside_the_vocabulary_is_placed(tmp_path, poli
 
 def test_place_refuses_a_missing_cluster_or_a_file_that_is_no_policy(tmp_path, capsys):
     model = tmp_path / "mish.onnx"
-    onnx.save(mish_model(), model)
+    onnx.save(unseen_op_model(), model)
     assert main(["place", "--graph", str(model), "--out", str(tmp_path / "p.json")]) == 2
     assert "--cluster" in capsys.readouterr().err
     bogus = tmp_path / "bogus.pt"

@@ -5,15 +5,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
-from placer.graph.load import load_graph
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from placer_testkit import LinearCost, make_graph  # noqa: E402
+from placer_testkit import LinearCost, ladder_graph, make_graph  # noqa: E402
 
 
 @pytest.fixture
@@ -52,14 +48,4 @@ __all__ = ["LinearCost", "make_graph"]
 @pytest.fixture(scope="module")
 def ladder():
     """x -> mm0 -> ... -> mm4, each MatMul with its own weight, and a Relu side branch per rung."""
-    rng = np.random.default_rng(0)
-    nodes, inits, x, outputs = [], [], "x", []
-    for i in range(5):
-        inits.append(numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
-        nodes.append(helper.make_node("Relu", [f"y{i}"], [f"r{i}"], name=f"relu{i}"))
-        x = f"y{i}"
-        outputs.append(f"r{i}")
-    graph = helper.make_graph(nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [64, 64]) for o in outputs], inits)
-    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return ladder_graph(5, 64)

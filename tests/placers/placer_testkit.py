@@ -83,3 +83,23 @@ def random_dag(n: int, seed: int) -> OpGraph:
     spec = [(f"n{i}", sorted({f"n{j}" for j in rng.integers(0, i, size=min(i, 2))}) if i else [],
              float(rng.uniform(1e7, 1e9))) for i in range(n)]
     return make_graph(spec, numel=10_000, params={f"n{i}": 4000 for i in range(n)})
+
+
+def ladder_graph(rungs: int, batch: int) -> OpGraph:
+    """x -> mm0 -> ... -> mm{rungs-1}, each MatMul with its own 64 x 64 weight, and a Relu side
+    branch per rung; the input `batch` x 64."""
+    from onnx import numpy_helper
+
+    from placer.graph.load import load_graph
+
+    rng = np.random.default_rng(0)
+    nodes, inits, x, outputs = [], [], "x", []
+    for i in range(rungs):
+        inits.append(numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
+        nodes.append(helper.make_node("Relu", [f"y{i}"], [f"r{i}"], name=f"relu{i}"))
+        x = f"y{i}"
+        outputs.append(f"r{i}")
+    graph = helper.make_graph(nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 64])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [batch, 64]) for o in outputs], inits)
+    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))

@@ -16,6 +16,7 @@ from placer.placement import Placement
 from placer.placers import PLACERS, random_search
 from placer.placers.base import MemoryBook, over_caps
 from placer.evaluate.compare import baseline_rows
+from placer_testkit import ladder_graph
 
 DEVICES = ["cpu:0", "cpu:1", "cuda:0"]
 
@@ -23,17 +24,7 @@ DEVICES = ["cpu:0", "cpu:1", "cuda:0"]
 @pytest.fixture(scope="module")
 def ladder():
     """x -> mm0 -> ... -> mm5, each MatMul with its own 64 x 64 weight, and a side branch per rung."""
-    rng = np.random.default_rng(0)
-    nodes, inits, x, outputs = [], [], "x", []
-    for i in range(6):
-        inits.append(numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [f"y{i}"], name=f"mm{i}"))
-        nodes.append(helper.make_node("Relu", [f"y{i}"], [f"r{i}"], name=f"relu{i}"))
-        x = f"y{i}"
-        outputs.append(f"r{i}")
-    graph = helper.make_graph(nodes, "ladder", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
-                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [4, 64]) for o in outputs], inits)
-    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    return ladder_graph(6, 4)
 
 
 def test_a_node_costs_its_forward_backward_and_owned_updates_and_an_edge_two_copies(ladder):

@@ -17,7 +17,7 @@ from placer.policy.gnn.episode import make_episode
 from placer.policy.gnn.features import HASH_BUCKETS, OP_VOCABULARY, graph_features, op_column
 from placer.policy.gnn.learn import LearnConfig, rollout, update
 from placer.policy.gnn.tensors import FeatureTensors
-from testgraphs import branches
+from testgraphs import branches, unseen_op_model
 
 TINY = PolicyConfig(hidden=16, layers=1, heads=1, rounds=1)
 
@@ -124,21 +124,11 @@ def test_features_are_absolute_not_scaled_by_the_graph():
         assert np.allclose(small, big)
 
 
-def unknown_op_model() -> onnx.ModelProto:
-    """x -> Relu -> Mish (a standard op outside the policy's vocabulary) -> MatMul -> y."""
-    w = onnx.numpy_helper.from_array(np.ones((8, 8), dtype=np.float32), "w")
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Mish", ["r"], ["s"], name="mish"),
-             helper.make_node("MatMul", ["s", "w"], ["y"], name="mm")]
-    graph = helper.make_graph(nodes, "unseen", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-
-
 def test_an_unseen_op_type_falls_in_a_hashed_bucket():
     column = op_column("Mish")
     assert len(OP_VOCABULARY) <= column < len(OP_VOCABULARY) + HASH_BUCKETS
     assert op_column("MatMul") == OP_VOCABULARY.index("MatMul")
-    graph = load_graph(unknown_op_model())
+    graph = load_graph(unseen_op_model())
     features = graph_features(graph, load_cluster("2xt4-pcie"))
     assert features.groups[:, column].sum() > 0   # the Mish is counted in its bucket
     placement = GraphPlacementPolicy(TINY).place(graph, load_cluster("2xt4-pcie"))
