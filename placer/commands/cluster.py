@@ -162,10 +162,11 @@ def _describe_local(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     main_threads = torch.get_num_threads()
     try:
-        figures = _alike_devices_alike({d.name: _measure_device(d, threads.get(d.name), cores.get(d.name))
-                                        for d in devices}, devices, threads)
+        measured_figures = {d.name: _measure_device(d, threads.get(d.name), cores.get(d.name)) for d in devices}
+        for name, factor in _measure_contention([d for d in devices if d.kind == "cpu"], threads, cores).items():
+            measured_figures[name]["contention"] = factor
+        figures = _alike_devices_alike(measured_figures, devices, threads)
         links, hosts = _measure_links(devices, measured)
-        contention = _measure_contention([d for d in devices if d.kind == "cpu"], threads, cores)
     finally:
         torch.set_num_threads(main_threads)
     cpu_devices = [d for d in devices if d.kind == "cpu"]
@@ -195,7 +196,7 @@ def _describe_local(args: argparse.Namespace) -> int:
                        "launch_overhead_s": f["launch"], "source": source}
     name = args.name or f"local-{host}"
     text = _cluster_toml(name, f"This machine ({host}) as placer sees it: {', '.join(str(d) for d in devices)}",
-                         measured, [(d.name, "local-" + d.name.replace(":", ""), contention.get(d.name, 1.0))
+                         measured, [(d.name, "local-" + d.name.replace(":", ""), figures[d.name].get("contention", 1.0))
                                     for d in devices], models, links, hosts)
     try:
         path.write_text(text, encoding="utf-8")
@@ -229,7 +230,7 @@ def _alike_devices_alike(figures: dict[str, dict[str, float]], devices, threads)
         classes.setdefault(key, []).append(d.name)
     alike = {}
     for members in classes.values():
-        best = {k: (min if k == "launch" else max)(figures[m][k] for m in members if k in figures[m])
+        best = {k: (min if k in ("launch", "contention") else max)(figures[m][k] for m in members if k in figures[m])
                 for k in figures[members[0]]}
         alike.update({m: dict(best) for m in members})
     return alike

@@ -115,6 +115,7 @@ def test_describe_local_writes_a_file_that_loads_with_measured_figures(tmp_path,
     assert cluster.route("cpu:0", "cpu:1") == (link,)
     # two virtual CPUs share the machine's memory: measured, at least 1, and not absurd
     assert all(1.0 <= d.contention < 10.0 for d in cluster.devices)
+    assert len({d.contention for d in cluster.devices}) == 1   # identical devices, one figure (the least)
     # this machine, as --cluster asks before running anything for real; a catalogue cluster is not
     assert cluster.is_this_machine() and not load_cluster("paper-2xk40").is_this_machine()
     elsewhere = tmp_path / "elsewhere.toml"
