@@ -18,13 +18,19 @@ FORMAT = "placer.checkpoint/1"
 FILENAME = "checkpoint.pt"
 
 
-def save_checkpoint(run_dir: Path, data: dict[str, Any]) -> Path:
-    """Write `data` (policy, optimiser, baseline, cache, RNG states, counters) to the run folder."""
-    path = Path(run_dir) / FILENAME
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save({"format": FORMAT, **data}, tmp)
+def save_atomically(data: dict[str, Any], path: Path) -> Path:
+    """`torch.save` to a temporary file beside `path`, then a rename: an interrupted save leaves the
+    previous file whole."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(data, tmp)
     os.replace(tmp, path)
     return path
+
+
+def save_checkpoint(run_dir: Path, data: dict[str, Any]) -> Path:
+    """Write `data` (policy, optimiser, baseline, cache, RNG states, counters) to the run folder."""
+    return save_atomically({"format": FORMAT, **data}, Path(run_dir) / FILENAME)
 
 
 def load_checkpoint(run_dir: Path, expect: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from placer.errors import PlacerError
+from placer.policy.checkpoint import save_atomically
 from placer.policy.gnn.model import GraphPlacementPolicy, PolicyConfig
 
 FORMAT = "placer.gnn-policy/1"
@@ -26,9 +27,9 @@ def save_policy(policy: GraphPlacementPolicy, path: str | Path, info: dict[str, 
     resuming a run needs (optimizer state, counters) and is left out of a shipped checkpoint."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"format": FORMAT, "config": policy.config.to_dict(), "state_dict": policy.state_dict(),
-                "info": info or {}, **({"extra": extra} if extra else {})}, path)
-    return path
+    # atomically, as a run's checkpoint: pre-training saves it when interrupted, and resumes from it
+    return save_atomically({"format": FORMAT, "config": policy.config.to_dict(), "state_dict": policy.state_dict(),
+                            "info": info or {}, **({"extra": extra} if extra else {})}, path)
 
 
 def load_policy(path: str | Path = PRETRAINED) -> tuple[GraphPlacementPolicy, dict[str, Any]]:
