@@ -80,6 +80,11 @@ def format_table(comparison: Comparison) -> str:
         footer.append(f"against the previous run ({comparison.history['previous_run']}): "
                       + (f"{moved} row(s) moved outside their interval, see the notes" if moved
                          else "every row's interval overlaps its interval then"))
+    between = (comparison.history or {}).get("between_runs")
+    if between and between["df"]:
+        left_out = f"; {len(between['left_out'])} busy run(s) left out" if between["left_out"] else ""
+        footer.append(f"step-time intervals hold the variation between runs: {between['spread']:.1%} from run to "
+                      f"run over this and {len(between['runs'])} earlier run(s) in the history{left_out}")
     footer += [f"note: {n}" for n in comparison.notes]
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + [""] + footer)
 

@@ -54,16 +54,17 @@ class Interval:
     n: int                       # rounds, over every block
     confidence: float = CONFIDENCE
     blocks: int = 1              # measured in this many blocks, each built afresh (`interval_over_blocks`)
+    runs: int = 1                # widened by the spread of this many runs (`widen_by_runs`)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Interval:
         """The inverse of `to_dict` (a dict written before blocks were recorded is one block)."""
         return cls(data["value"], data["low"], data["high"], data["n"], data.get("confidence", CONFIDENCE),
-                   data.get("blocks", 1))
+                   data.get("blocks", 1), data.get("runs", 1))
 
     def inverse(self) -> Interval:
         """1 / this: a time ratio as a speedup, or back."""
-        return Interval(1 / self.value, 1 / self.high, 1 / self.low, self.n, self.confidence, self.blocks)
+        return Interval(1 / self.value, 1 / self.high, 1 / self.low, self.n, self.confidence, self.blocks, self.runs)
 
     def contains(self, x: float) -> bool:
         return self.low <= x <= self.high
@@ -162,6 +163,21 @@ def interval_over_blocks(blocks, confidence: float = CONFIDENCE) -> Interval:
     return Interval(float(np.exp(centre)), min(float(np.exp(centre - half)), pooled.low),
                     max(float(np.exp(centre + half)), pooled.high), sum(len(g) for g in groups), confidence,
                     len(groups))
+
+
+def widen_by_runs(interval: Interval, spread: float, df: int, runs: int) -> Interval:
+    """`interval` (one run's, its rounds and blocks) widened to hold the variation between runs: at
+    least the value times exp(+-t * `spread`), with `spread` the standard deviation of a figure's
+    log from one run to the next, estimated with `df` degrees of freedom over `runs` runs. This is
+    the level above blocks in Kalibera and Jones's repetition: a machine whose speed drifts over
+    minutes (one device read 113.4, 115.0, 116.7 ms in three quiet runs) moves every block of a run
+    alike, so no interval from inside one run can hold it. No spread (df < 1) leaves it as it is."""
+    if df < 1 or spread <= 0:
+        return interval
+    half = float(student_t.ppf(0.5 + interval.confidence / 2, df) * spread)
+    return Interval(interval.value, min(interval.low, interval.value * float(np.exp(-half))),
+                    max(interval.high, interval.value * float(np.exp(half))), interval.n, interval.confidence,
+                    interval.blocks, runs)
 
 
 def speedup_verdict(speedup: Interval, resolution: float = RESOLUTION) -> str:

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from placer.measure.intervals import (FASTER, NOT_RESOLVED, SLOWER, TIED, Interval, interval_over_blocks,
+from placer.measure.intervals import (FASTER, NOT_RESOLVED, SLOWER, TIED, Interval, interval_over_blocks, widen_by_runs,
                                       median_interval, rounds_to_resolve, speedup_verdict, verdict,
                                       verdict_words)
 
@@ -144,3 +144,16 @@ def test_an_interval_over_blocks_is_never_narrower_than_the_rounds_pooled():
     pooled = median_interval(np.concatenate(blocks))
     assert over.low <= pooled.low and over.high >= pooled.high
     assert over.high - over.low > 0.01
+
+
+def test_widening_by_runs_reaches_t_times_the_spread_on_a_log_scale_and_never_narrows():
+    own = Interval(0.100, 0.099, 0.101, 60, blocks=3)
+    assert widen_by_runs(own, 0.0, 10, 4) == own and widen_by_runs(own, 0.02, 0, 1) == own
+    wide = widen_by_runs(own, 0.02, 10, 4)
+    half = 2.228 * 0.02   # Student t at 97.5% with 10 degrees of freedom
+    assert math.isclose(wide.high, 0.100 * math.exp(half), rel_tol=1e-3)
+    assert math.isclose(wide.low, 0.100 * math.exp(-half), rel_tol=1e-3)
+    assert wide.value == own.value and wide.n == own.n and wide.runs == 4
+    # a run's own interval wider than the spread between runs is kept
+    assert widen_by_runs(Interval(0.100, 0.080, 0.130, 60), 0.01, 10, 4).low == 0.080
+    assert Interval.from_dict(wide.to_dict()) == wide and wide.inverse().runs == 4

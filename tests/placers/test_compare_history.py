@@ -82,3 +82,52 @@ def test_an_unreadable_line_is_skipped(tmp_path):
         f.write("{not json\n")
     moved = _comparison({**BASE, "m_etf": (0.150, 1.10)})
     assert [n.split()[0] for n in check_and_record(moved, tmp_path)] == ["m_etf"]
+
+
+def _reported(comparison: Comparison, name: str) -> Interval:
+    return Interval.from_dict(comparison.row(name).measurement.interval)
+
+
+def test_step_time_intervals_hold_a_machine_that_drifts_between_runs(tmp_path):
+    # the three quiet runs of issue 27: the machine slowed 1.4% a run, each run's own interval
+    # +-0.5%, so run 1's and run 3's own intervals miss each other by far
+    runs = []
+    for k in range(3):
+        drift = 1.014 ** k
+        run = Comparison(**{**_comparison(BASE).__dict__, "rows": [
+            _row(name, step * drift, speedup, width=0.005) for name, (step, speedup) in BASE.items()]})
+        check_and_record(run, tmp_path)
+        runs.append(run)
+    assert not _reported(runs[0], "m_etf").overlaps(Interval.from_dict(
+        runs[2].row("m_etf").measurement.interval["within_run"]))
+    for name in BASE:
+        for a in range(3):
+            for b in range(a + 1, 3):
+                assert _reported(runs[a], name).overlaps(_reported(runs[b], name)), (name, a, b)
+    assert runs[0].history["between_runs"]["df"] == 0 and _reported(runs[0], "m_etf").runs == 1
+    assert runs[2].history["between_runs"]["df"] == 6 and _reported(runs[2], "m_etf").runs == 3
+    assert "step-time intervals hold the variation between runs" in format_table(runs[2])
+    # the history keeps each run's own interval, and a row moved against that one
+    kept = json.loads(history_path(runs[2], tmp_path).read_text().splitlines()[-1])["rows"]["m_etf"]
+    assert kept["within_run"]["high"] < kept["step_time"]["high"]
+
+
+def test_a_busy_run_and_another_placement_stay_out_of_the_spread(tmp_path):
+    busy = Comparison(**{**_comparison(BASE).__dict__, "rows": [
+        _row(name, step * 1.5, speedup, width=0.30) for name, (step, speedup) in BASE.items()]})
+    check_and_record(busy, tmp_path)
+    quiet = _comparison(BASE)
+    check_and_record(quiet, tmp_path)
+    busy_time = json.loads(history_path(busy, tmp_path).read_text().splitlines()[0])["time"]
+    assert quiet.history["between_runs"]["left_out"] == [busy_time]
+    assert quiet.history["between_runs"]["df"] == 0 and _reported(quiet, "m_etf").high == 0.150 * 1.01
+    # a row of the same name that measured another placement is not the same figure
+    from placer.placement import Placement
+    first = _comparison(BASE)
+    first.row("m_etf").placement = Placement(["cpu:0", "cpu:1"], {"a": "cpu:0", "b": "cpu:1"})
+    check_and_record(first, tmp_path / "other")
+    second = _comparison({**BASE, "m_etf": (0.300, 0.67)})
+    second.row("m_etf").placement = Placement(["cpu:0", "cpu:1"], {"a": "cpu:1", "b": "cpu:1"})
+    check_and_record(second, tmp_path / "other")
+    assert second.history["between_runs"]["df"] == 2   # the two other rows only
+    assert _reported(second, "m_etf").high < 0.300 * 1.02
