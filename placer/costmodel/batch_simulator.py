@@ -78,13 +78,18 @@ class _Plan:
         # A copy's pair is src * D + dst. xfer[t * D * D + pair]: seconds to copy tensor t.
         self.xfer = np.asarray(sim.t_xfer, dtype=np.float64).ravel()
         # routes[:, pair]: the links the copy occupies, padded with its own first link (a repeated
-        # link changes neither the wait nor the update); a pair with src == dst never copies.
+        # link changes neither the wait nor the update). A copy over an empty route (a cost model's
+        # hand-over that occupies no link) neither waits nor holds up another: its column is the
+        # spare link `links`, which reads 0 at every copy (the pass resets it after each round), so
+        # the copy starts when its producer finishes and its end counts toward nothing. A pair
+        # with src == dst never copies.
         self.links = len(sim.link_names)
         width = max((len(r) for r in sim.pair_links), default=0) or 1
-        self.routes = np.zeros((width, D * D), dtype=np.int64)
+        self.routes = np.full((width, D * D), self.links, dtype=np.int64)
         for pair, route in enumerate(sim.pair_links):
             if route:
                 self.routes[:, pair] = list(route) + [route[0]] * (width - len(route))
+        self.spare = any(not sim.pair_links[s * D + d] for s in range(D) for d in range(D) if s != d)
         # Consumer edges (tensor, reading step) grouped by their rank among the tensor's readers, so
         # within one group no tensor repeats and a vectorised write has no two rows on one cell.
         rank = np.zeros(len(sim._e_tensor), dtype=np.int64)
@@ -198,7 +203,8 @@ def _schedule(plan: _Plan, sim: Any, steps: np.ndarray) -> _Schedule:
 
     start, finish = np.empty((n, B)), np.empty((n, B))
     dev_free = np.zeros(D * B)
-    link_free = np.zeros(max(plan.links, 1) * B)
+    link_free = np.zeros((plan.links + 1) * B)   # the real links', then the spare's (`_Plan.routes`)
+    spare = link_free[plan.links * B:] if plan.spare else None
     sent = np.empty((T, B))
     width = plan.routes.shape[0]
 
@@ -225,6 +231,8 @@ def _schedule(plan: _Plan, sim: Any, steps: np.ndarray) -> _Schedule:
                 e = np.add(s, made.seconds[a:b], out=made.end[a:b])
                 for w in range(width):
                     link_free[links[w]] = e
+                if spare is not None:
+                    spare[:] = 0.0
             if rounds:
                 a, b = rounds[0][0], rounds[-1][1]
                 arrival[made.target[a:b]] = made.end[a:b]
@@ -236,7 +244,7 @@ def _schedule(plan: _Plan, sim: Any, steps: np.ndarray) -> _Schedule:
 
     for _ in walk(sim.steps, sim.frees, {}, run_step):
         pass
-    step = (np.maximum(dev_free.reshape(D, B).max(axis=0), link_free.reshape(-1, B).max(axis=0))
+    step = (np.maximum(dev_free.reshape(D, B).max(axis=0), link_free.reshape(-1, B).max(axis=0))   # the spare: 0
             if n else np.zeros(B))
     empty = np.zeros((0, B), dtype=np.int64)
     return _Schedule(start, finish, step, sent, np.concatenate(edges) if edges else empty,

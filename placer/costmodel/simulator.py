@@ -167,11 +167,6 @@ class Simulator:
             tuple(link_id.setdefault(name, len(link_id)) for name in (cost_model.route(s, d) if s != d else ()))
             for s in self.devices for d in self.devices]
         self.link_names = list(link_id)
-        width = max((len(r) for r in self.pair_links), default=0)
-        # the same routes as a padded matrix for the batched pass; padding points at a spare column
-        self._pair_links = np.full((D * D, max(width, 1)), len(link_id), dtype=np.int64)
-        for k, route in enumerate(self.pair_links):
-            self._pair_links[k, :len(route)] = route
 
         # op_time[i][d]: seconds of step i on device d.
         self.op_time = program.times

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import placer.costmodel.batch_simulator as batch_simulator
 from placer.costmodel.batch_simulator import simulate_batch
 from placer.costmodel.roofline import RooflineCostModel
-from placer.costmodel.simulator import SimulatedMeasurer, Simulator
+from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer, Simulator
 from placer.devices import as_devices
 from placer.graph.load import load_graph
 from placer.hardware import load_cluster
@@ -138,6 +138,29 @@ def test_training_and_pipelined_steps_equal_the_one_placement_pass(options):
     graph = fan_dag(30, seed=2)
     sim = simulator(graph, "paper-4xk40", **options)
     assert_one_at_a_time(sim, random_rows(sim, 60, seed=6))
+
+
+class HandOverCost(AnalyticCostModel):
+    """cpu:0 and cpu:1 hand tensors over without a link (an empty route: the copy takes its time
+    but occupies nothing, so it never waits); every other copy crosses a shared bus and its own link."""
+
+    def route(self, src, dst):
+        return () if {src, dst} == {"cpu:0", "cpu:1"} else ("bus", f"{src}->{dst}")
+
+
+def test_copies_that_occupy_no_link_neither_wait_nor_hold_up_the_copies_over_links():
+    """A copy with an empty route starts when its producer finishes, whatever the links carry, and
+    holds up no other copy: as in the one-placement pass, in rows where it overlaps copies over the bus."""
+    graph = fan_dag(40, seed=3)
+    devices = ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    sim = Simulator(graph, devices, HandOverCost(devices))
+    assert sim.pair_links[1] == () and sim.pair_links[2] != ()   # cpu:0 -> cpu:1 unlinked, cpu:0 -> cpu:2 linked
+    rows = random_rows(sim, 150, seed=9)
+    assert_one_at_a_time(sim, rows)
+    assert_one_at_a_time(sim, rows, peaks=False)
+    # only unlinked copies: no link at all is used, and the step is the devices' alone
+    pair = np.random.default_rng(1).integers(0, 2, size=(40, len(sim.node_names)))
+    assert_one_at_a_time(sim, pair)
 
 
 def test_results_do_not_depend_on_the_chunking_or_on_which_sort_orders_the_memory_events(monkeypatch):
