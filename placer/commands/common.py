@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,24 +46,35 @@ def add_cluster_arg(parser, help: str) -> None:
 
 def ignored_on_cluster(parser: argparse.ArgumentParser, *options: str) -> None:
     """Mark `options` (already added) as doing nothing when --cluster is hardware this machine is
-    not, so that `refuse_ignored_on_cluster` refuses them there instead of dropping them silently."""
-    parser.set_defaults(_ignored_on_cluster={o: parser.get_default(_dest(o)) for o in options})
+    not, so that `refuse_ignored_on_cluster` refuses them there instead of dropping them silently:
+    each one typed on the command line is noted in the parsed arguments, whatever its value (its
+    default typed out, `--blocks 3` to compare, does nothing there either)."""
+    for option in options:
+        action = parser._option_string_actions[option]
+        action.__class__ = _noted(type(action), option)
+    parser.set_defaults(_ignored_on_cluster=options, _given_ignored_on_cluster=())
+
+
+@functools.cache
+def _noted(kind: type, option: str) -> type:
+    """The argparse action class `kind` that also notes `option` as typed (`ignored_on_cluster`)."""
+    def __call__(self, parser, namespace, values, option_string=None):
+        kind.__call__(self, parser, namespace, values, option_string)
+        namespace._given_ignored_on_cluster = (*getattr(namespace, "_given_ignored_on_cluster", ()), option)
+    return type(kind.__name__, (kind,), {"__call__": __call__})
 
 
 def refuse_ignored_on_cluster(args: argparse.Namespace) -> None:
-    """A `PlacerError` in one line naming the options `ignored_on_cluster` marked that were given a
-    value of their own, when every figure is simulated (`simulated_only`): they would do nothing."""
+    """A `PlacerError` in one line naming the options `ignored_on_cluster` marked that were typed on
+    the command line, when every figure is simulated (`simulated_only`): they would do nothing."""
     if not simulated_only(args):
         return
-    given = [o for o, default in getattr(args, "_ignored_on_cluster", {}).items() if getattr(args, _dest(o)) != default]
+    typed = set(getattr(args, "_given_ignored_on_cluster", ()))
+    given = [o for o in getattr(args, "_ignored_on_cluster", ()) if o in typed]
     if given:
         raise PlacerError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} nothing on cluster "
                           f"{args.cluster!r}: nothing runs or is measured there, every figure is simulated from "
                           f"its datasheet figures; drop {'it' if len(given) == 1 else 'them'}")
-
-
-def _dest(option: str) -> str:
-    return option.lstrip("-").replace("-", "_")
 
 
 def placement_on_cluster(cluster, placement):

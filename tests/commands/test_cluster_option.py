@@ -182,7 +182,11 @@ def test_a_placement_on_a_device_the_cluster_lacks_is_one_line_naming_it(tmp_pat
 
 @pytest.mark.parametrize("argv", [
     ["compare", "--engine", "onnxruntime"], ["compare", "--timeout", "5"], ["compare", "--min-rounds", "8"],
-    ["compare", "--refresh-profile"], ["train", "--reward", "simulated", "--engine", "onnxruntime"],
+    ["compare", "--refresh-profile"], ["compare", "--blocks", "2"],
+    # typed with the value it has anyway: still meaningless there, still refused
+    ["compare", "--blocks", "3"], ["compare", "--block", "3"], ["compare", "--timeout", "60"],
+    ["train", "--reward", "simulated", "--timeout", "60"],
+    ["train", "--reward", "simulated", "--engine", "onnxruntime"],
     ["train", "--reward", "simulated", "--repeats", "9"], ["train", "--reward", "simulated", "--timeout", "5"],
     ["train", "--reward", "simulated", "--cost-model", "analytic"],
 ], ids=lambda argv: " ".join(argv))
