@@ -260,8 +260,10 @@ def _convergence_text(s: dict) -> str:
 def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir: Path, training=None,
                         pipeline=None) -> None:
     """Every baseline placer, random search with the run's samples, and the run's placements,
-    measured side by side now: the figures that say whether learning beat the heuristics."""
-    from placer.commands.compare import comparison_for_run, simulated_comparison
+    measured side by side now: the figures that say whether learning beat the heuristics. Measured
+    as `placer compare --include-rl` measures with no rounds options: in its blocks (`BLOCKS`), so
+    that the intervals and verdicts hold the variation between runs, as compare's do."""
+    from placer.commands.compare import BLOCKS, comparison_for_run, simulated_comparison
     from placer.placers import PLACERS
     from placer.evaluate.report import format_table, write_outputs
     from placer.measure.rounds import RoundsProtocol
@@ -272,7 +274,7 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
                                           args.seed, training=training, pipeline=pipeline)
     else:
         print("measuring every baseline placer and the learned placements side by side ...")
-        comparison = comparison_for_run(graph, devices, cost, run_dir, RoundsProtocol(seed=args.seed),
+        comparison = comparison_for_run(graph, devices, cost, run_dir, RoundsProtocol(seed=args.seed, blocks=BLOCKS),
                                         seed=args.seed, timeout=args.timeout, training=training, pipeline=pipeline,
                                         engine=args.engine)
     print(format_table(comparison))

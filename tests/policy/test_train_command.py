@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+
+import pytest
 
 from placer.cli import main
 from placer.commands.train import parse_budget
@@ -10,6 +13,24 @@ from placer.placement import Placement
 
 FAST = ["--hidden-size", "16", "--samples-per-update", "4", "--no-progress", "--devices", "cpu:0,cpu:1"]
 QUIET = [*FAST, "--no-compare"]   # no closing comparison: it measures every baseline for real
+
+
+@pytest.fixture
+def quick_closing(monkeypatch):
+    """The closing comparison's real rounds cut short (no warm-up, 6 rounds a block; its blocks
+    stay): the rounds protocol it was given, one per comparison, is in the list returned."""
+    import placer.commands.compare as compare_command
+
+    given = []
+    whole = compare_command.comparison_for_run
+
+    def quick(graph, devices, cost, run_dir, rounds, **options):
+        given.append(rounds)
+        return whole(graph, devices, cost, run_dir, dataclasses.replace(rounds, warmup=0, min_rounds=6, max_rounds=6),
+                     **options)
+
+    monkeypatch.setattr(compare_command, "comparison_for_run", quick)
+    return given
 
 
 def test_a_simulated_run_leaves_a_complete_run_folder(model_file, tmp_path, capsys):
@@ -59,7 +80,7 @@ def test_budgets_read_seconds_minutes_and_hours():
     assert parse_budget("42") == 42
 
 
-def test_a_real_run_on_a_small_zoo_model_measures_and_confirms(tmp_path, capsys):
+def test_a_real_run_on_a_small_zoo_model_measures_and_confirms(tmp_path, capsys, quick_closing):
     """Real measurement: the executor runs every placement on two virtual CPU devices."""
     import graphs
 
@@ -132,7 +153,7 @@ def test_a_bad_real_fraction_is_a_one_line_error(model_file, tmp_path, capsys):
     assert "--real-fraction" in capsys.readouterr().err
 
 
-def test_a_pipelined_run_learns_measures_and_compares_the_pipelined_step(model_file, tmp_path, capsys):
+def test_a_pipelined_run_learns_measures_and_compares_the_pipelined_step(model_file, tmp_path, capsys, quick_closing):
     """--micro-batches 4: the simulated samples, the confirmation and the closing comparison are
     all of the pipelined step (four micro-batches per step)."""
     run = tmp_path / "run"
@@ -161,7 +182,8 @@ def test_a_pipelined_run_in_onnxruntime_confirms_the_pipelined_step_there(model_
     assert json.loads((run / "summary.json").read_text())["simulator"]["protocol"]["micro_batches"] == 4
 
 
-def test_a_run_in_onnxruntime_profiles_learns_and_confirms_there(model_file, tmp_path, monkeypatch, capsys):
+def test_a_run_in_onnxruntime_profiles_learns_and_confirms_there(model_file, tmp_path, monkeypatch, capsys,
+                                                                  quick_closing):
     """--engine onnxruntime: the profile is ONNX Runtime's, the confirmation and the closing
     comparison run every placement in it; the training objective is refused in one line."""
     monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
@@ -179,3 +201,25 @@ def test_a_run_in_onnxruntime_profiles_learns_and_confirms_there(model_file, tmp
     assert main(["train", "--graph", str(model_file), "--engine", "onnxruntime", "--objective", "training",
                  "--run-dir", str(tmp_path / "t"), *QUIET]) == 2
     assert "torch engine" in capsys.readouterr().err
+
+
+def test_the_closing_comparison_measures_as_compare_does_by_default(model_file, tmp_path, capsys, quick_closing):
+    """The closing comparison is `placer compare --include-rl` with no rounds options: compare's
+    rounds protocol (its blocks: intervals that hold the variation between runs), the run's seed,
+    and compare's verdicts. Each block's rounds are cut short here, for speed; the blocks stay."""
+    import placer.commands.compare as compare_command
+    from placer.cli import build_parser
+    from placer.commands.common import rounds_from_args
+    from placer.measure.intervals import Interval, speedup_verdict
+
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic",
+                 "--samples", "4", "--seed", "3", "--run-dir", str(run), *FAST]) == 0
+    compare_defaults = rounds_from_args(build_parser().parse_args(["compare", "--graph", str(model_file)]), seed=3)
+    assert quick_closing == [compare_defaults] and compare_defaults.blocks == compare_command.BLOCKS > 1
+    compared = json.loads((run / "compare" / "compare.json").read_text())
+    assert compared["rounds"]["blocks"] == compare_command.BLOCKS
+    judged = [r for r in compared["rows"] if r["speedup_vs_fastest_interval"] and r["name"] != compared["fastest"]]
+    assert judged and all(
+        r["vs_fastest_verdict"] == speedup_verdict(Interval.from_dict(r["speedup_vs_fastest_interval"])) for r in judged)
+    assert "a verdict is faster or slower when its whole interval lies beyond 2%" in capsys.readouterr().out
