@@ -64,8 +64,9 @@ def register(subparsers) -> None:
                         help="where to save the table and chart (default: runs/compare-<graph name>)")
     add_rounds_args(parser, blocks=BLOCKS)
     parser.add_argument("--history-dir", default=None, metavar="DIR",
-                        help="where compare keeps the history of its runs, a file per graph and device set, to say "
-                             "which rows moved outside their interval of the previous run (default: compare_history "
+                        help="where compare keeps the history of its runs, a file per graph and device set, to widen "
+                             "each step-time interval by the spread between recent runs and say which rows moved "
+                             "outside their interval of the previous run (default: compare_history "
                              "beside the profile cache, $PLACER_CACHE or ~/.cache/placer)")
     parser.add_argument("--no-history", action="store_true",
                         help="neither read nor append to the history of compare's runs")
