@@ -1,7 +1,8 @@
 """The paper's experiment on described hardware, simulated: Mirhoseini et al. (2017) place the
 training step of Inception-V3 (batch 32), RNNLM and NMT (batch 64) on one CPU and 2 or 4 K40s over
 PCIe; the zoo's ResNet-50 (batch 32) and Transformer (batch 64) join them. For each model and cluster this trains placer's learner on the cluster's roofline costs
-(`placer train --cluster C --reward simulated`), then sets its placement beside every baseline
+(`placer train --cluster C --reward simulated`: local search's own run first, REINFORCE and a polish with
+the samples it leaves), then sets its placement beside every baseline
 (the list heuristics, the expert's layer-per-GPU rule, local search and random search at the
 learner's sample count, the exact CP-SAT solver with its proven gap) and the lower bound.
 
@@ -70,6 +71,7 @@ def one(model: str, cluster_name: str, samples: int, seed: int, objective: str) 
     with tempfile.TemporaryDirectory(prefix="placer-paper-") as folder:
         run_dir = Path(folder) / "run"
         learn_s = learn(path, cluster_name, samples, seed, run_dir, objective)
+        summary = json.loads((run_dir / "summary.json").read_text())
         comparison = simulated_comparison(graph, devices, cluster, list(PLACERS), run_dir, None, seed,
                                           training=training)
     rows = {r.name: r for r in comparison.rows if r.step_time is not None}
@@ -88,7 +90,43 @@ def one(model: str, cluster_name: str, samples: int, seed: int, objective: str) 
             "learned_ms": learned * 1e3, "bound_ms": comparison.lower_bound.value * 1e3, "exact_gap": gap,
             "learned_vs_best_heuristic": heuristics[best_heuristic] / learned,
             "learned_vs_best_baseline": baselines[best_baseline] / learned,
-            "paper": PAPER.get(model, "")}
+            "learned_vs_local_search": rows["local_search"].step_time / learned if "local_search" in rows else None,
+            **_phases(summary), "paper": PAPER.get(model, "")}
+
+
+def _phases(summary: dict) -> dict:
+    """Where the learner's samples went (local search warm start, REINFORCE, polish), whether local
+    search reached its local optimum and at how many samples, and whether REINFORCE improved on it."""
+    searched = summary.get("local_search_warm_start") or {}
+    return {"samples_by_phase": summary.get("samples_by_phase"), "learned_samples": summary["samples"],
+            "local_search_optimum": searched.get("local_optimum"), "local_search_samples": searched.get("samples"),
+            "reinforce_improved_on_local_search": summary.get("reinforce_improved_on_local_search"),
+            "learned_source": summary.get("best_source")}
+
+
+def _ratio(value: float | None) -> str:
+    return f"{value:.3f}x" if value is not None else "-"
+
+
+def _split(r: dict) -> str:
+    phases = r["samples_by_phase"]
+    if not phases:
+        return "-"
+    return (f"{phases['local_search']}{'*' if r['local_search_optimum'] else ''}/{phases['reinforce']}/"
+            f"{phases['polish']}" + (" (REINFORCE improved on local search)" if r["reinforce_improved_on_local_search"]
+                                     else ""))
+
+
+def _counts(results: list[dict]) -> None:
+    """The pairs where local search reached its local optimum, and the learned placement against
+    local search at the same samples and against the best list heuristic."""
+    vs_local = [r["learned_vs_local_search"] for r in results if r["learned_vs_local_search"] is not None]
+    print(f"local search reached its local optimum within the budget on "
+          f"{sum(bool(r['local_search_optimum']) for r in results)} of {len(results)} pairs; REINFORCE improved on "
+          f"it on {sum(bool(r['reinforce_improved_on_local_search']) for r in results)}")
+    print(f"learned against local search at the same samples: faster on {sum(v > 1 for v in vs_local)}, equal on "
+          f"{sum(v == 1 for v in vs_local)}, slower on {sum(v < 1 for v in vs_local)}; at least 10% faster than the "
+          f"best list heuristic on {sum(r['learned_vs_best_heuristic'] >= 1.1 for r in results)} of {len(results)}")
 
 
 def main() -> None:
@@ -107,7 +145,7 @@ def main() -> None:
     print(f"the paper's setting, simulated (roofline costs from datasheets), {args.objective} step, "
           f"{args.samples} samples for the learner, local search and random search")
     head = (f"{'model':<13}{'cluster':<19}{'best heuristic':>22}{'local search':>14}{'exact (gap)':>18}"
-            f"{'learned':>10}{'bound':>10}{'vs heuristic':>14}{'vs best':>9}")
+            f"{'learned':>10}{'bound':>10}{'vs heuristic':>14}{'vs best':>9}{'vs local':>10}  samples ls/rl/polish")
     print(head)
     results = []
     for model in args.models:
@@ -120,9 +158,12 @@ def main() -> None:
             local = f"{ms['local_search']:.2f}" if "local_search" in ms else "-"
             print(f"{model:<13}{cluster:<19}{r['best_heuristic'] + ' ' + format(r['best_heuristic_ms'], '.2f'):>22}"
                   f"{local:>14}{exact:>18}{r['learned_ms']:>10.2f}{r['bound_ms']:>10.2f}"
-                  f"{r['learned_vs_best_heuristic']:>13.3f}x{r['learned_vs_best_baseline']:>8.3f}x", flush=True)
+                  f"{r['learned_vs_best_heuristic']:>13.3f}x{r['learned_vs_best_baseline']:>8.3f}x"
+                  f"{_ratio(r['learned_vs_local_search']):>10}  {_split(r)}", flush=True)
     print("ms per simulated step; 'vs' = the other's step / the learned one (above 1: learned faster); "
-          "the best baseline includes local search, the exact solver and random search")
+          "the best baseline includes local search, the exact solver and random search; samples: local search "
+          "warm start (* at its local optimum) / REINFORCE / polish")
+    _counts(results)
     for model in args.models:
         if model in PAPER:
             print(f"paper, {model}: {PAPER[model]} (real TensorFlow steps on its machine)")

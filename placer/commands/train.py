@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from placer.commands.common import (add_devices_arg, cluster_from_args, refuse_real, simulated_only, add_engine_arg, add_graph_args, add_objective_args,
@@ -16,6 +16,8 @@ from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS, RewardPlan
 from placer.workers.cli import add_worker_args, finish_pool, pool_from_args
 
 DEFAULT_BUDGET = "10m"
+# learning options whose default depends on the others (`run` chooses): what the help says of them
+CHOSEN_IN_RUN = {"warm_start": "local_search with --cluster and --samples, else best_baseline"}
 
 
 def register(subparsers) -> None:
@@ -38,11 +40,13 @@ def register(subparsers) -> None:
     parser.add_argument("--budget", default=None, metavar="TIME",
                         help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
-                        help="stop after N sampled placements in all (whole updates; a resumed run continues to N)")
+                        help="stop after N sampled placements in all (whole updates; on a --cluster the placements local "
+                             "search simulates count too; a resumed run continues to N)")
     parser.add_argument("--polish", type=float, default=None, metavar="F",
-                        help="with --reward simulated and --samples: spend this share of the samples polishing the "
-                             "learned placement with local search in the simulator (group, then node moves from it; "
-                             "every simulated placement counts in --samples). Default 0.5 with --cluster, else 0")
+                        help="with --cluster and --samples: spend this share of the samples (of those the local "
+                             "search warm start leaves) polishing the learned placement with local search in the "
+                             "simulator (group, then node moves from it; every simulated placement counts in "
+                             "--samples). Default 0.5 with --cluster, else 0")
     parser.add_argument("--run-dir", default=None, metavar="DIR",
                         help="run folder (default runs/<model>-<date>-<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the policy, the sampling and the inputs (default 0)")
@@ -88,8 +92,10 @@ def register(subparsers) -> None:
                              "placements measured side by side, as placer compare --include-rl does)")
     hp = parser.add_argument_group("learning (defaults and where they come from: placer/policy/hparams.py)")
     for f in fields(Hyperparameters):
-        hp.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
-                        metavar=f.type.upper() if isinstance(f.type, str) else None, help=f.metadata["help"] + " (default %(default)s)")
+        later = CHOSEN_IN_RUN.get(f.name)
+        hp.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None if later else f.default,
+                        metavar=f.type.upper() if isinstance(f.type, str) else None,
+                        help=f.metadata["help"] + f" (default {later or '%(default)s'})")
     ignored_on_cluster(parser, "--engine", "--warmup", "--repeats", "--timeout", "--cost-model", "--refresh-profile")
     parser.set_defaults(func=run)
 
@@ -126,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
     from placer.costmodel.training_costs import TrainingStepCosts
     from placer.placers import caps_from_devices
     from placer.policy.trainer import train
+    from placer.policy.search_warm_start import reinforce_share, search_warm_start
     from placer.policy.warm_start import plan_warm_start
+    from placer.commands import train_search as searches
 
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
@@ -136,6 +144,8 @@ def run(args: argparse.Namespace) -> int:
         from placer.commands.train_graph_policy import finetune_from_args
 
         return finetune_from_args(args, _run_dir(args), budget_s)
+    described = simulated_only(args)   # --cluster: hardware this machine is not, every figure simulated
+    args.warm_start = searches.default_warm_start(args, described)
     hp = Hyperparameters(**{f.name: getattr(args, f.name) for f in fields(Hyperparameters)})
     if hp.samples_per_update < 1 or hp.hidden_size < 1:
         raise PlacerError("--samples-per-update and --hidden-size must be at least 1")
@@ -153,8 +163,7 @@ def run(args: argparse.Namespace) -> int:
         raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
     check_engine_args(args)
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
-    described = simulated_only(args)   # --cluster: hardware this machine is not, every figure simulated
-    polish_samples = _polish_samples(args, plan.reward, described)
+    polish = searches.polish_share(args, described)
     if described:
         if plan.reward != "simulated" or args.workers:
             refuse_real(args, "--reward " + plan.reward if plan.reward != "simulated" else "--workers")
@@ -178,18 +187,29 @@ def run(args: argparse.Namespace) -> int:
     simulator = None if plan.reward == "real" else confirm if described else \
         SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     grouping = group_graph(graph, args.groups, len(devices), args.grouping)
-    warm = None
-    if hp.warm_start != "none":
-        # the baselines it starts from see a training step's costs per node on the training objective
-        costs = cost if training is None else TrainingStepCosts(graph, [d.name for d in devices], cost, training)
-        warm = plan_warm_start(graph, [d.name for d in devices], costs, caps_from_devices(devices), grouping,
-                               hp.warm_start, seed=args.seed, pipeline=pipeline)
+    warm = searched = None
+    learn_samples = args.samples - int(args.samples * polish) if polish else args.samples
+    names, caps = [d.name for d in devices], caps_from_devices(devices)
+    # the baselines it starts from see a training step's costs per node on the training objective
+    costs = cost if training is None or hp.warm_start == "none" else TrainingStepCosts(graph, names, cost, training)
+    if hp.warm_start == "local_search":   # local search's own run first; the learner gets what it leaves
+        started = searches.started_with(args, run_dir)   # on --resume: the same search and update size
+        searched = search_warm_start(graph, names, costs, caps, grouping, started.get("budget", args.samples),
+                                     args.samples, seed=args.seed, pipeline=pipeline)
+        learn_samples, per_update = reinforce_share(searched.left, polish, started.get("samples_per_update",
+                                                                                       hp.samples_per_update),
+                                                    resumed="samples_per_update" in started)
+        hp = replace(hp, samples_per_update=per_update)
+        warm = searched.warm
+        print(searches.searched_text(searched, learn_samples, polishing=bool(polish)))
+    elif hp.warm_start != "none":
+        warm = plan_warm_start(graph, names, costs, caps, grouping, hp.warm_start, seed=args.seed, pipeline=pipeline)
+    if warm is not None:
         grouping = warm.grouping
         print(f"warm start: the policy first imitates {warm.source} ({warm.simulated_step_time * 1e3:.2f} ms "
               f"simulated), on its {len(grouping)} groups split where {warm.source} cuts them")
     print(f"training a placement of {graph.source} ({len(graph.nodes)} ops in {len(grouping)} groups) "
           f"on {', '.join(str(d) for d in devices)}, {_reward_text(plan)}; run folder {run_dir}")
-    learn_samples = args.samples - polish_samples if polish_samples else args.samples
     result = train(graph, measurer, grouping, run_dir, hp, samples=learn_samples, budget_s=budget_s, seed=args.seed,
                    resume=args.resume, progress=not args.no_progress, confirm=confirm,
                    reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction, warm_start=warm,
@@ -205,11 +225,15 @@ def run(args: argparse.Namespace) -> int:
                              "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout,
                              "workers": args.workers, "ray_address": args.ray_address})
     finish_pool(pool)
-    if polish_samples and not result.interrupted and result.summary["best_step_time"] is not None:
-        # what the learner left of --samples (it stops on whole updates), so the budget holds
-        left = max(0, args.samples - result.summary["samples"])
+    reinforced, policy_best = result.summary["samples"], result.summary["best_step_time"]
+    if polish and not result.interrupted and policy_best is not None:
+        # what local search and the learner left of --samples (it stops on whole updates), so the budget holds
+        left = max(0, args.samples - reinforced - (searched.samples if searched else 0))
         if left:
-            _polish(graph, devices, cost, training, pipeline, run_dir, left, args.seed, result.summary)
+            searches.polish(graph, devices, cost, training, pipeline, run_dir, left, args.seed, result.summary)
+    if searched is not None:
+        searches.finish_searched(searched, result.summary, reinforced, hp.samples_per_update, policy_best, confirm,
+                                 run_dir)
     s = result.summary
     if s["confirmed_side_by_side"]:
         print("simulated again side by side at the end (cluster "
@@ -230,7 +254,10 @@ def run(args: argparse.Namespace) -> int:
           f"{done}, {s['wall_time_s']:.0f} s of training)")
     if speedup_text(s):
         print(speedup_text(s))
-    print(_convergence_text(s))
+    if searched is not None:
+        print(f"samples: {searched.samples} local search + {reinforced} REINFORCE + "
+              f"{s['samples_by_phase']['polish']} polish of {args.samples}")
+    print(s.get("note") or _convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
     if not args.no_compare and not result.interrupted:
         _closing_comparison(args, graph, devices, cost, run_dir, training, pipeline)
@@ -296,61 +323,6 @@ def _paired(args: argparse.Namespace, graph, real, cost, run_dir: Path):
     rounds = RoundsProtocol(warmup=args.warmup, min_rounds=least, max_rounds=2 * least, max_seconds=120.0,
                             precision=0.05, seed=args.seed)
     return PairedMeasurer(real, reference, rounds, anchor_file=run_dir / "paired_anchor.json")
-
-
-def _polish_samples(args: argparse.Namespace, reward: str, described: bool) -> int:
-    """How many of --samples go to polishing the learned placement (`--polish`): a share of them,
-    in the simulator only."""
-    share = args.polish if args.polish is not None else (0.5 if described and args.samples else 0.0)
-    if not 0.0 <= share < 1.0:
-        raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {share}")
-    if not share:
-        return 0
-    if not described:   # elsewhere the run's figures are real measurements, which a simulated polish cannot claim
-        raise PlacerError("--polish polishes in the simulator, so it needs --cluster (every figure simulated); "
-                          "drop --polish")
-    if not args.samples:
-        raise PlacerError("--polish spends a share of a sample count: add --samples N, or --polish 0")
-    return int(args.samples * share)
-
-
-def _polish(graph, devices, cost, training, pipeline, run_dir: Path, samples: int, seed: int, summary: dict) -> None:
-    """The learned placement polished by local search in the simulator, `samples` simulated
-    placements at most: placement.json becomes the polished one when it is faster (the policy's
-    own stays in greedy_placement.json), and the summary counts the samples and says what changed."""
-    import json
-
-    from placer.costmodel.training_costs import TrainingStepCosts
-    from placer.placement import Placement
-    from placer.placers import caps_from_devices
-    from placer.placers.local_search import local_search
-    from placer.measure.intervals import Interval
-    from placer.policy.run_summary import speedup_record
-
-    names = [d.name for d in devices]
-    costs = cost if training is None else TrainingStepCosts(graph, names, cost, training)
-    learned = Placement.load(run_dir / "placement.json")
-    polished = local_search(graph, names, costs, caps_from_devices(devices), seed=seed, samples=samples,
-                            start=learned, pipeline=pipeline)
-    info = polished.extra["placer"]
-    before, after = info["start_step_time"], info["simulated_step_time"]
-    summary["samples"] += info["simulated"]
-    summary["samples_by_reward"]["simulated"] += info["simulated"]
-    summary["polish"] = {"samples": info["simulated"], "from_s": before, "to_s": after,
-                         "group_moves": info["group_moves"], "node_moves": info["node_moves"],
-                         "local_optimum": info["local_optimum"]}
-    if after < before:
-        polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": summary["polish"]}
-        polished.save(run_dir / "placement.json")
-        summary["best_step_time"] = after
-        summary["best_source"] = f"{summary['best_source']}, polished by local search"
-        single = summary.get("single_device_step_times", {}).get(summary.get("best_single_device"))
-        if single:
-            summary["speedup_vs_best_single_device"] = single / after
-            summary["vs_best_single_device"] = speedup_record(Interval(single / after, single / after, single / after, 1))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
-          f"in {info['simulated']} simulated placements")
 
 
 def _cost_model(args: argparse.Namespace, graph, devices, real):

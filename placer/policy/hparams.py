@@ -64,7 +64,9 @@ class Hyperparameters:
     ppo_clip: float = _opt(0.2, "ppo: clip range of the probability ratio")
     samples_per_update: int = _opt(64, "placements sampled and measured per policy update")
     warm_start: str = _opt("best_baseline", "placement imitated before learning: best_baseline (the fastest "
-                                            "baseline placer under the cost model), a placer name, or none")
+                                            "baseline placer under the cost model), a placer name, local_search "
+                                            "(placer train on a --cluster: the local_search baseline's run with the "
+                                            "whole --samples as budget, the learner getting what it leaves), or none")
     warm_start_confidence: float = _opt(0.9, "probability of its device every group reaches in the warm start")
     failure_time: float = _opt(100.0, "step time (s) a failed placement is rewarded as")
     real_explore: float = _opt(0.05, "hybrid, real phase: probability that a sampled placement's group moves to "

@@ -92,6 +92,13 @@ def plan_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: C
     if best is None:
         raise PlacerError("no baseline placer found a placement that fits the devices; train with --warm-start none")
     step_time, label, placement = best
+    return warm_start_from(label, placement, graph, devices, grouping, step_time, candidates)
+
+
+def warm_start_from(source: str, placement: Placement, graph: OpGraph, devices: list[str], grouping: Grouping,
+                    step_time: float, candidates: dict[str, float | None]) -> WarmStart:
+    """The warm start imitating `placement` (node-level), on `grouping` split where it cuts it."""
+    index = {d: i for i, d in enumerate(devices)}
     aligned = align(graph, grouping, placement.nodes)
     group_devices = [index[placement.nodes[members[0]]] for members in aligned.groups]
-    return WarmStart(label, aligned, group_devices, step_time, candidates)
+    return WarmStart(source, aligned, group_devices, step_time, candidates)

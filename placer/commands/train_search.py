@@ -1,0 +1,134 @@
+"""`placer train` on a described cluster: the simulated searches around the learner.
+
+Local search before it (`--warm-start local_search`, `placer.policy.search_warm_start`) and
+after it (`--polish`), every placement they simulate counted in --samples; the run's
+placement.json is the fastest of the phases', and summary.json says which and what each spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from placer.errors import PlacerError
+
+
+def polish_share(args: argparse.Namespace, described: bool) -> float:
+    """The share of --samples (of those local search leaves, after a local search warm start) that
+    polishes the learned placement (`--polish`), in the simulator only."""
+    share = args.polish if args.polish is not None else (0.5 if described and args.samples else 0.0)
+    if not 0.0 <= share < 1.0:
+        raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {share}")
+    if not share:
+        return 0.0
+    if not described:   # elsewhere the run's figures are real measurements, which a simulated polish cannot claim
+        raise PlacerError("--polish polishes in the simulator, so it needs --cluster (every figure simulated); "
+                          "drop --polish")
+    if not args.samples:
+        raise PlacerError("--polish spends a share of a sample count: add --samples N, or --polish 0")
+    return share
+
+
+def default_warm_start(args: argparse.Namespace, described: bool) -> str:
+    """--warm-start as given; by default local search on a described cluster with a sample count
+    (the baseline the learner must not be slower than, run as its first phase), else the best
+    baseline placer."""
+    choice = args.warm_start or ("local_search" if described and args.samples else "best_baseline")
+    if choice == "local_search" and not (described and args.samples):
+        raise PlacerError("--warm-start local_search spends --samples in the simulator of a described cluster: "
+                          "add --cluster and --samples N, or pick another --warm-start")
+    return choice
+
+
+def started_with(args: argparse.Namespace, run_dir: Path) -> dict:
+    """On --resume, the local search record of the run's summary: its budget (so that local search
+    retraces the same search and the policy's groups stay the same) and the samples per update
+    REINFORCE started with; else nothing."""
+    summary = run_dir / "summary.json"
+    if args.resume and summary.is_file():
+        return json.loads(summary.read_text()).get("local_search_warm_start") or {}
+    return {}
+
+
+def polish(graph, devices, cost, training, pipeline, run_dir: Path, samples: int, seed: int, summary: dict) -> None:
+    """The learned placement polished by local search in the simulator, `samples` simulated
+    placements at most: placement.json becomes the polished one when it is faster (the policy's
+    own stays in greedy_placement.json), and the summary counts the samples and says what changed."""
+    from placer.costmodel.training_costs import TrainingStepCosts
+    from placer.placement import Placement
+    from placer.placers import caps_from_devices
+    from placer.placers.local_search import local_search
+
+    names = [d.name for d in devices]
+    costs = cost if training is None else TrainingStepCosts(graph, names, cost, training)
+    learned = Placement.load(run_dir / "placement.json")
+    polished = local_search(graph, names, costs, caps_from_devices(devices), seed=seed, samples=samples,
+                            start=learned, pipeline=pipeline)
+    info = polished.extra["placer"]
+    before, after = info["start_step_time"], info["simulated_step_time"]
+    summary["samples"] += info["simulated"]
+    summary["samples_by_reward"]["simulated"] += info["simulated"]
+    summary["polish"] = {"samples": info["simulated"], "from_s": before, "to_s": after,
+                         "group_moves": info["group_moves"], "node_moves": info["node_moves"],
+                         "local_optimum": info["local_optimum"]}
+    if after < before:
+        polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": summary["polish"]}
+        adopt(summary, run_dir, polished, after, f"{summary['best_source']}, polished by local search")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
+          f"in {info['simulated']} simulated placements")
+
+
+def adopt(summary: dict, run_dir: Path, placement, step_time: float, source: str) -> None:
+    """`placement` becomes the run's (placement.json, the best figures and the speedup)."""
+    from placer.measure.intervals import Interval
+    from placer.policy.run_summary import speedup_record
+
+    placement.save(run_dir / "placement.json")
+    summary["best_step_time"] = step_time
+    summary["best_source"] = source
+    single = summary.get("single_device_step_times", {}).get(summary.get("best_single_device"))
+    if single:
+        ratio = single / step_time
+        summary["speedup_vs_best_single_device"] = ratio
+        summary["vs_best_single_device"] = speedup_record(Interval(ratio, ratio, ratio, 1))
+
+
+def finish_searched(searched, summary: dict, reinforce_samples: int, per_update: int, policy_best_s: float | None,
+                    confirm, run_dir: Path) -> None:
+    """After a local search warm start: its samples counted in the run's, the samples of each phase,
+    whether REINFORCE improved on local search, and placement.json local search's own where neither
+    the policy nor the polish found anything faster (a tie keeps local search's: it came first).
+    `policy_best_s`: the policy's best before the polish."""
+    polished = summary.get("polish", {}).get("samples", 0)
+    summary["samples"] += searched.samples
+    summary["samples_by_reward"]["simulated"] += searched.samples
+    summary["samples_by_phase"] = {"local_search": searched.samples, "reinforce": reinforce_samples,
+                                   "polish": polished}
+    searched_time = confirm.measure(searched.placement)
+    searched_s = searched_time.step_time if searched_time.ok else None
+    record = searched.record()
+    record.update(step_time_s=searched_s, samples_per_update=per_update)
+    summary["local_search_warm_start"] = record
+    summary["reinforce_improved_on_local_search"] = bool(
+        reinforce_samples and policy_best_s is not None and searched_s is not None and policy_best_s < searched_s)
+    summary["note"] = searched.exhausted_text()
+    best = summary["best_step_time"]   # the policy's, or the polished one
+    if searched_s is not None and (best is None or searched_s <= best):
+        searched.placement.extra = {**searched.placement.extra, "source": "local search (warm start)"}
+        adopt(summary, run_dir, searched.placement, searched_s, "local search (warm start)")
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def searched_text(searched, reinforce_samples: int, polishing: bool) -> str:
+    """What local search did and what it left the learner, in one line (two when it left nothing)."""
+    r = searched.record()
+    line = (f"local search (the local_search baseline with --samples {searched.budget} as its budget): "
+            f"{r['start']} {r['start_step_time_s'] * 1e3:.3f} -> {r['step_time_s'] * 1e3:.3f} ms simulated in "
+            f"{searched.samples} samples, ")
+    if searched.exhausted_text():
+        return line + "without reaching a local optimum\n" + searched.exhausted_text() + \
+            "; the run's placement is local search's"
+    return line + (f"at its local optimum; the learner gets the {searched.left} left "
+                   f"({reinforce_samples} for REINFORCE{', the rest polishing' if polishing else ''})")

@@ -1,0 +1,84 @@
+"""Warm start from local search: the learner starts where the `local_search` baseline stops.
+
+An iterated local search whose exploration is learned. Local search runs first, exactly as the
+`local_search` row of a simulated comparison runs it (same costs, caps, seed and pipeline, the run's
+whole --samples as its budget), until its local optimum or the budget; the policy then imitates
+its placement and REINFORCE explores around it with the samples it left, the last share of them
+polishing the policy's best with local search again. Every placement local search simulated counts
+in the run's samples, so the learner is never slower than that baseline at the same sample count:
+the baseline's own run is its first phase, and the run keeps the fastest of the three phases.
+Where local search spends the whole budget, nothing is left to learn with, and the run says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from placer.graph.grouping import Grouping
+from placer.graph.opgraph import OpGraph
+from placer.costmodel.protocol import CostModel
+from placer.placement import Placement
+from placer.placers.base import Caps
+from placer.policy.warm_start import WarmStart, warm_start_from
+
+SOURCE = "local_search"
+
+
+@dataclass
+class SearchedStart:
+    """Local search's run as the learner's first phase: the warm start imitating its placement,
+    and what it spent of the budget."""
+
+    warm: WarmStart
+    placement: Placement   # local search's placement, node by node
+    budget: int            # local search's: the run's --samples when it started
+    total: int             # the run's --samples now (more on a --resume that continues it)
+    samples: int           # placements it simulated (its starting candidates included)
+    local_optimum: bool    # False: it stopped because the budget was spent
+
+    @property
+    def left(self) -> int:
+        """The run's samples local search left to the learner."""
+        return max(0, self.total - self.samples)
+
+    def record(self) -> dict:
+        """What summary.json keeps of it."""
+        info = self.placement.extra["placer"]
+        return {"budget": self.budget, "samples": self.samples, "local_optimum": self.local_optimum,
+                "start": info["start"], "start_step_time_s": info["start_step_time"],
+                "step_time_s": info["simulated_step_time"], "group_moves": info["group_moves"],
+                "node_moves": info["node_moves"]}
+
+    def exhausted_text(self) -> str | None:
+        """The plain sentence of a run whose local search left nothing to learn with, else None."""
+        if self.left > 0:
+            return None
+        return (f"local search used all {self.budget} samples without reaching a local optimum; "
+                "no samples were left to learn with")
+
+
+def search_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps, grouping: Grouping,
+                      samples: int, total: int | None = None, seed: int = 0, pipeline=None) -> SearchedStart:
+    """Run the `local_search` baseline with `samples` as its budget (what `compare` runs at that
+    sample count: same start, seed, caps and pipeline) and warm-start on its placement, on
+    `grouping` split where it cuts it; `total`: the run's samples (default `samples`)."""
+    from placer.placers.local_search import local_search
+
+    placement = local_search(graph, devices, cost, caps, seed=seed, samples=samples, pipeline=pipeline)
+    info = placement.extra["placer"]
+    warm = warm_start_from(SOURCE, placement, graph, devices, grouping, info["simulated_step_time"],
+                           info["candidates"])
+    return SearchedStart(warm, placement, samples, total or samples, info["simulated"], info["local_optimum"])
+
+
+def reinforce_share(left: int, polish: float, per_update: int, resumed: bool = False) -> tuple[int, int]:
+    """How many of the `left` samples REINFORCE gets, and its samples per update: what the polish
+    share leaves, in whole updates so that the run never draws more than --samples (the remainder
+    goes to the polish); one smaller update when fewer than `per_update` are left (at least 2: a
+    batch's advantages need two rewards), unless `resumed` (a resumed run keeps its update size)."""
+    target = left - int(left * polish)
+    if target >= per_update or resumed:
+        return target // per_update * per_update, per_update
+    if target >= 2:
+        return target, target
+    return 0, per_update
