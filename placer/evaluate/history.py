@@ -22,9 +22,9 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from typing import Any
 
 from placer.costmodel.profile_cache import default_cache_dir
 from placer.evaluate.compare import Comparison
@@ -95,12 +95,6 @@ def recorded_runs(path: Path) -> list[dict[str, Any]]:
         if isinstance(data, dict) and data.get("format") == FORMAT:
             runs.append(data)
     return runs
-
-
-def previous(path: Path) -> dict[str, Any] | None:
-    """The last run recorded in `path` (None when there is none)."""
-    runs = recorded_runs(path)
-    return runs[-1] if runs else None
 
 
 def _typical_width(run: dict[str, Any]) -> float:
