@@ -191,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
     learn_samples = args.samples - int(args.samples * polish) if polish else args.samples
     names, caps = [d.name for d in devices], caps_from_devices(devices)
     # the baselines it starts from see a training step's costs per node on the training objective
-    costs = cost if training is None or hp.warm_start == "none" else TrainingStepCosts(graph, names, cost, training)
+    # (and the polish's moves too: built once for both)
+    needed = hp.warm_start != "none" or polish
+    costs = cost if training is None or not needed else TrainingStepCosts(graph, names, cost, training)
     if hp.warm_start == "local_search":   # local search's own run first; the learner gets what it leaves
         started = searches.started_with(args, run_dir)   # on --resume: the same search and update size
         searched = search_warm_start(graph, names, costs, caps, grouping, started.get("budget", args.samples),
@@ -230,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         # what local search and the learner left of --samples (it stops on whole updates), so the budget holds
         left = max(0, args.samples - reinforced - (searched.samples if searched else 0))
         if left:
-            searches.polish(graph, devices, cost, training, pipeline, run_dir, left, args.seed, result.summary)
+            searches.polish(graph, names, costs, caps, pipeline, run_dir, left, args.seed, result.summary)
     if searched is not None:
         searches.finish_searched(searched, result.summary, reinforced, hp.samples_per_update, policy_best, confirm,
                                  run_dir)

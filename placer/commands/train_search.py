@@ -51,19 +51,17 @@ def started_with(args: argparse.Namespace, run_dir: Path) -> dict:
     return {}
 
 
-def polish(graph, devices, cost, training, pipeline, run_dir: Path, samples: int, seed: int, summary: dict) -> None:
-    """The learned placement polished by local search in the simulator, `samples` simulated
-    placements at most: placement.json becomes the polished one when it is faster (the policy's
-    own stays in greedy_placement.json), and the summary counts the samples and says what changed."""
-    from placer.costmodel.training_costs import TrainingStepCosts
+def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, samples: int, seed: int,
+           summary: dict) -> None:
+    """The learned placement polished by local search in the simulator (on `costs`: a training
+    step's where the objective is training), `samples` simulated placements at most:
+    placement.json becomes the polished one when it is faster (the policy's own stays in
+    greedy_placement.json), and the summary counts the samples and says what changed."""
     from placer.placement import Placement
-    from placer.placers import caps_from_devices
     from placer.placers.local_search import local_search
 
-    names = [d.name for d in devices]
-    costs = cost if training is None else TrainingStepCosts(graph, names, cost, training)
     learned = Placement.load(run_dir / "placement.json")
-    polished = local_search(graph, names, costs, caps_from_devices(devices), seed=seed, samples=samples,
+    polished = local_search(graph, devices, costs, caps, seed=seed, samples=samples,
                             start=learned, pipeline=pipeline)
     info = polished.extra["placer"]
     before, after = info["start_step_time"], info["simulated_step_time"]
