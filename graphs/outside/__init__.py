@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import onnx
@@ -29,3 +30,17 @@ def export_module(model: nn.Module, inputs: tuple[torch.Tensor, ...], path: str 
     path = Path(path)
     write_atomic(proto.SerializeToString(), path)
     return path
+
+
+def export_image_model(make: Callable[[], nn.Module], path: str | Path, size: int, batch: int, seed: int,
+                       output_name: str) -> Path:
+    """Export the eval-mode module `make` builds under `seed` (its weights seeded, the global RNG
+    left as it was) with a static `batch x 3 x size x size` input named `images` (a multiple of
+    32: the deepest stride of these detectors and classifiers); returns the path."""
+    if size % 32:
+        raise ValueError(f"the input size must be a multiple of 32 (the deepest stride), not {size}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = make().eval()
+        images = torch.rand(batch, 3, size, size)
+    return export_module(model, (images,), path, ["images"], [output_name])

@@ -16,7 +16,7 @@ import onnx
 import torch
 from torch import nn
 
-from graphs.outside import export_module
+from graphs.outside import export_image_model
 
 # MobileNetV2's table 2: expansion t, output channels c, repeats n, first stride s
 BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1))
@@ -71,13 +71,7 @@ class MobileNetV2(nn.Module):
 def export_mobilenet(path: str | Path, size: int = 224, batch: int = 1, width: float = 1.0, seed: int = 0) -> Path:
     """Export the classifier (seeded weights, batch norm folded) as ONNX with a static
     `batch x 3 x size x size` input named `images`; returns the path."""
-    if size % 32:
-        raise ValueError(f"the input size must be a multiple of 32 (the deepest stride), not {size}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = MobileNetV2(width).eval()
-        images = torch.rand(batch, 3, size, size)
-    return export_module(model, (images,), path, ["images"], ["logits"])
+    return export_image_model(lambda: MobileNetV2(width), path, size, batch, seed, "logits")
 
 
 def main() -> None:

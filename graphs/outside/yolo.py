@@ -14,7 +14,7 @@ import onnx
 import torch
 from torch import nn
 
-from graphs.outside import export_module
+from graphs.outside import export_image_model
 
 WIDTHS = (16, 32, 64, 128, 256)   # YOLOv8n's channels per stage
 CLASSES = 80
@@ -134,13 +134,7 @@ class YoloDetector(nn.Module):
 def export_yolo(path: str | Path, size: int = 320, batch: int = 1, seed: int = 0) -> Path:
     """Export the detector (seeded weights, batch norm folded) as ONNX with a static
     `batch x 3 x size x size` input named `images`; returns the path."""
-    if size % 32:
-        raise ValueError(f"the input size must be a multiple of 32 (the deepest stride), not {size}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = YoloDetector().eval()
-        images = torch.rand(batch, 3, size, size)
-    return export_module(model, (images,), path, ["images"], ["detections"])
+    return export_image_model(YoloDetector, path, size, batch, seed, "detections")
 
 
 def main() -> None:
