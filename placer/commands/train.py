@@ -40,8 +40,9 @@ def register(subparsers) -> None:
     parser.add_argument("--budget", default=None, metavar="TIME",
                         help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
-                        help="stop after N sampled placements in all (whole updates; on a --cluster the placements local "
-                             "search simulates count too; a resumed run continues to N)")
+                        help="stop after N sampled placements in all (whole updates; on a --cluster every placement "
+                             "simulated counts, local search's and the policy's own and single-device ones too, and "
+                             "the run never goes past N; a resumed run continues to N)")
     parser.add_argument("--polish", type=float, default=None, metavar="F",
                         help="with --cluster and --samples: spend this share of the samples (of those the local "
                              "search warm start leaves) polishing the learned placement with local search in the "
@@ -200,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
                                      args.samples, seed=args.seed, pipeline=pipeline)
         learn_samples, per_update = reinforce_share(searched.left, polish, started.get("samples_per_update",
                                                                                        hp.samples_per_update),
-                                                    resumed="samples_per_update" in started)
+                                                    len(devices), resumed="samples_per_update" in started)
         hp = replace(hp, samples_per_update=per_update)
         warm = searched.warm
         print(searches.searched_text(searched, learn_samples, polishing=bool(polish)))
@@ -215,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
     result = train(graph, measurer, grouping, run_dir, hp, samples=learn_samples, budget_s=budget_s, seed=args.seed,
                    resume=args.resume, progress=not args.no_progress, confirm=confirm,
                    reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction, warm_start=warm,
+                   counts_evaluations=described,   # the searches it is compared with count every simulation
                    run_info={"graph": graph.source, "reward": plan.reward, "objective": args.objective,
                              **({"loss": training.loss.kind, "optimizer": training.optimizer.name}
                                 if training is not None else {}),
@@ -249,9 +251,12 @@ def run(args: argparse.Namespace) -> int:
     by = s["samples_by_reward"]
     done = f"{s['samples']} samples" if not by["simulated"] else \
         f"{by['simulated']} simulated + {by['real']} real samples"
-    greedy = s["greedy"] or {}
-    print("  the policy's placement  " + (f"{greedy['step_time'] * 1e3:10.3f} ms" if greedy.get("step_time")
-                                           else "    failed") + "  (greedy decoding: what it learned)")
+    greedy = s["greedy"]
+    if greedy is None:   # on a cluster every simulation counts, and no sample was left for it
+        print("  the policy's placement  not simulated: no samples were left for it")
+    else:
+        print("  the policy's placement  " + (f"{greedy['step_time'] * 1e3:10.3f} ms" if greedy.get("step_time")
+                                               else "    failed") + "  (greedy decoding: what it learned)")
     print(f"  best placement found    {s['best_step_time'] * 1e3:10.3f} ms  ({s['best_source']}, "
           f"{done}, {s['wall_time_s']:.0f} s of training)")
     if speedup_text(s):

@@ -20,7 +20,8 @@ CONVERGED_ENTROPY = 0.1
 class TrainState:
     """The counters and results that a checkpoint carries besides the tensors."""
 
-    samples: int = 0                      # placements sampled from the policy so far
+    samples: int = 0                      # placements sampled from the policy so far (on a described
+                                          # cluster every placement simulated: `TrainingSession.count_evaluated`)
     updates: int = 0
     baseline: float | None = None
     wall_time_s: float = 0.0              # training time over all sessions of this run

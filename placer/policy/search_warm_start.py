@@ -71,14 +71,17 @@ def search_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps:
     return SearchedStart(warm, placement, samples, total or samples, info["simulated"], info["local_optimum"])
 
 
-def reinforce_share(left: int, polish: float, per_update: int, resumed: bool = False) -> tuple[int, int]:
+def reinforce_share(left: int, polish: float, per_update: int, devices: int, resumed: bool = False) -> tuple[int, int]:
     """How many of the `left` samples REINFORCE gets, and its samples per update: what the polish
-    share leaves, in whole updates so that the run never draws more than --samples (the remainder
-    goes to the polish); one smaller update when fewer than `per_update` are left (at least 2: a
-    batch's advantages need two rewards), unless `resumed` (a resumed run keeps its update size)."""
+    share leaves. Every placement the trainer simulates counts (`counts_evaluations`): each of the
+    `devices` single devices first, then per update its samples and the greedy placement, so it
+    stops where the next of those would not fit, and the rest goes to the polish. One smaller
+    update when a whole one does not fit (at least 2 samples: a batch's advantages need two
+    rewards), unless `resumed` (a resumed run keeps its update size)."""
     target = left - int(left * polish)
-    if target >= per_update or resumed:
-        return target // per_update * per_update, per_update
-    if target >= 2:
-        return target, target
+    room = target - devices   # for the updates, each with its greedy placement
+    if room >= per_update + 1 or resumed:
+        return target, per_update
+    if room >= 3:
+        return target, room - 1
     return 0, per_update

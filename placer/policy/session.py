@@ -118,11 +118,12 @@ class TrainingSession:
 
     def __init__(self, graph: OpGraph, grouping: Grouping, run_dir: Path, hp: Hyperparameters,
                  sources: RewardSources, *, seed: int, resume: bool, warm_start: WarmStart | None,
-                 run_info: dict[str, Any]) -> None:
+                 run_info: dict[str, Any], counts_evaluations: bool = False) -> None:
         if warm_start is not None and warm_start.grouping is not grouping:
             raise ValueError("train on the warm start's grouping: pass grouping=warm_start.grouping")
         sources.check()
         self.graph, self.grouping, self.run_dir, self.hp, self.sources = graph, grouping, run_dir, hp, sources
+        self.counts_evaluations = counts_evaluations   # see `count_evaluated`
         run_dir.mkdir(parents=True, exist_ok=True)
 
         # --- seeding: every source of randomness, in one place ---
@@ -293,16 +294,30 @@ class TrainingSession:
             greedy, _, _ = self.policy(self.features, self.adjacency, greedy=True)
         group_devices = [int(x) for x in greedy[0]]
         m = self.cache.measure(group_devices)
-        self.state.greedy = {"samples": self.state.samples, "phase": self.state.phase,
-                             "group_devices": group_devices, "step_time": m.step_time if m.ok else None,
-                             "measurement": m.to_dict()}
+        step_time = m.step_time if m.ok else None
         if self.state.history and self.state.history[-1]["samples"] == self.state.samples:
-            self.state.history[-1]["greedy_step_time"] = self.state.greedy["step_time"]
+            self.state.history[-1]["greedy_step_time"] = step_time
+        self.count_evaluated([m])
+        self.state.greedy = {"samples": self.state.samples, "phase": self.state.phase,
+                             "group_devices": group_devices, "step_time": step_time, "measurement": m.to_dict()}
         self._consider(group_devices, m, "policy greedy")
 
     def measure_single_devices(self, cache: MeasurementCache | None = None) -> list[Measurement]:
         """Every single-device placement (by `cache`, default the current phase's)."""
-        return (cache or self.cache).measure_many([[d] * self.n_groups for d in range(len(self.devices))])
+        measurements = (cache or self.cache).measure_many([[d] * self.n_groups for d in range(len(self.devices))])
+        self.count_evaluated(measurements)
+        return measurements
+
+    def count_evaluated(self, measurements: list[Measurement]) -> None:
+        """With `counts_evaluations` (a described cluster's run, whose samples are the budget of the
+        searches it is compared with) the placements measured besides the samples, the greedy one and
+        the single devices, count in the samples too. Only those simulated now: one the cache answered
+        was not simulated again, and was counted when it was (a sample counts in its batch anyway)."""
+        if not self.counts_evaluations:
+            return
+        n = sum(not m.cached for m in measurements)
+        self.state.samples += n
+        self.state.phase_samples[self.state.phase] = self.state.phase_samples.get(self.state.phase, 0) + n
 
     def enter_single_devices(self, measurements: list[Measurement]) -> None:
         """The single devices compete with the learned placements, so the result is never worse

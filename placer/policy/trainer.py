@@ -51,7 +51,8 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
           hp: Hyperparameters = Hyperparameters(), *, samples: int | None = None, budget_s: float | None = None,
           seed: int = 0, resume: bool = False, progress: bool = False, run_info: dict[str, Any] | None = None,
           reward: str = REAL, simulator: Measurer | None = None, confirm: Measurer | None = None,
-          real_fraction: float = DEFAULT_REAL_FRACTION, warm_start: WarmStart | None = None) -> TrainResult:
+          real_fraction: float = DEFAULT_REAL_FRACTION, warm_start: WarmStart | None = None,
+          counts_evaluations: bool = False) -> TrainResult:
     """Learn a placement of `graph` on the devices; stop after `samples` sampled placements
     (whole updates) or `budget_s` seconds of this session, whichever comes first.
 
@@ -61,19 +62,23 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
     every single device are measured again side by side at the end (`placer.policy.run_summary`);
     a simulated reward needs it, so that what a run reports is never a simulated figure.
     With `warm_start` (whose grouping must be `grouping`), the policy first imitates that
-    placement (`placer.policy.warm_start`), then learns from there."""
+    placement (`placer.policy.warm_start`), then learns from there. With `counts_evaluations` (a
+    described cluster), every placement it simulates counts in `samples`, the single devices and
+    the greedy placements too, and it never goes past them: it stops before an update whose
+    samples and greedy placement would not fit, and skips what does not fit."""
     if samples is None and budget_s is None:
         raise ValueError("give samples or budget_s")
     plan = RewardPlan(reward, real_fraction)
     sources = RewardSources(plan, real=measurer, simulated=simulator, confirm=confirm)
     session = TrainingSession(graph, grouping, Path(run_dir), hp, sources, seed=seed, resume=resume,
                               warm_start=warm_start, run_info={"samples": samples, "budget_s": budget_s,
-                                                               **(run_info or {})})
+                                                               **(run_info or {})},
+                              counts_evaluations=counts_evaluations)
     state = session.state
-    budget = Budget(samples, budget_s, plan, hp.samples_per_update, progress, state)
+    budget = Budget(samples, budget_s, plan, hp.samples_per_update, progress, state, counts_evaluations)
     interrupted = False
     try:
-        if not state.single_device:
+        if not state.single_device and budget.fits(state, len(session.devices)):
             singles = session.measure_single_devices()
             session.enter_single_devices(singles)
             # The baseline starts from what a user has today.
@@ -103,7 +108,7 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
             if state.settled() and budget.may_stop_early(state):
                 state.stopped = "converged"   # more samples would only repeat placements measured already
                 break
-        if state.greedy is None or state.greedy["samples"] != state.samples:
+        if (state.greedy is None or state.greedy["samples"] != state.samples) and budget.fits(state, 1):
             session.measure_greedy()   # the policy as it ends: the placement it would give
     except KeyboardInterrupt:
         interrupted = True
@@ -118,6 +123,8 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
         budget.close()
         session.close()
 
+    # On a described cluster `confirm` is the training's simulator: it simulates again placements already
+    # counted, the figures a cache would give, so they do not count (`counts_evaluations`).
     confirmed = confirm_side_by_side(confirm, session) if confirm is not None and state.single_device else None
     placement, summary = write_outputs(session, interrupted, confirmed)
     log_result(session.run_dir, summary)
@@ -129,10 +136,11 @@ class Budget:
     measurement, and the progress bar."""
 
     def __init__(self, samples: int | None, seconds: float | None, plan: RewardPlan, per_update: int,
-                 progress: bool, state: TrainState) -> None:
+                 progress: bool, state: TrainState, counts_evaluations: bool = False) -> None:
         from tqdm import tqdm
 
         self.samples, self.seconds, self.plan = samples, seconds, plan
+        self.per_update, self.counts_evaluations = per_update, counts_evaluations
         self.switch_at = plan.switch_sample(samples, per_update) if samples is not None else None
         self.switch_after_s = plan.switch_time(seconds) if samples is None else None
         self.started, self.wall_before = time.monotonic(), state.wall_time_s
@@ -150,12 +158,18 @@ class Budget:
         """Training time over all sessions of the run."""
         return self.wall_before + self.elapsed()
 
+    def fits(self, state: TrainState, n: int) -> bool:
+        """`n` more simulated placements stay within the samples (always, unless every one counts)."""
+        return not self.counts_evaluations or self.samples is None or state.samples + n <= self.samples
+
     def spent(self, state: TrainState) -> bool:
         """The budget is used up, or a hybrid run's real phase has had its share of it: the real
         phase explores (it never settles), so it gets `real_fraction` of the samples or seconds
         however early the simulated phase settled."""
         if (self.samples is not None and state.samples >= self.samples) or \
                 (self.seconds is not None and self.elapsed() >= self.seconds):
+            return True
+        if not self.fits(state, self.per_update + 1):   # the next batch and its greedy placement
             return True
         if self.plan.reward != "hybrid" or state.phase != REAL:
             return False

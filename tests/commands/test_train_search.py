@@ -46,6 +46,17 @@ REACHES_OPTIMUM = ((6, 3), "paper-2xk40", 400)
 RUNS_OUT = ((6, 3), "cpu-fast-slow-gpu", 200)
 
 
+@pytest.fixture
+def trainer_simulated(monkeypatch):
+    """The placements the trainer simulates (through its measurement cache), as they are sent."""
+    from placer.policy import measurement_cache
+
+    sent, measure_many = [], measurement_cache.measure_many
+    monkeypatch.setattr(measurement_cache, "measure_many", lambda m, placements: sent.extend(placements) or
+                        measure_many(m, placements))
+    return sent
+
+
 def _train(tmp_path, case, *extra):
     (branches, depth), cluster, samples = case
     model = _branches_model_file(tmp_path / f"branches{branches}x{depth}.onnx", branches, depth)
@@ -70,19 +81,23 @@ def test_the_learned_placement_is_never_slower_than_local_search_at_the_same_sam
     assert summary["best_step_time"] == rows["learned"]
 
 
-def test_every_phase_counts_in_the_samples_and_the_budget_holds(tmp_path):
+def test_every_phase_counts_in_the_samples_and_the_budget_holds(tmp_path, trainer_simulated):
     _, _, summary = _train(tmp_path, REACHES_OPTIMUM)
     searched, phases = summary["local_search_warm_start"], summary["samples_by_phase"]
     assert phases["local_search"] == searched["samples"] > 0
+    # REINFORCE's: its batches and what it simulated besides them (the single devices, its greedy placements)
+    assert phases["reinforce"] > 16 * summary["updates"] and len(trainer_simulated) <= phases["reinforce"]
     assert summary["samples"] == sum(phases.values()) == summary["samples_by_reward"]["simulated"]
     assert summary["samples"] <= REACHES_OPTIMUM[2]
     assert summary["polish"]["samples"] == phases["polish"]
 
 
-def test_a_local_search_that_spends_the_budget_leaves_nothing_to_learn_and_says_so(tmp_path, capsys):
+def test_a_local_search_that_spends_the_budget_leaves_nothing_to_learn_and_says_so(tmp_path, capsys,
+                                                                                   trainer_simulated):
     from placer.placement import Placement
 
     _, run, summary = _train(tmp_path, RUNS_OUT)
+    assert trainer_simulated == []   # not even the single devices or the policy's own placement
     printed = capsys.readouterr().out
     said = EXHAUSTED.format(RUNS_OUT[2])
     assert summary["note"] == said and said in printed

@@ -102,6 +102,35 @@ def test_simulated_figures_are_labelled_as_such_in_tensorboard(four_branches, tm
     assert not {"charts/step_time_sampled", "charts/best_step_time", "charts/reward_mean"} & scalars
 
 
+def test_counting_evaluations_every_simulated_placement_counts_and_the_samples_hold(four_branches, tmp_path,
+                                                                                    monkeypatch):
+    """A described cluster's run: the single devices and the greedy placements count in the samples
+    besides the sampled batches, once each (one the cache answers was not simulated again), and
+    the run stops where the next batch with its greedy placement would go past --samples."""
+    from placer.policy.session import TrainingSession
+
+    graph, grouping, _ = four_branches
+    simulator = Recording(SimulatedMeasurer(graph, DEVICES))
+    besides = []   # placements simulated by the greedy and single-device measurements
+    for name in ("measure_greedy", "measure_single_devices"):
+        def spied(self, *args, _method=getattr(TrainingSession, name)):
+            before = len(simulator.placements)
+            out = _method(self, *args)
+            besides.append(len(simulator.placements) - before)
+            return out
+        monkeypatch.setattr(TrainingSession, name, spied)
+    s = train(graph, None, grouping, tmp_path, HP, samples=21, reward="simulated", simulator=simulator,
+              confirm=SimulatedMeasurer(graph, DEVICES), counts_evaluations=True).summary
+    assert sum(besides) > len(DEVICES)   # the single devices, and at least one new greedy placement
+    assert s["samples"] == HP.samples_per_update * s["updates"] + sum(besides) == s["samples_by_reward"]["simulated"]
+    assert len(simulator.placements) <= s["samples"] <= 21
+    # one sample: the policy's own placement (the single devices and an update do not fit)
+    one = Recording(SimulatedMeasurer(graph, DEVICES))
+    s = train(graph, None, grouping, tmp_path / "one", HP, samples=1, reward="simulated", simulator=one,
+              confirm=SimulatedMeasurer(graph, DEVICES), counts_evaluations=True).summary
+    assert len(one.placements) == s["samples"] == 1 and s["updates"] == 0 and s["single_device_step_times"] == {}
+
+
 def hybrid(graph, grouping, run_dir, samples, real, **kw):
     """A hybrid run whose "real" phase is a second, deterministic simulator on another scale
     (3x slower devices), so that runs can be compared bit for bit."""
