@@ -207,6 +207,9 @@ def run(args: argparse.Namespace) -> int:
         print(searches.searched_text(searched, learn_samples, polishing=bool(polish)))
     elif hp.warm_start != "none":
         warm = plan_warm_start(graph, names, costs, caps, grouping, hp.warm_start, seed=args.seed, pipeline=pipeline)
+    earlier = searches.earlier_polish(args, run_dir)   # on --resume: samples polishing spent, which still count
+    if earlier and args.samples:
+        learn_samples = min(learn_samples, (searched.left if searched else args.samples) - earlier["samples"])
     if warm is not None:
         grouping = warm.grouping
         print(f"warm start: the policy first imitates {warm.source} ({warm.simulated_step_time * 1e3:.2f} ms "
@@ -230,11 +233,15 @@ def run(args: argparse.Namespace) -> int:
                              "workers": args.workers, "ray_address": args.ray_address})
     finish_pool(pool)
     reinforced, policy_best = result.summary["samples"], result.summary["best_step_time"]
-    if polish and not result.interrupted and policy_best is not None:
-        # what local search and the learner left of --samples (it stops on whole updates), so the budget holds
-        left = max(0, args.samples - reinforced - (searched.samples if searched else 0))
-        if left:
-            searches.polish(graph, names, costs, caps, pipeline, run_dir, left, args.seed, result.summary)
+    if polish or earlier:
+        if searched is not None:   # what --resume retraces, on record before the polish (a Ctrl-C there keeps it)
+            result.summary["local_search_warm_start"] = {"budget": searched.budget,
+                                                         "samples_per_update": hp.samples_per_update}
+        # what local search and the learner left of --samples; None: nothing to polish now
+        left = max(0, args.samples - reinforced - (searched.samples if searched else 0)) \
+            if polish and not result.interrupted and policy_best is not None else None
+        searches.polish(graph, names, costs, caps, pipeline, run_dir, left, args.seed, result.summary, reinforced,
+                        earlier)
     if searched is not None:
         searches.finish_searched(searched, result.summary, reinforced, hp.samples_per_update, policy_best, confirm,
                                  run_dir)

@@ -45,37 +45,78 @@ def started_with(args: argparse.Namespace, run_dir: Path) -> dict:
     """On --resume, the local search record of the run's summary: its budget (so that local search
     retraces the same search and the policy's groups stay the same) and the samples per update
     REINFORCE started with; else nothing."""
+    return _earlier(args, run_dir).get("local_search_warm_start") or {}
+
+
+def earlier_polish(args: argparse.Namespace, run_dir: Path) -> dict:
+    """On --resume, the polish record of the run's summary (an earlier session's polish, finished or
+    cut short: it is on record before it starts), read before training rewrites the summary; else nothing."""
+    return _earlier(args, run_dir).get("polish") or {}
+
+
+def _earlier(args: argparse.Namespace, run_dir: Path) -> dict:
     summary = run_dir / "summary.json"
-    if args.resume and summary.is_file():
-        return json.loads(summary.read_text()).get("local_search_warm_start") or {}
-    return {}
+    return json.loads(summary.read_text()) if args.resume and summary.is_file() else {}
 
 
-def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, samples: int, seed: int,
-           summary: dict) -> None:
-    """The learned placement polished by local search in the simulator (on `costs`: a training
-    step's where the objective is training), `samples` simulated placements at most:
-    placement.json becomes the polished one when it is faster (the policy's own stays in
-    greedy_placement.json), and the summary counts the samples and says what changed."""
+def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, left: int | None, seed: int,
+           summary: dict, learner_samples: int, earlier: dict) -> None:
+    """The learned placement (the learner's at `learner_samples`) polished by local search in the
+    simulator (on `costs`: a training step's where the objective is training), with the `left`
+    samples local search and the learner left, less what earlier sessions' polishes spent (`earlier`,
+    their record; None: nothing to polish now, an interrupted run or no placement learned, and only
+    their samples are counted): placement.json becomes the polished one when it is faster (the
+    policy's own stays in greedy_placement.json), and the summary counts the samples and says what changed."""
     from placer.placement import Placement
     from placer.placers.local_search import local_search
 
+    stale = _still_counted(earlier, learner_samples, left)
+    budget = max(0, left - stale) if left is not None else 0
+    # on record at its whole budget before it starts: a Ctrl-C inside it leaves that counted for --resume
+    record = earlier if left is None else {"samples": stale + budget, "earlier_samples": stale, "budget": budget,
+                                           "learner_samples": learner_samples}
+    if not record.get("samples"):
+        return
+    summary["polish"] = record
+    _count(summary, record["samples"])
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if budget < 1:   # nothing to polish now; what earlier polishes spent stays counted
+        return
     learned = Placement.load(run_dir / "placement.json")
-    polished = local_search(graph, devices, costs, caps, seed=seed, samples=samples,
+    polished = local_search(graph, devices, costs, caps, seed=seed, samples=budget,
                             start=learned, pipeline=pipeline)
     info = polished.extra["placer"]
     before, after = info["start_step_time"], info["simulated_step_time"]
-    summary["samples"] += info["simulated"]
-    summary["samples_by_reward"]["simulated"] += info["simulated"]
-    summary["polish"] = {"samples": info["simulated"], "from_s": before, "to_s": after,
-                         "group_moves": info["group_moves"], "node_moves": info["node_moves"],
-                         "local_optimum": info["local_optimum"]}
+    _count(summary, info["simulated"] - budget)
+    record.update(samples=stale + info["simulated"], from_s=before, to_s=after, group_moves=info["group_moves"],
+                  node_moves=info["node_moves"], local_optimum=info["local_optimum"])
     if after < before:
-        polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": summary["polish"]}
+        polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": record}
         adopt(summary, run_dir, polished, after, f"{summary['best_source']}, polished by local search")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
-          f"in {info['simulated']} simulated placements")
+          f"in {info['simulated']} simulated placements" +
+          (f" (and {stale} in earlier sessions' polishes, still counted)" if stale else ""))
+
+
+def _still_counted(earlier: dict, learner_samples: int, left: int | None) -> int:
+    """The samples earlier sessions' polishes spent that still count now: all of them, unless the
+    last one polished the learner's placement as it is now (the learner has not moved since) and
+    a polish now may spend as much: local search is deterministic and its budget only cuts it
+    short, so the polish now simulates again every placement it did (finished or cut short), and
+    they count once, as a resumed run's local search warm start does."""
+    if not earlier:
+        return 0
+    older = earlier.get("earlier_samples", 0)
+    if earlier.get("learner_samples") == learner_samples and left is not None and \
+            left - older >= earlier["budget"]:
+        return older
+    return earlier["samples"]
+
+
+def _count(summary: dict, samples: int) -> None:
+    summary["samples"] += samples
+    summary["samples_by_reward"]["simulated"] += samples
 
 
 def adopt(summary: dict, run_dir: Path, placement, step_time: float, source: str) -> None:

@@ -57,14 +57,17 @@ def trainer_simulated(monkeypatch):
     return sent
 
 
+def _run(model, run, samples, cluster, *extra):
+    return main(["train", "--graph", str(model), "--cluster", cluster, "--reward", "simulated", "--samples",
+                 str(samples), "--samples-per-update", "16", "--run-dir", str(run), "--no-progress", "--no-compare",
+                 *extra])
+
+
 def _train(tmp_path, case, *extra):
     (branches, depth), cluster, samples = case
     model = _branches_model_file(tmp_path / f"branches{branches}x{depth}.onnx", branches, depth)
     run = tmp_path / "run"
-    code = main(["train", "--graph", str(model), "--cluster", cluster, "--reward", "simulated", "--samples",
-                 str(samples), "--samples-per-update", "16", "--run-dir", str(run), "--no-progress", "--no-compare",
-                 *extra])
-    assert code == 0
+    assert _run(model, run, samples, cluster, *extra) == 0
     return model, run, json.loads((run / "summary.json").read_text())
 
 
@@ -134,3 +137,78 @@ def test_a_resumed_run_retraces_the_same_search_and_learns_with_the_samples_adde
     assert summary["local_search_warm_start"] == first["local_search_warm_start"]   # its budget stays the first --samples
     assert summary["samples_by_phase"]["reinforce"] > 0 and summary["samples"] <= samples + 100
     assert summary["note"] is None
+
+
+class Polishes:
+    """Each polish (local search from a learned placement): its simulated placements, and the
+    budget of one Ctrl-C cut short as it started (`interrupt`)."""
+
+    def __init__(self) -> None:
+        self.simulated: list[int] = []
+        self.cut_short: list[int] = []
+        self.interrupt = False
+
+
+@pytest.fixture
+def polishes(monkeypatch):
+    import importlib
+
+    module = importlib.import_module("placer.placers.local_search")
+    seen, search = Polishes(), module.local_search
+
+    def spied(*args, start=None, samples, **kw):
+        if start is not None and seen.interrupt:
+            seen.interrupt = False
+            seen.cut_short.append(samples)
+            raise KeyboardInterrupt
+        placement = search(*args, start=start, samples=samples, **kw)
+        if start is not None:
+            seen.simulated.append(placement.extra["placer"]["simulated"])
+        return placement
+    monkeypatch.setattr(module, "local_search", spied)
+    return seen
+
+
+def test_a_run_resumed_with_more_samples_after_its_polish_counts_the_earlier_polish(tmp_path, polishes):
+    model, run, first = _train(tmp_path, REACHES_OPTIMUM)
+    assert polishes.simulated == [first["polish"]["samples"]] and polishes.simulated[0] > 0
+    more = REACHES_OPTIMUM[2] + 100
+    assert _run(model, run, more, REACHES_OPTIMUM[1], "--resume") == 0
+    summary = json.loads((run / "summary.json").read_text())
+    phases = summary["samples_by_phase"]
+    assert phases["reinforce"] > first["samples_by_phase"]["reinforce"]   # the learner moved on: a new polish
+    assert len(polishes.simulated) == 2 and phases["polish"] == sum(polishes.simulated) == summary["polish"]["samples"]
+    assert summary["samples"] == sum(phases.values()) <= more
+
+
+def test_a_polish_cut_short_counts_at_its_budget_unless_the_resumed_run_retraces_it(tmp_path, polishes):
+    (branches, depth), cluster, samples = REACHES_OPTIMUM
+    model = _branches_model_file(tmp_path / "b.onnx", branches, depth)
+    assert _run(model, tmp_path / "whole", samples, cluster) == 0
+    whole = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    for run in (tmp_path / "same", tmp_path / "more"):
+        polishes.interrupt = True
+        assert _run(model, run, samples, cluster) == 130
+    # the learner where it was: the polish runs again from the same placement, and counts once
+    polishes.simulated.clear()
+    assert _run(model, tmp_path / "same", samples, cluster, "--resume") == 0
+    summary = json.loads((tmp_path / "same" / "summary.json").read_text())
+    assert polishes.simulated == [whole["polish"]["samples"]]
+    assert summary["samples_by_phase"] == whole["samples_by_phase"] and summary["best_step_time"] == whole["best_step_time"]
+    # with more samples the learner moves on: the polish cut short counts at its whole budget beside the new one
+    polishes.simulated.clear()
+    assert _run(model, tmp_path / "more", samples + 100, cluster, "--resume") == 0
+    summary = json.loads((tmp_path / "more" / "summary.json").read_text())
+    assert summary["samples_by_phase"]["polish"] == polishes.cut_short[1] + sum(polishes.simulated)
+    assert summary["samples"] == sum(summary["samples_by_phase"].values()) <= samples + 100
+
+
+def test_a_resumed_learner_leaves_the_samples_an_earlier_polish_spent(tmp_path, polishes):
+    (branches, depth), cluster, samples = REACHES_OPTIMUM
+    model = _branches_model_file(tmp_path / "b.onnx", branches, depth)
+    run = tmp_path / "run"
+    assert _run(model, run, samples, cluster, "--polish", "0.9") == 0   # most of what local search leaves
+    assert _run(model, run, samples + 50, cluster, "--polish", "0.1", "--resume") == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["samples_by_phase"]["polish"] == sum(polishes.simulated)
+    assert summary["samples"] == sum(summary["samples_by_phase"].values()) <= samples + 50
