@@ -15,8 +15,8 @@ def register(subparsers) -> None:
         "place", help="place a model zero-shot with the pre-trained graph policy (no training)",
         description="Place every op of the model on the cluster's devices with the graph policy shipped with placer "
                     "(or --policy FILE from placer pretrain): no training, no measurement. Prints the placement's "
-                    "simulated step time beside the best list heuristic's (m-ETF, m-SCT, HEFT, the expert, every "
-                    "single device) and writes the placement for placer apply, run or compare --include-placement.")
+                    "simulated step time beside the lower bound (as compare --cluster's) and the best list "
+                    "heuristic's (m-ETF, m-SCT, HEFT, the expert, every single device) and writes the placement for placer apply, run or compare --include-placement.")
     add_graph_args(parser)
     add_cluster_arg(parser, "the hardware to place for: a catalogue cluster (placer cluster list) or a TOML file "
                             "(placer cluster describe-local writes this machine's); required")
@@ -30,6 +30,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from placer.commands.common import check_writable, cluster_from_args, load_graph_from_args
+    from placer.costmodel.lower_bound import lower_bound
+    from placer.measure.intervals import format_ratio
     from placer.policy.gnn.checkpoint import PRETRAINED, load_policy
     from placer.policy.gnn.episode import make_episode
     from placer.policy.gnn.placing import place_episode
@@ -47,16 +49,20 @@ def run(args: argparse.Namespace) -> int:
     placing_s = time.monotonic() - started
     info = placement.extra["placer"]
     found = episode.best_name is not None
-    info.update(policy=str(args.policy or "pretrained"), cluster=cluster.name, seconds_to_place=round(placing_s, 3),
-                best_heuristic=episode.best_name, best_heuristic_step_time=episode.best_time if found else None)
-    placement.save(out)
     t = info["simulated_step_time"]
+    # how far from the physical limit, on the same costs and caps as compare --cluster's ratio_to_lower_bound
+    bound = lower_bound(graph, cluster.device_names, episode.cost, caps=episode.caps).value
+    info.update(policy=str(args.policy or "pretrained"), cluster=cluster.name, seconds_to_place=round(placing_s, 3),
+                best_heuristic=episode.best_name, best_heuristic_step_time=episode.best_time if found else None,
+                lower_bound_step_time=bound, ratio_to_lower_bound=t / bound)
+    placement.save(out)
     print(f"placed {graph.source} ({len(graph.nodes)} ops in {info['groups']} groups) on {cluster.name} "
           f"({len(cluster.devices)} devices) in {placing_s:.2f} s with the graph policy "
           f"({args.policy or 'pre-trained, shipped with placer'})")
     policy_t = info.get("policy_step_time", t)   # set where the heuristic's own placement was kept
     where = f"round {info['round']}" if "round" in info else "kept instead"
-    print(f"  placement written        {t * 1e3:10.3f} ms simulated ({info['chain']}, {where})")
+    print(f"  placement written        {t * 1e3:10.3f} ms simulated ({info['chain']}, {where}); "
+          f"lower bound {bound * 1e3:.3f} ms ({format_ratio(t / bound)})")
     print(f"    the policy's best      {policy_t * 1e3:10.3f} ms simulated")
     print(f"    from nothing alone     {info['from_nothing_step_time'] * 1e3:10.3f} ms simulated")
     if found:

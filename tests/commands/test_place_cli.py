@@ -79,3 +79,18 @@ def test_place_never_writes_a_placement_slower_than_the_best_heuristic(tmp_path,
     assert info["simulated_step_time"] <= info["best_heuristic_step_time"]
     assert info["policy_step_time"] > info["best_heuristic_step_time"] and "best list heuristic" in info["chain"]
     assert "kept instead" in capsys.readouterr().out
+
+
+def test_place_gives_the_lower_bound_beside_the_step_time_as_compare_does(tmp_path, policy_file, capsys):
+    out = tmp_path / "placement.json"
+    assert main(["place", "--graph", "inception_v3.onnx", "--cluster", "2xt4-pcie", "--out", str(out),
+                 "--policy", str(policy_file)]) == 0
+    printed = capsys.readouterr().out
+    info = Placement.load(out).extra["placer"]
+    # the bound of compare --cluster (same costs and memory caps) on the same graph and cluster
+    assert main(["compare", "--graph", "inception_v3.onnx", "--cluster", "2xt4-pcie", "--placers", "single",
+                 "--json", "--no-plot", "--out", str(tmp_path / "compared")]) == 0
+    bound = json.loads((tmp_path / "compared" / "compare.json").read_text())["lower_bound"]["value"]
+    t = info["simulated_step_time"]
+    assert info["lower_bound_step_time"] == bound < t and info["ratio_to_lower_bound"] == t / bound
+    assert f"{t * 1e3:10.3f} ms simulated" in printed and f"lower bound {bound * 1e3:.3f} ms ({t / bound:.2f}x)" in printed
