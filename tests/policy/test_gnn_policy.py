@@ -9,12 +9,13 @@ import pytest
 import torch
 from onnx import TensorProto, helper
 
+from placer.env.absolute_features import HASH_BUCKETS, OP_VOCABULARY, op_column
 from placer.graph.grouping import group_graph
 from placer.graph.load import load_graph
 from placer.hardware import Cluster, ClusterDevice, Link, catalogue_models, load_cluster
 from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, load_policy, save_policy
 from placer.policy.gnn.episode import make_episode
-from placer.policy.gnn.features import HASH_BUCKETS, OP_VOCABULARY, graph_features, op_column
+from placer.policy.gnn.features import graph_features
 from placer.policy.gnn.learn import LearnConfig, rollout, update
 from placer.policy.gnn.tensors import FeatureTensors
 from testgraphs import branches, unseen_op_model

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 from torch_geometric.nn import TransformerConv
 
-from placer.policy.gnn.features import DEVICE_FEATURES, EDGE_FEATURES, GROUP_FEATURES, PAIR_FEATURES
+from placer.env.absolute_features import DEVICE_FEATURES, GROUP_FEATURES, PAIR_FEATURES
+from placer.policy.gnn.features import EDGE_FEATURES
 from placer.policy.gnn.tensors import FeatureTensors
 
 STATE_FEATURES = 5   # on this device now, neighbours' bytes there, its load, the load with this group, not placed
