@@ -13,16 +13,23 @@ graph, the cluster or both between episodes (and `gymnasium.vector.SyncVectorEnv
 environments on different problems). The padded observation is, with G groups of D devices in
 this episode (G <= max_groups, D <= max_devices):
 
-- ``features`` (max_groups x 8): each group's output bytes, FLOPs, parameter bytes, node count and
-  largest output shape, log-scaled on fixed scales (`absolute_group_features`), zero past G;
+- ``features`` (max_groups x (GROUP_FEATURES + 4)): the graph policy's group features (each op
+  type's share over a fixed vocabulary, unknown ops in hashed buckets; log FLOPs, output, input and
+  parameter bytes; log node count; topological position), then the largest output's last 4 dims;
 - ``adjacency`` (max_groups x max_groups): log bytes from row group to column group;
 - ``group_mask`` (max_groups): 1 for the G real groups;
-- ``devices`` (max_devices x 4): each device's log peak float32 FLOP/s, log memory bandwidth, log
-  memory and whether it is a GPU, from the cluster's datasheet figures (zero without a cluster);
+- ``devices`` (max_devices x DEVICE_FEATURES): the graph policy's device features, from the
+  cluster's datasheet figures and routes (zero without a cluster);
 - ``device_mask`` (max_devices): 1 for the D real devices;
-- ``group_time`` (max_groups x max_devices): the cost model's log time of each group's ops on each
-  device (1: cannot run there), when the rewards are simulated; zero otherwise;
+- ``pair`` (max_groups x max_devices x PAIR_FEATURES): the graph policy's (group, device) features:
+  the cost model's log time of the group's ops on the device, that over its fastest device's, and
+  whether they run there, when the rewards are simulated; zero otherwise;
+- ``pair_mask`` (max_groups x max_devices): 1 where the graph policy may send the group: it runs
+  there and its weights and outputs fit the device's memory (every real pair without a cost model);
 - ``placed`` (max_groups): the device of each group so far; max_devices marks "not yet" and padding.
+
+The figures are `placer.env.absolute_features`', the graph policy's own, on fixed log scales: they
+sit near [-1, 1] but are not clipped, so the boxes are unbounded where a log is.
 
 The action holds max_groups device indices (one-shot) or one (sequential); the entries past G are
 ignored, and a group sent to a device past D fails the placement (rewarded as `failure_time`).
@@ -39,6 +46,8 @@ import numpy as np
 from gymnasium import spaces
 
 from placer.devices import Device
+from placer.env.absolute_features import (DEVICE_FEATURES, PAIR_FEATURES, allowed_devices, device_features,
+                                          group_memory, group_times, pair_features)
 from placer.env.features import absolute_group_features, group_features
 from placer.errors import PlacerError
 from placer.graph.grouping import Grouping, group_graph
@@ -48,10 +57,6 @@ from placer.measure.measurement import Measurement, Measurer
 
 MODES = ("one_shot", "sequential")
 RESET_OPTIONS = ("graph", "cluster")
-DEVICE_FEATURES = 4
-_LOG_RATE_SCALE = 1e16     # FLOP/s and bytes/s: log1p over log1p of this
-_LOG_MEMORY_SCALE = 2**40  # bytes of memory
-_TIME_SCALE_US = 1e6       # a group's time in microseconds: log1p over log1p of a second's
 
 
 class PlacementEnv(gym.Env):
@@ -113,12 +118,14 @@ class PlacementEnv(gym.Env):
         G, D = (self.max_groups, self.max_devices) if self.padded else (self.n_groups, self.n_devices)
         if self.padded:
             self.observation_space = spaces.Dict({
-                "features": spaces.Box(0.0, 1.0, (G, self._features.shape[1]), np.float32),
-                "adjacency": spaces.Box(0.0, 1.0, (G, G), np.float32),
+                # the graph policy's figures, unclipped: group logs >= 0 with no top, device and time logs either sign
+                "features": spaces.Box(0.0, np.inf, (G, self._features.shape[1]), np.float32),
+                "adjacency": spaces.Box(0.0, np.inf, (G, G), np.float32),
                 "group_mask": spaces.MultiBinary(G),
-                "devices": spaces.Box(0.0, 1.0, (D, DEVICE_FEATURES), np.float32),
+                "devices": spaces.Box(-np.inf, np.inf, (D, DEVICE_FEATURES), np.float32),
                 "device_mask": spaces.MultiBinary(D),
-                "group_time": spaces.Box(0.0, 1.0, (G, D), np.float32),
+                "pair": spaces.Box(-np.inf, np.inf, (G, D, PAIR_FEATURES), np.float32),
+                "pair_mask": spaces.MultiBinary((G, D)),
                 "placed": spaces.MultiDiscrete(np.full(G, D + 1, dtype=np.int64)),
             })
         else:
@@ -152,8 +159,10 @@ class PlacementEnv(gym.Env):
         self.op_types = feats.op_types
         self._features, self._adjacency = feats.features, feats.adjacency
         if self.padded:
-            self._device_rows = _device_rows(self.cluster, devices)
-            self._group_time = _group_time(graph, grouping, getattr(measurer, "cost_model", None), devices)
+            self._device_rows = (device_features(self.cluster) if self.cluster is not None
+                                 else np.zeros((len(devices), DEVICE_FEATURES), np.float32))
+            self._pair, self._pair_mask = _pair_figures(graph, grouping, getattr(measurer, "cost_model", None),
+                                                        self.cluster, devices)
 
     def _clear(self) -> None:
         width = self.max_groups if self.padded else self.n_groups
@@ -165,17 +174,13 @@ class PlacementEnv(gym.Env):
             return {"features": self._features.copy(), "adjacency": self._adjacency.copy(),
                     "placed": self._placed.copy()}
         G, D, Gm, Dm = self.n_groups, self.n_devices, self.max_groups, self.max_devices
-        features = np.zeros((Gm, self._features.shape[1]), np.float32)
-        features[:G] = self._features
-        adjacency = np.zeros((Gm, Gm), np.float32)
-        adjacency[:G, :G] = self._adjacency
-        devices = np.zeros((Dm, DEVICE_FEATURES), np.float32)
-        devices[:D] = self._device_rows
-        group_time = np.zeros((Gm, Dm), np.float32)
-        group_time[:G, :D] = self._group_time
-        return {"features": features, "adjacency": adjacency,
-                "group_mask": (np.arange(Gm) < G).astype(np.int8), "devices": devices,
-                "device_mask": (np.arange(Dm) < D).astype(np.int8), "group_time": group_time,
+        return {"features": _padded(self._features, (Gm, self._features.shape[1])),
+                "adjacency": _padded(self._adjacency, (Gm, Gm)),
+                "group_mask": (np.arange(Gm) < G).astype(np.int8),
+                "devices": _padded(self._device_rows, (Dm, DEVICE_FEATURES)),
+                "device_mask": (np.arange(Dm) < D).astype(np.int8),
+                "pair": _padded(self._pair, (Gm, Dm, PAIR_FEATURES)),
+                "pair_mask": _padded(self._pair_mask, (Gm, Dm), np.int8),
                 "placed": self._placed.copy()}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -254,37 +259,24 @@ class PlacementEnv(gym.Env):
         return -math.sqrt(measurement.step_time if ok else self.failure_time)
 
 
-def _log_unit(values: np.ndarray | float, scale: float) -> np.ndarray:
-    """log1p(value) / log1p(scale), clipped into [0, 1]: the same scale for every problem."""
-    return np.clip(np.log1p(np.maximum(values, 0.0)) / math.log1p(scale), 0.0, 1.0)
+def _padded(values: np.ndarray, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
+    """`values` in the corner of zeros of `shape`: past this episode's groups and devices, zero."""
+    out = np.zeros(shape, dtype)
+    out[tuple(slice(0, n) for n in values.shape)] = values
+    return out
 
 
-def _device_rows(cluster: Cluster | None, devices: list[str]) -> np.ndarray:
-    """(D, DEVICE_FEATURES): each device's datasheet figures; zero rows without a cluster."""
-    rows = np.zeros((len(devices), DEVICE_FEATURES), np.float32)
-    if cluster is None:
-        return rows
-    for i, name in enumerate(devices):
-        model = cluster.device(name).model
-        rows[i] = [_log_unit(model.peak_flops["float32"], _LOG_RATE_SCALE),
-                   _log_unit(model.memory_bandwidth_Bps, _LOG_RATE_SCALE),
-                   _log_unit(model.memory_bytes, _LOG_MEMORY_SCALE), float(model.kind == "cuda")]
-    return rows
-
-
-def _group_time(graph: OpGraph, grouping: Grouping, cost, devices: list[str]) -> np.ndarray:
-    """(G, D): the cost model's time of each group's ops on each device, log microseconds over a
-    second's, 1 where an op cannot run; zero without a cost model (measured rewards)."""
-    times = np.zeros((len(grouping), len(devices)))
+def _pair_figures(graph: OpGraph, grouping: Grouping, cost, cluster: Cluster | None,
+                  devices: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The graph policy's (group, device) features and mask; without a cost model (measured rewards)
+    zero features and every device allowed, without a cluster no memory capacity known."""
+    shape = (len(grouping), len(devices))
     if cost is None:
-        return times.astype(np.float32)
-    for g, members in enumerate(grouping.groups):
-        for name in members:
-            times[g] += [cost.op_time(graph.nodes[name], d) for d in devices]
-    finite = np.isfinite(times)
-    out = np.ones_like(times)
-    out[finite] = _log_unit(times[finite] * 1e6, _TIME_SCALE_US)
-    return out.astype(np.float32)
+        return np.zeros(shape + (PAIR_FEATURES,), np.float32), np.ones(shape, bool)
+    times = group_times(graph, grouping, cost, devices)
+    capacity = (np.asarray([cluster.device(d).model.memory_bytes for d in devices], dtype=np.float64)
+                if cluster is not None else np.full(len(devices), np.inf))
+    return pair_features(times), allowed_devices(times, group_memory(graph, grouping), capacity)
 
 
 def _cluster_measurer(graph: OpGraph, cluster: Cluster | str | os.PathLike, measurer, devices) -> Measurer:

@@ -11,6 +11,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from placer.env import PlacementEnv
+from placer.env.absolute_features import GROUP_FEATURES
+from placer.env.features import SHAPE_DIMS
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
 from placer.hardware import load_cluster
@@ -45,7 +47,9 @@ def test_reset_switches_graph_and_cluster_and_the_spaces_hold_both(small, large)
     assert env.graph is large and env.cluster.name == "8xh100-nvlink"
     assert obs["device_mask"].sum() == 10 and first_groups < obs["group_mask"].sum() == env.n_groups <= MAX_GROUPS
     assert not np.array_equal(obs["devices"][:3], first_devices[:3])   # an H100 is not a K40
-    assert (obs["group_time"][:env.n_groups, :10] > 0).all() and (obs["group_time"][:, 10:] == 0).all()
+    assert (obs["pair"][:env.n_groups, :10, 2] == 1).all() and (obs["pair"][:, 10:] == 0).all()   # runs on every H100
+    assert obs["pair_mask"][:env.n_groups, :10].all() and not obs["pair_mask"][env.n_groups:].any()
+    assert not obs["pair_mask"][:, 10:].any()
     action = np.zeros(MAX_GROUPS, dtype=np.int64)
     action[:env.n_groups] = np.arange(env.n_groups) % 10
     _, reward, done, _, info = env.step(action)
@@ -98,7 +102,7 @@ def test_sync_vector_env_runs_environments_on_different_problems(small, large):
     envs = gymnasium.vector.SyncVectorEnv([lambda: padded(small, n_groups=3),
                                            lambda: padded(large, cluster="4xa100-nvlink")])
     obs, _ = envs.reset(seed=0)
-    assert obs["features"].shape == (2, MAX_GROUPS, 8)
+    assert obs["features"].shape == (2, MAX_GROUPS, GROUP_FEATURES + SHAPE_DIMS)
     assert obs["device_mask"].sum(axis=1).tolist() == [3, 5]
     _, reward, done, _, _ = envs.step(np.zeros((2, MAX_GROUPS), dtype=np.int64))
     assert done.all() and np.isfinite(reward).all() and reward[0] != reward[1]
