@@ -61,6 +61,14 @@ class Episode:
         placement.extra = {"placer": {"name": "gnn", **info}}
         return placement
 
+    def heuristic_placement(self) -> Placement | None:
+        """The best list heuristic's own node-level placement (None without one)."""
+        if self.best_assign is None:
+            return None
+        names = self.cluster.device_names
+        return Placement(list(names), {n: names[int(k)] for n, k in zip(self.graph.nodes, self.best_assign)},
+                         graph_sha256=self.graph.sha256)
+
 
 def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None, name: str = "",
                  yardstick: bool = True) -> Episode:

@@ -13,6 +13,7 @@ Rollouts need no gradient, so they may run elsewhere (`placer.policy.gnn.rollout
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -61,7 +62,12 @@ def costs_of(episode: Episode, actions: np.ndarray, failure_ratio: float) -> np.
     """(K, R) step time over the yardstick of each round's placement (failure: `failure_ratio`)."""
     K, R, G = actions.shape
     times = episode.step_times(actions.reshape(K * R, G)).reshape(K, R)
-    ratio = times / yardstick(episode, times)
+    return relative_costs(times, yardstick(episode, times), failure_ratio)
+
+
+def relative_costs(times: np.ndarray, scale: float, failure_ratio: float) -> np.ndarray:
+    """Step times over `scale`, at most `failure_ratio`; a failure (inf) costs `failure_ratio`."""
+    ratio = times / scale
     return np.where(np.isfinite(ratio), np.minimum(ratio, failure_ratio), failure_ratio)
 
 
@@ -75,11 +81,13 @@ def initial_placements(episode: Episode, samples: int) -> np.ndarray:
     return initial
 
 
-def rollout(policy, episode: Episode, config: LearnConfig, generator: torch.Generator) -> Rollout:
-    """K sampled placements of `episode` (half of them improving the best heuristic's) and their costs."""
+def rollout(policy, episode: Episode, config: LearnConfig, generator: torch.Generator,
+            costs: Callable[[np.ndarray], np.ndarray] | None = None) -> Rollout:
+    """K sampled placements of `episode` (half of them improving the best heuristic's) and their
+    costs: `costs` of the (K, R, G) actions, default simulated (`costs_of`)."""
     initial = initial_placements(episode, config.samples)
     actions = policy.sample(episode.tensors, config.samples, generator, initial=torch.from_numpy(initial)).numpy()
-    return Rollout(initial, actions, costs_of(episode, actions, config.failure_ratio))
+    return Rollout(initial, actions, costs(actions) if costs else costs_of(episode, actions, config.failure_ratio))
 
 
 def update(policy, optimizer: torch.optim.Optimizer, episodes: list[Episode], rollouts: list[Rollout],

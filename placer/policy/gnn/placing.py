@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from placer.errors import PlacerError
-from placer.placement import Placement
 from placer.policy.gnn.episode import Episode, make_episode
 from placer.policy.gnn.learn import initial_placements
 
@@ -40,9 +39,7 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, 
                           "(placer train --policy pretrained)")
     listed = [None if not math.isfinite(t) else float(t) for t in times.ravel()]
     if keep_heuristic and episode.best_assign is not None and episode.best_time < times[chain, r]:
-        names = episode.cluster.device_names
-        placement = Placement(list(names), {n: names[int(k)] for n, k in zip(episode.graph.nodes, episode.best_assign)},
-                              graph_sha256=episode.graph.sha256)
+        placement = episode.heuristic_placement()
         placement.extra = {"placer": {"name": "gnn", "chain": f"the best list heuristic ({episode.best_name}): every "
                                       "round of the policy simulated slower", "policy_step_time": float(times[chain, r]),
                                       "rounds_from_nothing": listed[:rounds], "rounds_from_heuristic": listed[rounds:] or None,
