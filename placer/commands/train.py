@@ -65,14 +65,17 @@ def register(subparsers) -> None:
                         help="limit of one step in seconds; slower placements fail (default 60)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
-        "--reward", default="hybrid", choices=list(REWARDS),
+        "--reward", default=None, choices=list(REWARDS),
         help="where a sample's reward comes from: real (measure every sampled placement on the devices), "
              "simulated (the simulator with costs profiled once on these devices and cached: thousands of "
              "samples a minute), or hybrid (the simulator until the policy converges or the first "
              "1 - --real-fraction of the budget is spent, then real measurement). Whatever the reward, the "
              "figures reported at the end are real measurements, taken side by side. Default hybrid: the "
              "simulator, profiled on these devices, learns in seconds what real measurement needs hours for, "
-             "and the real phase and the closing comparison check it on the devices")
+             "and the real phase and the closing comparison check it on the devices. The graph policy "
+             "(--policy pretrained|FILE) takes simulated (its default: the cluster's description) or real "
+             "(measured on the cluster's devices; the cluster must be this machine, as describe-local writes it), "
+             "and its figures are the reward's, labelled simulated or measured")
     parser.add_argument("--real-fraction", type=float, default=DEFAULT_REAL_FRACTION, metavar="F",
                         help="hybrid: share of the budget (or of --samples, in whole updates) measured for "
                              "real at the end; --resume with the same --samples continues exactly "
@@ -86,8 +89,10 @@ def register(subparsers) -> None:
     parser.add_argument("--policy", default="seq2seq", metavar="seq2seq|pretrained|POLICY.pt",
                         help="what learns: seq2seq (default; a fresh per-graph policy) or the graph policy, fine-tuned "
                              "from the pre-trained one shipped with placer (pretrained) or from a placer pretrain "
-                             "policy.pt; the graph policy learns on a --cluster's simulated rewards, for --samples or "
-                             "--budget, and writes placement.json, policy.pt and summary.json to the run folder")
+                             "policy.pt; the graph policy reads a --cluster's devices and learns on its simulated "
+                             "rewards (or real ones on this machine's, --reward real), for --samples or --budget, "
+                             "and writes placement.json, policy.pt, checkpoint.pt (--resume) and summary.json to "
+                             "the run folder")
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the closing comparison (every baseline placer, random search and the learned "
                              "placements measured side by side, as placer compare --include-rl does)")
@@ -144,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
     if args.policy != "seq2seq":
         from placer.commands.train_graph_policy import finetune_from_args
 
+        args.reward = args.reward or "simulated"   # the graph policy's default: it was pre-trained on the simulator
         return finetune_from_args(args, _run_dir(args), budget_s)
+    args.reward = args.reward or "hybrid"
     described = simulated_only(args)   # --cluster: hardware this machine is not, every figure simulated
     args.warm_start = searches.default_warm_start(args, described)
     hp = Hyperparameters(**{f.name: getattr(args, f.name) for f in fields(Hyperparameters)})
@@ -182,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
         # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
         cost = _cost_model(args, graph, devices, confirm)
     # Real rewards are paired: each batch in interleaved rounds with the best single device
-    measurer = _paired(args, graph, confirm, cost, run_dir) if plan.reward != "simulated" else None
+    profiled = getattr(getattr(cost, "profile", None), "step_times", {}) or {}
+    measurer = paired_rewards(args, graph, confirm, profiled, run_dir) if plan.reward != "simulated" else None
     pool = pool_from_args(args, graph, devices, protocol, training, args.engine)   # --workers: many placements measured at once
     measurer = pool if pool is not None else measurer
     simulator = None if plan.reward == "real" else confirm if described else \
@@ -322,16 +330,15 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
     write_outputs(comparison, run_dir / "compare", plot=False)
 
 
-def _paired(args: argparse.Namespace, graph, real, cost, run_dir: Path):
+def paired_rewards(args: argparse.Namespace, graph, real, predicted: dict[str, float], run_dir: Path):
     """The measurer of real rewards: each batch measured in interleaved rounds together with the
-    single device the profile finds fastest (the first one without a profile), its figures paired
-    ratios to that device times the run's anchor (`PairedMeasurer`)."""
+    single device `predicted` (device -> predicted step time) finds fastest (the first one it does
+    not predict), its figures paired ratios to that device times the run's anchor (`PairedMeasurer`)."""
     from placer.measure.paired_measurer import PairedMeasurer
     from placer.measure.rounds import RoundsProtocol
     from placer.placement import Placement
 
-    profiled = getattr(getattr(cost, "profile", None), "step_times", {}) or {}
-    device = min(real.devices, key=lambda d: (profiled.get(d) is None, profiled.get(d) or 0.0))
+    device = min(real.devices, key=lambda d: (predicted.get(d) is None, predicted.get(d) or 0.0))
     reference = Placement.single_device(list(graph.nodes), device, graph.sha256)
     least = max(6, args.repeats)   # a 95% interval needs 6 rounds
     rounds = RoundsProtocol(warmup=args.warmup, min_rounds=least, max_rounds=2 * least, max_seconds=120.0,

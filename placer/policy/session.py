@@ -151,8 +151,9 @@ class TrainingSession:
                                     hp.temperature, hp.tanh_constant, hp.forget_bias)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=hp.lr)
         self.objective = describe_objective(sources)   # a forward pass, or a training step
-        self.identity = {"graph_sha256": graph.sha256, "devices": self.devices, "grouping": grouping.signature(),
-                         "hparams": hp.to_dict(), "seed": seed, **plan.identity(),
+        # "learner" first: a graph policy fine-tune's checkpoint is refused as such (policy/gnn/finetune.py)
+        self.identity = {"learner": "seq2seq", "graph_sha256": graph.sha256, "devices": self.devices,
+                         "grouping": grouping.signature(), "hparams": hp.to_dict(), "seed": seed, **plan.identity(),
                          "objective": self.objective,
                          "simulator": describe_protocol(sources.simulated) if plan.reward != REAL else None,
                          "warm_start": warm_start.source if warm_start is not None else None}
@@ -382,10 +383,11 @@ class TrainingSession:
         self.writer.close()
 
     def _resume(self) -> None:
-        # Checkpoints written before rewards had modes were real-measurement runs.
+        # Checkpoints written before rewards had modes were real-measurement runs, and before
+        # learners were named, seq2seq ones.
         data = load_checkpoint(self.run_dir, self.identity,
-                               defaults={"reward": REAL, "real_fraction": None, "simulator": None, "warm_start": None,
-                                         "objective": {"objective": "inference"}})
+                               defaults={"learner": "seq2seq", "reward": REAL, "real_fraction": None, "simulator": None,
+                                         "warm_start": None, "objective": {"objective": "inference"}})
         self.policy.load_state_dict(data["policy"])
         self.optimizer.load_state_dict(data["optimizer"])
         self.state = TrainState(**data["state"])

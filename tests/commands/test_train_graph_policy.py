@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import onnx
 import pytest
@@ -11,10 +12,14 @@ import torch
 from placer.cli import main
 from placer.costmodel.roofline import cluster_measurer
 from placer.hardware import load_cluster
+from placer.hardware.cluster import LOCAL_SOURCE
 from placer.kernels.loading import load_graph
+from placer.measure.paired_measurer import PairedMeasurer
 from placer.placement import Placement
 from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, save_policy
 from testgraphs import branches
+
+from .test_cluster_cli import BOX
 
 
 @pytest.fixture
@@ -52,5 +57,68 @@ def test_fine_tuning_refuses_what_it_cannot_do_in_one_line(tmp_path, model, poli
     assert "--cluster" in capsys.readouterr().err
     assert main(base + ["--policy", "lstm", "--cluster", "2xt4-pcie"]) == 2
     assert "seq2seq, pretrained or a graph policy file" in capsys.readouterr().err
-    assert main(base + ["--policy", str(policy_file), "--cluster", "2xt4-pcie", "--reward", "real"]) == 2
-    assert "simulated" in capsys.readouterr().err
+    assert main(base + ["--policy", str(policy_file), "--cluster", "2xt4-pcie", "--reward", "hybrid"]) == 2
+    assert "--reward simulated (its default) or real" in capsys.readouterr().err
+
+
+def test_real_rewards_on_hardware_this_machine_is_not_are_refused_in_one_line(tmp_path, model, policy_file, capsys):
+    assert main(["train", "--graph", str(model), "--samples", "10", "--run-dir", str(tmp_path / "r"), "--policy",
+                 str(policy_file), "--cluster", "2xt4-pcie", "--reward", "real"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--reward real runs placements for real" in err, err
+    assert "hardware this machine does not have" in err and "describe-local" in err
+
+
+@pytest.fixture
+def this_machine(tmp_path):
+    """This machine's two virtual CPUs as a cluster file, marked as `placer cluster describe-local`
+    marks the file it writes here (its figures a datasheet's, not measured: quicker)."""
+    path = tmp_path / "here.toml"
+    two_cpus = BOX.replace("cuda:0", "cpu:1").replace('model = "tesla-k40"', 'model = "xeon-e5-2699-v3"')
+    path.write_text(f'source = "{LOCAL_SOURCE} on {socket.gethostname() or "localhost"}, 2025-01-01T00:00:00Z"\n'
+                    + two_cpus)
+    assert load_cluster(str(path)).is_this_machine()
+    return path
+
+
+def test_real_rewards_on_this_machines_cluster_are_measured_on_its_devices(tmp_path, model, policy_file,
+                                                                           this_machine, capsys, monkeypatch):
+    measured = []
+    measure_many = PairedMeasurer.measure_many
+    monkeypatch.setattr(PairedMeasurer, "measure_many", lambda self, ps: measured.extend(ps) or measure_many(self, ps))
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model), "--cluster", str(this_machine), "--policy", str(policy_file),
+                 "--reward", "real", "--samples", "8", "--warmup", "0", "--run-dir", str(run)]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["reward"] == "real" and summary["simulated"] is False
+    assert summary["samples_by_reward"] == {"real": summary["samples"], "simulated": 0}
+    # every distinct sample, the zero-shot, the heuristic's and the greedy placement, on the devices
+    assert len(measured) == summary["measured_placements"] > 3
+    placement = Placement.load(run / "placement.json")
+    assert placement.extra["placer"]["measured_step_time"] == summary["best_step_time"]
+    out = capsys.readouterr().out
+    assert "rewards measured" in out and "ms measured" in out and "simulated" not in out
+
+
+def test_a_resume_with_other_settings_is_refused_in_one_line(tmp_path, model, policy_file, this_machine, capsys,
+                                                             monkeypatch):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))   # nothing of a test in the user's cache
+    run = tmp_path / "run"
+    same = ["train", "--graph", str(model), "--samples", "32", "--run-dir", str(run), "--cluster", str(this_machine),
+            "--policy", str(policy_file)]
+    assert main(same) == 0
+    other_policy = save_policy(GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2)),
+                               tmp_path / "other.pt")
+    other_graph = tmp_path / "other.onnx"
+    onnx.save(branches(2, 2, width=128, batch=32), other_graph)
+    for change, expected in ((["--cluster", "2xt4-pcie"], "different cluster"),
+                             (["--policy", str(other_policy)], "different policy"),
+                             (["--graph", str(other_graph)], "different graph"),
+                             (["--reward", "real"], "different reward"),
+                             (["--seed", "1"], "different seed"),
+                             (["--policy", "seq2seq", "--reward", "simulated", "--cost-model", "analytic"],
+                              "different learner")):
+        capsys.readouterr()
+        assert main(same + change + ["--resume"]) == 2, change
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and expected in err, err

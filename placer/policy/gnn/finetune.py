@@ -1,10 +1,14 @@
 """Fine-tuning the graph policy on one graph and cluster (`placer train --policy pretrained`).
 
-The same REINFORCE step as pre-training (`learn.update`) on one episode, with simulated rewards,
-until a number of sampled placements or a time budget is spent. The run folder gets TensorBoard
-curves, `policy.pt` (the fine-tuned weights), `placement.json` (the fastest placement seen: the
-zero-shot one, or a sampled one) and `summary.json`, whose `curve` says after how many samples the
-best placement reached each figure, the yardstick against a per-graph learner's.
+The same REINFORCE step as pre-training (`learn.update`) on one episode, until a number of sampled
+placements or a time budget is spent. Step times are simulated on the cluster's description, or
+measured on its devices when the cluster is this machine (`rewards.py`). The run folder gets
+TensorBoard curves, `checkpoint.pt` (weights, optimizer, random states and where the run stands:
+every `CHECKPOINT_INTERVAL_S` seconds, at the end and on Ctrl-C, so that `resume` continues to the
+result an uninterrupted run reaches), `policy.pt` (the fine-tuned weights), `placement.json` (the
+fastest placement seen: the zero-shot one, a sampled one or the policy's greedy one at the end)
+and `summary.json`, whose `curve` says after how many samples the best placement reached each
+figure, the yardstick against a per-graph learner's.
 """
 
 from __future__ import annotations
@@ -12,17 +16,46 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from placer.errors import PlacerError
+from placer.placement import Placement
+from placer.policy.checkpoint import load_checkpoint, save_checkpoint
 from placer.policy.gnn.checkpoint import save_policy
 from placer.policy.gnn.episode import Episode
-from placer.policy.gnn.learn import LearnConfig, rollout, update, yardstick
+from placer.policy.gnn.learn import LearnConfig, relative_costs, rollout, update
 from placer.policy.gnn.placing import place_episode
+from placer.policy.gnn.rewards import SimulatedRewards
+from placer.policy.phases import REAL, SIMULATED
+from placer.policy.session import CHECKPOINT_INTERVAL_S, deferred_interrupt
+
+LEARNER = "graph policy"   # in the checkpoint: a seq2seq run's is not resumed here, nor this one there
+
+
+@dataclass
+class FinetuneState:
+    """Where a fine-tune stands, as plain data: what the checkpoint keeps besides tensors."""
+
+    zero_shot_step_time: float
+    heuristic_step_time: float   # the best list heuristic's placement, priced as the samples (inf: it fails)
+    scale: float                 # what step times are divided by: the heuristic's, else the zero-shot one's
+    best: dict[str, Any]         # the fastest placement so far (`Placement.to_dict`)
+    best_step_time: float
+    best_source: str = "zero-shot"
+    samples: int = 0
+    seconds: float = 0.0
+    curve: list[dict[str, Any]] = field(default_factory=list)
+
+    def consider(self, placement: Placement, step_time: float, source: str) -> None:
+        """Keep `placement` if it is faster than the best so far."""
+        if step_time < self.best_step_time * (1 - 1e-12):
+            self.best, self.best_step_time, self.best_source = placement.to_dict(), float(step_time), source
+            self.curve.append({"samples": self.samples, "best_step_time": self.best_step_time})
 
 
 @dataclass
@@ -32,52 +65,125 @@ class FinetuneResult:
     best_step_time: float
     greedy_step_time: float
     summary: dict[str, Any]
+    interrupted: bool = False
 
 
-def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, samples: int | None = None,
-             budget_s: float | None = None, seed: int = 0, run_info: dict[str, Any] | None = None,
+def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, rewards=None,
+             samples: int | None = None, budget_s: float | None = None, seed: int = 0, resume: bool = False,
+             identity: dict[str, Any] | None = None, run_info: dict[str, Any] | None = None,
              log: Callable[[str], None] = print) -> FinetuneResult:
-    """Fine-tune `policy` on `episode` for `samples` sampled placements or `budget_s` seconds."""
+    """Fine-tune `policy` on `episode` for `samples` sampled placements or `budget_s` seconds in all
+    (a resumed run counts the ones before), scored by `rewards` (default `SimulatedRewards`).
+    `identity` (the graph, cluster, policy file) is what `resume` must find in the checkpoint."""
     from torch.utils.tensorboard import SummaryWriter
 
+    rewards = rewards or SimulatedRewards(episode)
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
-    writer = SummaryWriter(str(run_dir))
-    zero_shot = place_episode(policy, episode, keep_heuristic=False)   # the policy's own
-    best_time = zero_shot.extra["placer"]["simulated_step_time"]
-    best, best_source = zero_shot, "zero-shot"
-    scale = yardstick(episode, np.asarray([best_time]))
-    curve = [{"samples": 0, "best_step_time": best_time}]
-    done, started = 0, time.monotonic()
-    while (samples is None or done < samples) and (budget_s is None or time.monotonic() - started < budget_s):
-        r = rollout(policy, episode, config, generator)
-        stats = update(policy, optimizer, [episode], [r], config)
-        done += r.actions.shape[0] * r.actions.shape[1]
-        k, j = np.unravel_index(np.argmin(r.costs), r.costs.shape)
-        if r.costs[k, j] * scale < best_time * (1 - 1e-12) and r.costs[k, j] < config.failure_ratio:
-            best_time = float(r.costs[k, j] * scale)
-            best, best_source = episode.placement(r.actions[k, j], simulated_step_time=best_time), "sampled"
-            curve.append({"samples": done, "best_step_time": best_time})
-        for name, value in stats.items():
-            writer.add_scalar("charts/" + name, value, done)
-        writer.add_scalar("charts/best_step_time", best_time, done)
-    greedy = place_episode(policy, episode, keep_heuristic=False)
-    greedy_time = greedy.extra["placer"]["simulated_step_time"]
-    if greedy_time < best_time:
-        best, best_time, best_source = greedy, greedy_time, "greedy"
-        curve.append({"samples": done, "best_step_time": best_time})
+    identity = {"learner": LEARNER, **(identity or {}), "reward": rewards.reward, "seed": seed,
+                "learning": config.to_dict()}
+    if resume:
+        state = _resume(run_dir, identity, policy, optimizer, generator, rewards)
+        log(f"resumed {run_dir} at {state.samples} samples")
+    else:
+        state = _start(policy, episode, rewards)
+    writer = SummaryWriter(str(run_dir), purge_step=state.samples if resume else None)
+
+    def checkpoint() -> None:
+        save_checkpoint(run_dir, {**identity, "weights": policy.state_dict(), "optimizer": optimizer.state_dict(),
+                                  "rng": {"sampler": generator.get_state(), "torch": torch.get_rng_state()},
+                                  "state": asdict(state), "rewards": rewards.state()})
+
+    def costs(actions: np.ndarray) -> np.ndarray:
+        K, R, G = actions.shape
+        return relative_costs(rewards.step_times(actions.reshape(K * R, G)).reshape(K, R), state.scale,
+                              config.failure_ratio)
+
+    started = saved = time.monotonic()
+    started -= state.seconds
+    interrupted = False
+    try:
+        while (samples is None or state.samples < samples) and \
+                (budget_s is None or time.monotonic() - started < budget_s):
+            before = generator.get_state()
+            try:
+                r = rollout(policy, episode, config, generator, costs)
+            except KeyboardInterrupt:
+                generator.set_state(before)   # the batch was not learned from: a resume samples it again
+                raise
+            with deferred_interrupt():       # the update and its bookkeeping whole, or not at all
+                stats = update(policy, optimizer, [episode], [r], config)
+                state.samples += r.actions.shape[0] * r.actions.shape[1]
+                k, j = np.unravel_index(np.argmin(r.costs), r.costs.shape)
+                if r.costs[k, j] < config.failure_ratio:
+                    state.consider(episode.placement(r.actions[k, j]), float(r.costs[k, j] * state.scale), "sampled")
+                state.seconds = time.monotonic() - started
+            for name, value in stats.items():
+                writer.add_scalar("charts/" + name, value, state.samples)
+            writer.add_scalar("charts/best_step_time", state.best_step_time, state.samples)
+            if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
+                checkpoint()
+                saved = time.monotonic()
+    except KeyboardInterrupt:
+        interrupted = True
+        log(f"interrupted at {state.samples} samples; the run is saved in {run_dir / 'checkpoint.pt'}")
+    state.seconds = time.monotonic() - started
+    checkpoint()
+    greedy_time = math.inf
+    if not interrupted:   # the policy as it ends: what it learned
+        greedy = place_episode(policy, episode, keep_heuristic=False)
+        greedy_time = rewards.placed(greedy)
+        state.consider(greedy, greedy_time, "greedy")
     writer.close()
-    best.extra["placer"]["source"] = f"graph policy, fine-tuned ({best_source})"
-    best.save(run_dir / "placement.json")
+    if math.isfinite(state.best_step_time):   # else no placement ran: nothing to hand a user
+        best = Placement.from_dict(state.best)
+        best.extra["placer"][f"{rewards.figures}_step_time"] = state.best_step_time
+        best.extra["placer"]["source"] = f"graph policy, fine-tuned ({state.best_source})"
+        best.save(run_dir / "placement.json")
     save_policy(policy, run_dir / "policy.pt", {**(run_info or {}), "fine_tuned_on": episode.name})
-    summary = {**(run_info or {}), "samples": done, "seconds": round(time.monotonic() - started, 1),
-               "zero_shot_step_time": zero_shot.extra["placer"]["simulated_step_time"],
-               "greedy_step_time": greedy_time, "best_step_time": best_time, "best_source": best_source,
-               "best_heuristic": episode.best_name,
-               "best_heuristic_step_time": episode.best_time if math.isfinite(episode.best_time) else None,
-               "curve": curve}
+    summary = _summary(state, episode, rewards, greedy_time, interrupted, run_info)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return FinetuneResult(done, summary["zero_shot_step_time"], best_time, greedy_time, summary)
+    return FinetuneResult(state.samples, state.zero_shot_step_time, state.best_step_time, greedy_time, summary,
+                          interrupted)
+
+
+def _start(policy, episode: Episode, rewards) -> FinetuneState:
+    """A fresh run: the policy's own zero-shot placement is the best so far."""
+    zero_shot = place_episode(policy, episode, keep_heuristic=False)   # the policy's own
+    zero_shot_time, heuristic = rewards.placed(zero_shot), rewards.heuristic()
+    scale = next((t for t in (heuristic, zero_shot_time) if math.isfinite(t)), None)
+    if scale is None:
+        raise PlacerError(f"neither the best list heuristic's placement nor the policy's own ran on "
+                          f"{episode.cluster.name}'s devices ({rewards.reward}), so there is no step time to learn "
+                          "against; give the devices more memory (mem= caps), or use --policy seq2seq")
+    curve = [{"samples": 0, "best_step_time": zero_shot_time}] if math.isfinite(zero_shot_time) else []
+    return FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, curve=curve)
+
+
+def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generator, rewards) -> FinetuneState:
+    """Everything as the checkpoint left it; a `PlacerError` in one line for a run made otherwise."""
+    data = load_checkpoint(run_dir, identity, defaults={"learner": "seq2seq"})
+    policy.load_state_dict(data["weights"])
+    optimizer.load_state_dict(data["optimizer"])
+    generator.set_state(data["rng"]["sampler"])
+    torch.set_rng_state(data["rng"]["torch"])
+    rewards.load_state(data["rewards"])
+    return FinetuneState(**data["state"])
+
+
+def _summary(state: FinetuneState, episode: Episode, rewards, greedy_time: float, interrupted: bool,
+             run_info: dict[str, Any] | None) -> dict[str, Any]:
+    """summary.json: the figures (None where a placement failed), which reward made them and how many samples."""
+    def figure(t: float) -> float | None:
+        return t if math.isfinite(t) else None
+
+    return {**(run_info or {}), "reward": rewards.reward, "simulated": rewards.reward != REAL,
+            "samples": state.samples, "samples_by_reward": {REAL: 0, SIMULATED: 0, rewards.reward: state.samples},
+            **rewards.counts(), "seconds": round(state.seconds, 1), "interrupted": interrupted,
+            "zero_shot_step_time": figure(state.zero_shot_step_time), "greedy_step_time": figure(greedy_time),
+            "best_step_time": figure(state.best_step_time), "best_source": state.best_source,
+            "best_heuristic": episode.best_name, "best_heuristic_step_time": figure(state.heuristic_step_time),
+            "curve": state.curve}

@@ -1,0 +1,111 @@
+"""Fine-tuning the graph policy: a run cut short by Ctrl-C resumes to where an uninterrupted one
+ends, and a placement that fails on the devices is a measured failure, not a crash."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import torch
+
+import placer.policy.gnn.finetune as finetune_module
+from placer.costmodel.roofline import cluster_measurer
+from placer.graph.load import load_graph
+from placer.hardware import load_cluster
+from placer.measure.measurement import OOM, Measurement
+from placer.placement import Placement
+from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig
+from placer.policy.gnn.episode import make_episode
+from placer.policy.gnn.finetune import finetune
+from placer.policy.gnn.learn import LearnConfig
+from placer.policy.gnn.rewards import MeasuredRewards, SimulatedRewards
+from testgraphs import branches
+
+SAMPLES = 256   # 8 updates of 16 samples of 2 rounds
+
+
+@pytest.fixture(scope="module")
+def episode():
+    graph = load_graph(branches(4, 2, width=128, batch=32))
+    return make_episode(graph, load_cluster("4xa100-nvlink"))
+
+
+def run(episode, run_dir, rewards=None, resume=False):
+    torch.manual_seed(0)
+    policy = GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
+    return finetune(policy, episode, run_dir, LearnConfig(), rewards=rewards, samples=SAMPLES, resume=resume,
+                    log=lambda text: None), policy
+
+
+class CtrlCWhileScoring(SimulatedRewards):
+    """Simulated rewards, with Ctrl-C pressed while the `n`-th batch is scored."""
+
+    def __init__(self, episode, n: int) -> None:
+        super().__init__(episode)
+        self.batches, self.n = 0, n
+
+    def step_times(self, group_assign):
+        self.batches += 1
+        if self.batches == self.n:
+            signal.raise_signal(signal.SIGINT)
+        return super().step_times(group_assign)
+
+
+@pytest.mark.parametrize("when", ["while a batch is scored", "during an update"])
+def test_a_fine_tune_cut_short_by_ctrl_c_resumes_to_where_an_uninterrupted_one_ends(tmp_path, episode, monkeypatch,
+                                                                                    when):
+    whole, whole_policy = run(episode, tmp_path / "whole")
+    if when == "while a batch is scored":
+        rewards = CtrlCWhileScoring(episode, n=4)
+    else:
+        rewards, update, calls = None, finetune_module.update, []
+
+        def pressed_during(*args):
+            calls.append(1)
+            if len(calls) == 4:
+                signal.raise_signal(signal.SIGINT)   # held until the update and its bookkeeping are whole
+            return update(*args)
+        monkeypatch.setattr(finetune_module, "update", pressed_during)
+    cut, _ = run(episode, tmp_path / "cut", rewards)
+    assert cut.interrupted and 0 < cut.samples < SAMPLES
+    monkeypatch.undo()
+    resumed, resumed_policy = run(episode, tmp_path / "cut", resume=True)
+    assert not resumed.interrupted and resumed.samples == whole.samples == SAMPLES
+    for key in ("best_step_time", "best_source", "greedy_step_time", "curve"):
+        assert resumed.summary[key] == whole.summary[key], key
+    # the same weights: the optimizer's moments and the sampler's state went on from where they stopped
+    for name, weights in whole_policy.state_dict().items():
+        assert torch.equal(resumed_policy.state_dict()[name], weights), name
+    assert Placement.load(tmp_path / "cut" / "placement.json").nodes == \
+        Placement.load(tmp_path / "whole" / "placement.json").nodes
+
+
+class SmallMemory:
+    """A measurer of the roofline figures on devices that run out of memory with more than 5 of the
+    17 nodes (the best heuristic's placement has at most 5 a device, the policy's zero-shot one 6)."""
+
+    def __init__(self, episode) -> None:
+        self.simulated = cluster_measurer(episode.cluster, episode.graph)
+        self.devices = self.simulated.devices
+        self.failed = 0
+
+    def measure(self, placement: Placement) -> Measurement:
+        if max(placement.device_counts().values()) > 5:
+            self.failed += 1
+            return Measurement(ok=False, failure=OOM, reason="out of memory")
+        return self.simulated.measure(placement)
+
+
+def test_a_placement_that_fails_on_the_devices_costs_a_failure_and_the_run_goes_on(tmp_path, episode):
+    measurer = SmallMemory(episode)
+    result, _ = run(episode, tmp_path / "run", MeasuredRewards(episode, measurer))
+    assert not result.interrupted and result.samples == SAMPLES and measurer.failed > 1
+    s = result.summary
+    assert s["reward"] == "real" and s["simulated"] is False
+    assert s["samples_by_reward"] == {"real": SAMPLES, "simulated": 0}
+    assert 0 < s["measured_placements"] <= SAMPLES + s["measured_besides_samples"]
+    assert s["zero_shot_step_time"] is None and s["best_step_time"] is not None   # the zero-shot one failed
+    placed = Placement.load(tmp_path / "run" / "placement.json")
+    assert max(placed.device_counts().values()) <= 5
+    assert placed.extra["placer"]["measured_step_time"] == s["best_step_time"] == \
+        measurer.simulated.measure(placed).step_time
