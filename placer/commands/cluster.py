@@ -219,7 +219,7 @@ def _describe_local(args: argparse.Namespace) -> int:
 
 def _alike_devices_alike(figures: dict[str, dict[str, float]], devices, threads) -> dict[str, dict[str, float]]:
     """Identical devices (the same spec but for the index, with the same threads: what the profiler
-    calls a class) get the same figures, the best any of them measured: two virtual CPU devices
+    calls a class) get the same figures, the best any of them measured (contention: the median): two virtual CPU devices
     read 157 and 173 GFLOPS here one run apart, and a model must not take that noise for a
     difference between them."""
     from dataclasses import replace
@@ -230,8 +230,10 @@ def _alike_devices_alike(figures: dict[str, dict[str, float]], devices, threads)
         classes.setdefault(key, []).append(d.name)
     alike = {}
     for members in classes.values():
-        best = {k: (min if k in ("launch", "contention") else max)(figures[m][k] for m in members if k in figures[m])
-                for k in figures[members[0]]}
+        # the best any measured (noise only slows a figure down), but contention, which noise moves
+        # either way (a busy moment in the run alone, or in the run together): their median
+        best = {k: (statistics.median if k == "contention" else min if k == "launch" else max)(
+                    [figures[m][k] for m in members if k in figures[m]]) for k in figures[members[0]]}
         alike.update({m: dict(best) for m in members})
     return alike
 
@@ -271,36 +273,71 @@ def _measure_device(device, threads: int | None, cores: frozenset[int] | None) -
     return _on_device_threads([device], {device.name: threads}, {device.name: cores}, _device_figures)[device.name]
 
 
-CONTENTION_TRIALS = 5
+CONTENTION_BLOCKS = 16     # each chain: this many blocks of a conv, its scale, activation and residual add
+CONTENTION_CHANNELS = 48   # at 28 x 28, batch 1: ops of 0.04-0.1 ms, as a batch-1 CNN's are
+CONTENTION_ROUNDS = 5
 
 
 def _measure_contention(devices, threads: dict, cores: dict) -> dict[str, float]:
-    """How many times slower each CPU device runs a mix of GEMMs and memory-bound element-wise work
-    while every other one runs it too, against alone (median of CONTENTION_TRIALS, at least 1):
-    virtual CPU devices share the machine's memory bandwidth and caches. One device: nothing to share."""
+    """How many times slower a CPU device runs its part of a step in placer's torch engine while
+    another CPU device runs its own: a chain of CNN blocks on the first device alone, against two
+    such chains, one per device, in one step (no tensor crosses between them), medians of
+    interleaved steps. Virtual CPU devices share the memory bandwidth and caches, and the engine's
+    Python thread per device shares the interpreter, whose lock every op's dispatch takes: small
+    element-wise ops alone read 4.4x slower with both devices busy here, a conv 1.0x, so a figure
+    from large torch ops alone (1.00-1.02) understates what a step sees. One device: nothing to share;
+    the first two CPU devices' figure serves them all."""
     if len(devices) < 2:
         return {}
-    import torch
+    from placer.measure.measurer import MeasureProtocol, measurer_for
+    from placer.placement import Placement
 
-    def mix(device) -> float:
-        a, b = torch.randn(384, 384), torch.randn(384, 384)
-        x = torch.randn(4 * 2**20)
-        start = time.perf_counter()
-        for _ in range(8):
-            torch.matmul(a, b)
-            torch.mul(x, 1.5, out=x)
-            torch.add(x, 1.0, out=x)
-        return time.perf_counter() - start
+    names = [d.name for d in devices[:2]]
+    one, two = _chains_graph(1), _chains_graph(2)
+    alone = Placement(names, {n: names[0] for n in one.nodes})
+    side_by_side = Placement(names, {n: names[int(n.startswith("chain1"))] for n in two.nodes})
+    measured = {"alone": (measurer_for("torch", one, devices[:2], MeasureProtocol(warmup=5, repeats=15)), alone),
+                "side_by_side": (measurer_for("torch", two, devices[:2], MeasureProtocol(warmup=5, repeats=15)),
+                                 side_by_side)}
+    steps: dict[str, list[float]] = {label: [] for label in measured}
+    for _ in range(CONTENTION_ROUNDS):
+        for label, (measurer, placement) in measured.items():
+            m = measurer.measure(placement)
+            if not m.ok:
+                raise PlacerError(f"describe-local: the contention chains failed on {', '.join(names)}: {m.reason}")
+            steps[label].append(m.step_time)
+    factor = max(1.0, statistics.median(steps["side_by_side"]) / statistics.median(steps["alone"]))
+    return {d.name: factor for d in devices}
 
-    _on_device_threads(devices, threads, cores, mix)   # warm up every device's thread pool
-    alone: dict[str, list[float]] = {d.name: [] for d in devices}
-    together: dict[str, list[float]] = {d.name: [] for d in devices}
-    for _ in range(CONTENTION_TRIALS):
-        for d in devices:
-            alone[d.name].append(_on_device_threads([d], threads, cores, mix)[d.name])
-        for name, t in _on_device_threads(devices, threads, cores, mix).items():
-            together[name].append(t)
-    return {name: max(1.0, statistics.median(together[name]) / statistics.median(alone[name])) for name in alone}
+
+def _chains_graph(chains: int):
+    """`chains` independent chains of CONTENTION_BLOCKS CNN blocks from one input, each its own output."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from placer.kernels.loading import load_graph
+
+    rng = np.random.default_rng(0)
+    c = CONTENTION_CHANNELS
+    nodes, weights, outputs = [], [], []
+    for k in range(chains):
+        x = "x"
+        for b in range(CONTENTION_BLOCKS):
+            p = f"chain{k}_{b}"
+            weights += [numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * 0.05).astype(np.float32), f"{p}_w"),
+                        numpy_helper.from_array(np.full((1, c, 1, 1), 0.5, np.float32), f"{p}_scale")]
+            nodes += [helper.make_node("Conv", [x, f"{p}_w"], [f"{p}_conv"], pads=[1, 1, 1, 1], name=f"{p}_conv"),
+                      helper.make_node("Mul", [f"{p}_conv", f"{p}_scale"], [f"{p}_mul"], name=f"{p}_mul"),
+                      helper.make_node("Relu", [f"{p}_mul"], [f"{p}_relu"], name=f"{p}_relu"),
+                      helper.make_node("Add", [f"{p}_relu", x], [f"{p}_out"], name=f"{p}_add")]
+            x = f"{p}_out"
+        outputs.append(helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, 28, 28]))
+    model = helper.make_model(helper.make_graph(
+        nodes, "contention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 28, 28])], outputs, weights),
+        opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return load_graph(model)
 
 
 def _device_figures(device) -> dict[str, float]:
@@ -500,6 +537,10 @@ def _cluster_toml(name: str, description: str, source: str, devices: list[tuple[
              f"source = {_toml_value(source)}"]
     if hosts:
         lines.append(f"hosts = {_toml_value(hosts)}")
+    if any(contention > 1.0 for _, _, contention in devices):
+        lines += ["", f"# contention: a chain of {CONTENTION_BLOCKS} CNN blocks ({CONTENTION_CHANNELS}-channel 3x3 conv, "
+                      "scale, ReLU, residual add, 28 x 28, batch 1) on one device in placer's torch engine, against "
+                      "two such chains side by side on two devices in one step, medians of interleaved steps"]
     for device, model, contention in devices:
         lines += ["", "[[device]]", f"name = {_toml_value(device)}", f"model = {_toml_value(model)}",
                   'machine = "m0"'] + ([f"contention = {contention:.3f}"] if contention > 1.0 else [])

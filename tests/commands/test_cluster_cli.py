@@ -115,7 +115,7 @@ def test_describe_local_writes_a_file_that_loads_with_measured_figures(tmp_path,
     assert cluster.route("cpu:0", "cpu:1") == (link,)
     # two virtual CPUs share the machine's memory: measured, at least 1, and not absurd
     assert all(1.0 <= d.contention < 10.0 for d in cluster.devices)
-    assert len({d.contention for d in cluster.devices}) == 1   # identical devices, one figure (the least)
+    assert len({d.contention for d in cluster.devices}) == 1   # identical devices, one figure (their median)
     # this machine, as --cluster asks before running anything for real; a catalogue cluster is not
     assert cluster.is_this_machine() and not load_cluster("paper-2xk40").is_this_machine()
     elsewhere = tmp_path / "elsewhere.toml"
@@ -150,3 +150,28 @@ def test_the_hand_over_is_what_a_crossing_adds_to_a_step_in_the_engine(monkeypat
     devices = parse_devices("cpu:0[threads=1],cpu:1[threads=1]")
     latency, bandwidth = cluster_command._engine_handover(devices)
     assert latency == pytest.approx(50e-6 + 1024e-9) and bandwidth == pytest.approx(1e9)
+
+
+def test_identical_devices_share_the_best_figures_but_the_median_contention():
+    from placer.commands.cluster import _alike_devices_alike
+    from placer.devices import parse_devices
+
+    devices = parse_devices("cpu:0[threads=1],cpu:1[threads=1],cpu:2[threads=1]")
+    measured = {"cpu:0": {"float32": 1e11, "launch": 2e-6, "contention": 1.00},
+                "cpu:1": {"float32": 2e11, "launch": 1e-6, "contention": 1.10},
+                "cpu:2": {"float32": 3e11, "launch": 3e-6, "contention": 1.30}}
+    alike = _alike_devices_alike(measured, devices, {d.name: 1 for d in devices})
+    # noise only slows GEMMs and launches down: the best; contention it moves either way: the median
+    assert all(f == {"float32": 3e11, "launch": 1e-6, "contention": 1.10} for f in alike.values())
+
+
+def test_the_contention_chains_share_no_tensor_so_a_step_of_both_is_two_devices_busy_at_once():
+    from placer.commands.cluster import CONTENTION_BLOCKS, _chains_graph
+
+    one, two = _chains_graph(1), _chains_graph(2)
+    assert len(two.nodes) == 2 * len(one.nodes) == 2 * 4 * CONTENTION_BLOCKS and len(two.outputs) == 2
+    # the side-by-side placement puts chain1 on the second device: no edge may join the chains
+    # (a crossing would add its hand-over to the step and read as contention)
+    chain = {n: n.startswith("chain1") for n in two.nodes}
+    assert sum(chain.values()) == len(one.nodes)
+    assert all(chain[u] == chain[v] for u, v in two.dag.edges)
