@@ -73,7 +73,7 @@ def test_polishing_the_learned_placement_counts_in_the_samples_and_never_makes_i
     summary = json.loads((run / "summary.json").read_text())
     polish = summary["polish"]
     assert 0 < polish["samples"] <= 64 and polish["to_s"] <= polish["from_s"]
-    assert summary["samples"] <= 128 + 16   # the learner's whole updates, then the polish: the budget holds
+    assert summary["samples"] <= 128   # every simulated placement counts: the budget holds
     graph, cluster = load_graph(model), load_cluster("cpu-fast-slow-gpu")
     sim = Simulator(graph, cluster.device_names, RooflineCostModel(cluster, graph))
     index = {d: i for i, d in enumerate(cluster.device_names)}
