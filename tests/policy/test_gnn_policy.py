@@ -142,19 +142,33 @@ def test_a_checkpoint_loads_on_another_graph_and_device_count(tmp_path, chains):
     path = save_policy(policy, tmp_path / "policy.pt", {"made_by": "test"})
     loaded, info = load_policy(path)
     assert info["made_by"] == "test" and loaded.config == TINY
+    from placer.policy.gnn.placing import place_episode
+
     for graph, cluster in [(chains, two_gpus(True)), (load_graph(branches(6, 4)), load_cluster("dgx1-v100"))]:
         placement = loaded.place(graph, cluster)
         assert set(placement.nodes) == set(graph.nodes)
         assert set(placement.devices) == set(cluster.device_names)
-        again = policy.place(graph, cluster)
-        assert again.nodes == placement.nodes   # the same weights, the same placement
+        # the same weights: the same logits and the policy's own placement (not the heuristic's
+        # fallback, which two policies of any weights may share)
+        episode = make_episode(graph, cluster)
+        x = episode.tensors
+        nothing = policy.unplaced(x, 1)
+        with torch.no_grad():
+            assert torch.equal(loaded.logits(x, loaded.encode(x), nothing), policy.logits(x, policy.encode(x), nothing))
+        ours = place_episode(loaded, episode, keep_heuristic=False)
+        assert ours.nodes == place_episode(policy, episode, keep_heuristic=False).nodes
 
 
 def test_a_graph_larger_than_any_in_training_is_placed():
-    """Past 256 groups the grouping coarsens; the placement covers every node."""
-    graph = load_graph(branches(40, 8, width=16, batch=4))   # 641 ops: more than the most groups a policy sees
-    policy = GraphPlacementPolicy(TINY)
-    placement = policy.place(graph, load_cluster("4xa100-nvlink"))
-    assert len(placement.nodes) == len(graph.nodes) == 641
-    assert placement.extra["placer"]["groups"] <= 256
+    """The largest training graph (nmt at sequence length 20) has 1946 ops; this one has 4001. The
+    policy places its groups (at most MAX_GROUPS), and its own placement covers every node and runs."""
+    from placer.policy.gnn.features import MAX_GROUPS
+    from placer.policy.gnn.placing import place_episode
+
+    graph = load_graph(branches(200, 10, width=8, batch=1))
+    episode = make_episode(graph, load_cluster("4xa100-nvlink"), yardstick=False)   # no heuristics: the policy's own
+    placement = place_episode(GraphPlacementPolicy(TINY), episode, keep_heuristic=False)
+    assert len(placement.nodes) == len(graph.nodes) == 4001
+    assert placement.extra["placer"]["groups"] <= MAX_GROUPS
+    assert np.isfinite(placement.extra["placer"]["simulated_step_time"])
 
