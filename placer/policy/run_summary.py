@@ -26,8 +26,12 @@ from placer.policy.run_state import CONVERGED_ENTROPY, TrainState
 from placer.policy.session import TrainingSession, describe_protocol
 
 
+# How a run's closing rounds are measured: the seq2seq learner's and the graph policy's fine-tune's.
+CLOSING_ROUNDS = RoundsProtocol(max_seconds=90.0)
+
+
 def confirm_side_by_side(confirm: Measurer, session: TrainingSession,
-                         rounds: RoundsProtocol = RoundsProtocol(max_seconds=90.0)) -> dict[str, Any]:
+                         rounds: RoundsProtocol = CLOSING_ROUNDS) -> dict[str, Any]:
     """Measure the fastest placements of training (of each phase), the greedy one and each single
     device again, side by side: in interleaved rounds when `confirm` runs placements for real (each
     figure then has its interval, and its paired ratio to the first single device), else one after
@@ -45,7 +49,8 @@ def confirm_side_by_side(confirm: Measurer, session: TrainingSession,
             candidates.append({**t, "training_step_time": t["step_time"], "training_reward": phase})
     to_measure = {f"single:{d}": a for d, a in singles.items()}
     to_measure.update({f"candidate:{i}": c["group_devices"] for i, c in enumerate(candidates)})
-    measured, ratio = _measure_side_by_side(confirm, session, to_measure, rounds)
+    measured, ratio = measure_side_by_side(confirm, {name: session.expand(a) for name, a in to_measure.items()},
+                                           rounds)
     single_measurements = {d: measured[f"single:{d}"] for d in singles}
     for i, c in enumerate(candidates):
         c["measurement"] = measured[f"candidate:{i}"]
@@ -60,17 +65,16 @@ def confirm_side_by_side(confirm: Measurer, session: TrainingSession,
     return {"candidates": candidates, "single_devices": single_measurements, "greedy": confirmed_greedy}
 
 
-def _measure_side_by_side(confirm: Measurer, session: TrainingSession, group_devices: dict[str, list[int]],
-                          rounds: RoundsProtocol):
-    """name -> measurement (as a dict) of each group placement, in interleaved rounds when `confirm`
+def measure_side_by_side(confirm: Measurer, placements: dict[str, Placement], rounds: RoundsProtocol):
+    """name -> measurement (as a dict) of each placement, in interleaved rounds when `confirm`
     can open placements; and `ratio(a, b)`: a's time over b's, an `Interval` (paired over the
     rounds, else exact from the figures: a simulated confirmation), None where either failed."""
     if not isinstance(confirm, OpensPlacements):
-        measured = {name: confirm.measure(session.expand(a)).to_dict() for name, a in group_devices.items()}
+        measured = {name: confirm.measure(p).to_dict() for name, p in placements.items()}
         return measured, partial(_exact_ratio, measured)
     record = confirm.run_record()
-    result = measure_in_rounds([Candidate(name, partial(confirm.open, session.expand(a)), record)
-                                for name, a in group_devices.items()], rounds, reference=next(iter(group_devices)))
+    result = measure_in_rounds([Candidate(name, partial(confirm.open, p), record) for name, p in placements.items()],
+                               rounds, reference=next(iter(placements)))
     measured = {name: m.to_dict() for name, m in result.measurements.items()}
     return measured, lambda a, b: result.ratio(a, b) if measured[a]["ok"] and measured[b]["ok"] else None
 
