@@ -33,7 +33,7 @@ def format_table(comparison: Comparison) -> str:
             ("respects" if r.respects_memory else "ignores")
         tied = "-" if r.step_time is None else ("fastest" if r.name == comparison.fastest
                                                 else r.vs_fastest_verdict or "")
-        lines.append([r.name, with_interval(r.step_time, m.interval if m is not None else None)] +
+        lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None)] +
                      ([_num(comparison.throughput(r), 1, 1)] if pipelined else []) + [format_interval(r.vs_best_single)] + ([format_interval(r.vs_whole_machine)] if has_whole else []) +
                      [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] + peaks +
                      [_num(r.find_time_s, 1, 3), caps, _short(r.status)])
@@ -89,7 +89,7 @@ def format_table(comparison: Comparison) -> str:
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + [""] + footer)
 
 
-def with_interval(seconds: float | None, interval: dict | None) -> str:
+def _with_interval(seconds: float | None, interval: dict | None) -> str:
     """'123.45 [121.0, 125.2]' (ms), or the time alone when there is no interval."""
     if seconds is None:
         return "-"
