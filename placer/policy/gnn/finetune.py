@@ -8,7 +8,9 @@ every `CHECKPOINT_INTERVAL_S` seconds, at the end and on Ctrl-C, so that `resume
 result an uninterrupted run reaches), `policy.pt` (the fine-tuned weights), `placement.json` (the
 fastest placement seen: the zero-shot one, a sampled one or the policy's greedy one at the end)
 and `summary.json`, whose `curve` says after how many samples the best placement reached each
-figure, the yardstick against a per-graph learner's.
+figure, the yardstick against a per-graph learner's. With measured rewards the run ends with its
+closing rounds (`closing.py`): its placements measured again side by side, the fastest of them
+written; Ctrl-C there leaves the checkpoint as training left it, so `resume` measures them again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from placer.errors import PlacerError
 from placer.placement import Placement
 from placer.policy.checkpoint import load_checkpoint, save_checkpoint
 from placer.policy.gnn.checkpoint import save_policy
+from placer.policy.gnn.closing import closing_figures, closing_placements, fastest_placement, measure_closing
 from placer.policy.gnn.episode import Episode
 from placer.policy.gnn.learn import LearnConfig, relative_costs, rollout, update
 from placer.policy.gnn.placing import place_episode
@@ -50,6 +53,7 @@ class FinetuneState:
     samples: int = 0
     seconds: float = 0.0
     curve: list[dict[str, Any]] = field(default_factory=list)
+    zero_shot: dict[str, Any] | None = None   # the policy's zero-shot placement, measured again at the end
 
     def consider(self, placement: Placement, step_time: float, source: str) -> None:
         """Keep `placement` if it is faster than the best so far."""
@@ -132,19 +136,27 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
         log(f"interrupted at {state.samples} samples; the run is saved in {run_dir / 'checkpoint.pt'}")
     state.seconds = time.monotonic() - started
     checkpoint()
-    greedy_time = math.inf
-    if not interrupted:   # the policy as it ends: what it learned
-        greedy = place_episode(policy, episode, keep_heuristic=False)
-        greedy_time = rewards.placed(greedy)
-        state.consider(greedy, greedy_time, "greedy")
+    greedy_time, closing, written = math.inf, None, None
+    if not interrupted:
+        try:
+            greedy = place_episode(policy, episode, keep_heuristic=False)   # the policy as it ends: what it learned
+            greedy_time = rewards.placed(greedy)
+            state.consider(greedy, greedy_time, "greedy")
+            if rewards.reward == REAL:   # simulated figures are exact: nothing to measure again
+                closing, written = _close(rewards, episode, state, greedy)
+        except KeyboardInterrupt:   # the checkpoint is training's: a resume measures the end again
+            interrupted = True
+            log("interrupted while measuring the run's placements at its end; --resume measures them again")
     writer.close()
-    if math.isfinite(state.best_step_time):   # else no placement ran: nothing to hand a user
+    if written is not None:
+        written.save(run_dir / "placement.json")
+    elif math.isfinite(state.best_step_time):   # else no placement ran: nothing to hand a user
         best = Placement.from_dict(state.best)
         best.extra["placer"][f"{rewards.figures}_step_time"] = state.best_step_time
         best.extra["placer"]["source"] = f"graph policy, fine-tuned ({state.best_source})"
         best.save(run_dir / "placement.json")
     save_policy(policy, run_dir / "policy.pt", {**(run_info or {}), "fine_tuned_on": episode.name})
-    summary = _summary(state, episode, rewards, greedy_time, interrupted, run_info)
+    summary = _summary(state, episode, rewards, greedy_time, interrupted, run_info, closing)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return FinetuneResult(state.samples, state.zero_shot_step_time, state.best_step_time, greedy_time, summary,
                           interrupted)
@@ -160,7 +172,8 @@ def _start(policy, episode: Episode, rewards) -> FinetuneState:
                           f"{episode.cluster.name}'s devices ({rewards.reward}), so there is no step time to learn "
                           "against; give the devices more memory (mem= caps), or use --policy seq2seq")
     curve = [{"samples": 0, "best_step_time": zero_shot_time}] if math.isfinite(zero_shot_time) else []
-    return FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, curve=curve)
+    return FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, curve=curve,
+                         zero_shot=zero_shot.to_dict())
 
 
 def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generator, rewards) -> FinetuneState:
@@ -174,16 +187,30 @@ def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generato
     return FinetuneState(**data["state"])
 
 
+def _close(rewards, episode: Episode, state: FinetuneState, greedy: Placement):
+    """The closing rounds (`closing.py`) and the placement to write, the fastest in them; (None,
+    None) when none ran again, so that training's figures stand."""
+    zero_shot = Placement.from_dict(state.zero_shot) if state.zero_shot else None
+    placements = closing_placements(episode, Placement.from_dict(state.best), state.best_source, greedy, zero_shot)
+    closing = measure_closing(rewards.measurer, placements, state.best_step_time)
+    return (closing, fastest_placement(placements, closing)) if closing["fastest"] else (None, None)
+
+
 def _summary(state: FinetuneState, episode: Episode, rewards, greedy_time: float, interrupted: bool,
-             run_info: dict[str, Any] | None) -> dict[str, Any]:
-    """summary.json: the figures (None where a placement failed), which reward made them and how many samples."""
+             run_info: dict[str, Any] | None, closing: dict[str, Any] | None = None) -> dict[str, Any]:
+    """summary.json: the figures (None where a placement failed), which reward made them and how many samples;
+    after closing rounds their figures, training's own under "during_training"."""
     def figure(t: float) -> float | None:
         return t if math.isfinite(t) else None
 
+    training = {"zero_shot_step_time": figure(state.zero_shot_step_time), "greedy_step_time": figure(greedy_time),
+                "best_step_time": figure(state.best_step_time), "best_source": state.best_source,
+                "best_heuristic_step_time": figure(state.heuristic_step_time)}
+    # measured figures are training's own unless closing rounds measured them again
+    confirmed = {"confirmed_side_by_side": False} if rewards.reward == REAL else {}
+    if closing is not None:
+        confirmed = {**closing_figures(closing), "during_training": training}
     return {**(run_info or {}), "reward": rewards.reward, "simulated": rewards.reward != REAL,
             "samples": state.samples, "samples_by_reward": {REAL: 0, SIMULATED: 0, rewards.reward: state.samples},
             **rewards.counts(), "seconds": round(state.seconds, 1), "interrupted": interrupted,
-            "zero_shot_step_time": figure(state.zero_shot_step_time), "greedy_step_time": figure(greedy_time),
-            "best_step_time": figure(state.best_step_time), "best_source": state.best_source,
-            "best_heuristic": episode.best_name, "best_heuristic_step_time": figure(state.heuristic_step_time),
-            "curve": state.curve}
+            **training, "best_heuristic": episode.best_name, "curve": state.curve, **confirmed}
