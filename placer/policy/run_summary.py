@@ -184,9 +184,13 @@ def speedup_text(summary: dict[str, Any]) -> str | None:
     if not summary.get("speedup_vs_best_single_device"):
         return None
     judged = summary.get("vs_best_single_device")
-    figure = (f"{format_interval(judged['speedup'])}, {verdict_words(Interval.from_dict(judged['speedup']))}"
-              if judged else format_ratio(summary["speedup_vs_best_single_device"]))
+    figure = judged_text(judged) if judged else format_ratio(summary["speedup_vs_best_single_device"])
     return f"speedup over the best single device ({summary['best_single_device']}): {figure}"
+
+
+def judged_text(judged: dict[str, Any]) -> str:
+    """A `speedup_record` as a user reads it: '1.32x [1.28, 1.35], faster'."""
+    return f"{format_interval(judged['speedup'])}, {verdict_words(Interval.from_dict(judged['speedup']))}"
 
 
 def _learning_figures(state: TrainState, n_groups: int, confirmed: dict[str, Any] | None,

@@ -18,6 +18,7 @@ from placer.measure.paired_measurer import PairedMeasurer
 from placer.placement import Placement
 from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, save_policy
 from testgraphs import branches
+from testmeasurers import Machine, odd_heuristic, single
 
 from .test_cluster_cli import BOX
 
@@ -122,3 +123,36 @@ def test_a_resume_with_other_settings_is_refused_in_one_line(tmp_path, model, po
         assert main(same + change + ["--resume"]) == 2, change
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and expected in err, err
+
+
+def test_real_rewards_end_with_the_closing_rounds_printed_with_intervals_and_verdicts(tmp_path, model, policy_file,
+                                                                                     this_machine, capsys,
+                                                                                     monkeypatch):
+    import placer.commands.train_graph_policy as command
+    import placer.policy.gnn.episode as episodes
+
+    make_episode = episodes.make_episode
+    monkeypatch.setattr(episodes, "make_episode", lambda *a, **k: odd_heuristic(make_episode(*a, **k)))
+    heuristic = []
+
+    def closing(placement):   # a single device 2 ms, the heuristic's placement 1% slower than the policy's 1 ms
+        return 2e-3 if single(placement) else 1.01e-3 if placement.nodes in heuristic else 1e-3
+
+    def fake(args, graph, episode, run_dir):
+        heuristic.append(episode.heuristic_placement().nodes)
+        return Machine(episode, closing)
+    monkeypatch.setattr(command, "_measurer", fake)
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model), "--cluster", str(this_machine), "--policy", str(policy_file),
+                 "--reward", "real", "--samples", "16", "--run-dir", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "measured again side by side at the end (10 interleaved rounds, 95% intervals" in out
+    rows = {line.strip().split("  ")[0]: line for line in out.splitlines() if line.startswith("  ")}
+    for label in ("best placement found", "fine-tuned (greedy)", "zero-shot placement", "single device cpu:0",
+                  "single device cpu:1"):   # each with its interval, or the one it is the same placement as
+        assert "ms [" in rows[label] or "the same placement as" in rows[label], label
+    assert rows["best placement found"].endswith("ms [1.000, 1.000]   2.00x [2.00, 2.00], faster")
+    assert "speedup over the best single device (cpu:0): 2.00x [2.00, 2.00], faster" in out
+    summary = json.loads((run / "summary.json").read_text())
+    assert f"against the best list heuristic ({summary['best_heuristic']}): 1.01x [1.01, 1.01], tied (within 2%)" in out
+    assert summary["vs_best_heuristic"]["verdict"] == "tied" and summary["vs_best_single_device"]["verdict"] == "faster"
