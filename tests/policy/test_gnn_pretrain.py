@@ -28,20 +28,63 @@ CONFIG = PretrainConfig(items_per_update=2, policy=PolicyConfig(hidden=8, layers
 
 
 def test_pretraining_writes_curves_checkpoints_and_held_out_figures(tmp_path, items):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from placer.policy.gnn.checkpoint import load_checkpoint
+    from placer.policy.gnn.episode import make_episode
+    from placer.policy.gnn.model import GraphPlacementPolicy
+    from placer.policy.gnn.placing import place_episode
+
     result = pretrain(tmp_path, items[:2], items[2:], CONFIG, updates=3, log=lambda _: None)
     assert result.updates == 3 and result.samples == 3 * 2 * 4 * 2
-    assert list(tmp_path.glob("events.out.tfevents.*"))
+    # a point per update on the curves, at the samples so far
+    events = EventAccumulator(str(tmp_path)).Reload()
+    for tag in ("losses/loss", "charts/cost_mean", "charts/entropy_per_group"):
+        assert [e.step for e in events.Scalars(tag)] == [16, 32, 48], tag
+    assert "held_out/branches4@paper-2xk40" in events.Tags()["scalars"]
+    # policy.pt: the trained weights (not the seed's), as the checkpoint holds them after the last update
     policy, info = load_policy(tmp_path / "policy.pt")
     assert info["config"]["policy"]["hidden"] == 8
+    torch.manual_seed(CONFIG.seed)
+    start = GraphPlacementPolicy(CONFIG.policy).state_dict()
+    assert not all(torch.equal(x, start[k]) for k, x in policy.state_dict().items())
+    checkpointed, _, extra = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert extra["updates"] == 3 and extra["samples"] == result.samples and extra["optimizer"]["state"]
+    for (name, x), y in zip(policy.state_dict().items(), checkpointed.state_dict().values()):
+        assert torch.equal(x, y), name
+    # the held-out figure: that policy's own zero-shot placement over the best list heuristic's
     summary = json.loads((tmp_path / "summary.json").read_text())
     (row,) = summary["held_out"]
-    assert row["name"] == "branches4@paper-2xk40" and row["ratio_to_best_heuristic"] > 0
+    assert row["name"] == "branches4@paper-2xk40"
+    episode = make_episode(items[2].graph, items[2].cluster)
+    own = place_episode(policy, episode, keep_heuristic=False).extra["placer"]["simulated_step_time"]
+    assert row["best_heuristic_step_time_s"] == episode.best_time
+    assert row["ratio_to_best_heuristic"] == pytest.approx(own / episode.best_time, rel=1e-12)
+
+
+class CountingRollouts:
+    """This process's rollouts, counting the updates they serve."""
+
+    def __init__(self) -> None:
+        from placer.policy.gnn.rollouts import LocalRollouts
+
+        self.local, self.updates = LocalRollouts(), 0
+
+    def run(self, *args):
+        self.updates += 1
+        return self.local.run(*args)
+
+    def close(self) -> None:
+        pass
 
 
 def test_a_resumed_run_ends_where_an_uninterrupted_one_does(tmp_path, items):
     whole = pretrain(tmp_path / "whole", items, [], CONFIG, updates=4, log=lambda _: None)
     pretrain(tmp_path / "split", items, [], CONFIG, updates=2, log=lambda _: None)
-    split = pretrain(tmp_path / "split", items, [], CONFIG, updates=4, resume=True, log=lambda _: None)
+    resumed = CountingRollouts()
+    split = pretrain(tmp_path / "split", items, [], CONFIG, updates=4, resume=True, rollouts=resumed,
+                     log=lambda _: None)
+    assert resumed.updates == 2   # only the updates left: the first two come from the checkpoint
     assert split.updates == whole.updates == 4 and split.samples == whole.samples
     a, _ = load_policy(tmp_path / "whole" / "policy.pt")
     b, _ = load_policy(tmp_path / "split" / "policy.pt")
@@ -56,16 +99,45 @@ def test_resume_refuses_other_settings(tmp_path, items):
         pretrain(tmp_path, items, [], other, updates=2, resume=True, log=lambda _: None)
 
 
+def most_likely(policy, episode, initial, actions) -> bool:
+    """Whether every round of every sample puts each group on one of its most likely devices."""
+    x = episode.tensors
+    with torch.no_grad():
+        encoded, previous = policy.encode(x), torch.from_numpy(initial)
+        for r in range(actions.shape[1]):
+            logits = policy.logits(x, encoded, previous)
+            previous = torch.from_numpy(actions[:, r])
+            if not (logits.gather(2, previous[..., None]).squeeze(2) == logits.max(dim=2).values).all():
+                return False
+    return True
+
+
 def test_rollouts_on_ray_workers_train_too(tmp_path, items):
     ray = pytest.importorskip("ray")
+    from placer.policy.gnn.episode import make_episode
+    from placer.policy.gnn.learn import costs_of, initial_placements
+    from placer.policy.gnn.model import GraphPlacementPolicy
     from placer.policy.gnn.rollouts import RayRollouts
 
+    # a policy whose samples are its most likely devices (logits scaled 1e6; identical devices tie):
+    # the workers' rollouts show whether they sample with the weights they are sent
+    torch.manual_seed(1)
+    sharp = GraphPlacementPolicy(CONFIG.policy)
+    with torch.no_grad():
+        sharp.score[2].weight.mul_(1e6)
+    episodes = [make_episode(i.graph, i.cluster, name=i.name) for i in items]
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        result = pretrain(tmp_path, items, [], CONFIG, updates=2, rollouts=RayRollouts(2), log=lambda _: None)
+        pool = RayRollouts(2)
+        result = pretrain(tmp_path, items, [], CONFIG, updates=2, rollouts=pool, log=lambda _: None)
+        got = pool.run(sharp, items, episodes, CONFIG.learn, seed=3)   # the pool of a run: the weights sent now
     finally:
         ray.shutdown()
     assert result.updates == 2 and result.samples == 2 * 2 * 4 * 2
+    for episode, r in zip(episodes, got):   # each item's rollout back in its place
+        assert (r.initial == initial_placements(episode, CONFIG.learn.samples)).all(), episode.name
+        assert most_likely(sharp, episode, r.initial, r.actions), episode.name
+        assert (r.costs == costs_of(episode, r.actions, CONFIG.learn.failure_ratio)).all(), episode.name
 
 
 def test_the_command_refuses_bad_options_in_one_line(tmp_path, capsys):
@@ -84,4 +156,9 @@ def test_the_command_pretrains_on_the_small_corpus_and_judges_every_held_out_ite
     summary = json.loads((run / "summary.json").read_text())
     assert [r["name"] for r in summary["held_out"]] == [i.name for i in held_out_items(0, "small")]
     assert all(r["ratio_to_best_baseline"] >= r["ratio_to_best_heuristic"] for r in summary["held_out"])
+    # the best baseline: the best list heuristic or local search from it, which beats it somewhere
+    for r in summary["held_out"]:
+        best = min(r["best_heuristic_step_time_s"], r["local_search_step_time_s"])
+        assert r["ratio_to_best_baseline"] == pytest.approx(r["policy_step_time_s"] / best, rel=1e-12), r["name"]
+    assert any(r["local_search_step_time_s"] < r["best_heuristic_step_time_s"] for r in summary["held_out"])
     assert "held out, placed zero-shot" in capsys.readouterr().out
