@@ -30,11 +30,19 @@ def episode():
     return make_episode(graph, load_cluster("4xa100-nvlink"))
 
 
-def run(episode, run_dir, rewards=None, resume=False):
+def run(episode, run_dir, rewards=None, resume=False, samples=SAMPLES):
     torch.manual_seed(0)
     policy = GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
-    return finetune(policy, episode, run_dir, LearnConfig(), rewards=rewards, samples=SAMPLES, resume=resume,
+    return finetune(policy, episode, run_dir, LearnConfig(), rewards=rewards, samples=samples, resume=resume,
                     log=lambda text: None), policy
+
+
+@pytest.mark.parametrize("extra, drawn", [(20, 20), (3, 0)], ids=["a smaller last batch", "too few for two"])
+def test_a_fine_tune_never_draws_more_samples_than_asked(tmp_path, episode, extra, drawn):
+    # 8 whole batches of 16 placements x 2 rounds, then what is left: 10 placements for 20 samples,
+    # or nothing where not even two placements (an advantage needs two) fit in 3
+    result, _ = run(episode, tmp_path / "run", samples=SAMPLES + extra)
+    assert result.samples == SAMPLES + drawn
 
 
 class CtrlCWhileScoring(SimulatedRewards):

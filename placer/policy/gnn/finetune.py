@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -112,9 +112,12 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
     try:
         while (samples is None or state.samples < samples) and \
                 (budget_s is None or time.monotonic() - started < budget_s):
+            batch = config if samples is None else _last_batch(config, samples - state.samples, policy.config.rounds)
+            if batch is None:   # too few samples left for a batch of two: stop within --samples
+                break
             before = generator.get_state()
             try:
-                r = rollout(policy, episode, config, generator, costs)
+                r = rollout(policy, episode, batch, generator, costs)
             except KeyboardInterrupt:
                 generator.set_state(before)   # the batch was not learned from: a resume samples it again
                 raise
@@ -214,3 +217,12 @@ def _summary(state: FinetuneState, episode: Episode, rewards, greedy_time: float
             "samples": state.samples, "samples_by_reward": {REAL: 0, SIMULATED: 0, rewards.reward: state.samples},
             **rewards.counts(), "seconds": round(state.seconds, 1), "interrupted": interrupted,
             **training, "best_heuristic": episode.best_name, "curve": state.curve, **confirmed}
+
+
+def _last_batch(config: LearnConfig, left: int, rounds: int) -> LearnConfig | None:
+    """The rollout that fits in the `left` samples (each sampled placement's `rounds` rounds all
+    count): the usual one, a smaller last one, or None when not even two fit (an advantage needs two)."""
+    k = min(config.samples, left // max(1, rounds))
+    if k < 2:
+        return None
+    return config if k == config.samples else replace(config, samples=k)
