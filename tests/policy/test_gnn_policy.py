@@ -101,6 +101,30 @@ def test_the_device_figures_reach_the_logits(chains):
                                   policy.logits(swapped, policy.encode(swapped), nothing))
 
 
+def test_a_group_that_does_not_fit_a_devices_memory_is_masked_there_and_never_sampled(chains):
+    """The mask of (group, device) pairs: a device whose memory cannot hold a group's weights and
+    outputs is masked for it (only there), and no round of any sample puts the group there."""
+    import dataclasses
+
+    from placer.env.absolute_features import group_memory
+
+    cluster = load_cluster("2xt4-pcie")
+    grouping = make_episode(chains, cluster, yardstick=False).features.grouping
+    memory = group_memory(chains, grouping)
+    cap = int((memory.min() + memory.max()) / 2)   # cuda:0 holds the small groups only
+    small = dataclasses.replace(cluster.devices[1], model=dataclasses.replace(cluster.devices[1].model,
+                                                                              memory_bytes=cap))
+    cluster = dataclasses.replace(cluster, devices=(cluster.devices[0], small, *cluster.devices[2:]))
+    episode = make_episode(chains, cluster, yardstick=False)
+    assert episode.features.grouping.groups == grouping.groups
+    fits = memory <= cap
+    assert fits.any() and not fits.all()
+    assert (episode.features.mask == np.stack([np.ones_like(fits), fits, np.ones_like(fits)], axis=1)).all()
+    torch.manual_seed(0)
+    actions = GraphPlacementPolicy(TINY).sample(episode.tensors, 64, torch.Generator().manual_seed(0)).numpy()
+    assert (actions[..., ~fits] != 1).all() and (actions[..., fits] == 1).any()
+
+
 def chain_model(heavy: bool) -> onnx.ModelProto:
     """x -> MatMul -> Relu -> y, and with `heavy` a 1024x larger MatMul and its Relu beside it: the
     graph's slowest ops and its largest tensor between two groups."""
