@@ -8,6 +8,7 @@ import numpy as np
 from placer.env import PlacementEnv
 from placer.env.absolute_features import GROUP_FEATURES, HASH_BUCKETS, OP_VOCABULARY, op_column
 from placer.graph.load import load_graph
+from placer.hardware import load_cluster
 from placer.policy.gnn.features import graph_features
 from testgraphs import branches, unseen_op_model
 
@@ -27,6 +28,29 @@ def test_the_observation_and_the_graph_policys_features_agree_on_the_shared_colu
     forward = policy.edge_attr[:, 1] > 0
     a, b = policy.edge_index[:, forward]
     assert np.array_equal(obs["adjacency"][a, b], policy.edge_attr[forward, 0])
+
+
+def test_the_observations_pair_mask_is_the_graph_policys_where_a_device_holds_only_some_groups():
+    """A device whose memory holds the small groups only: both mask the large ones there alone."""
+    import dataclasses
+
+    from placer.env.absolute_features import group_memory
+
+    graph = load_graph(branches(4, 3, width=64, batch=32))
+    cluster = load_cluster("cpu-fast-slow-gpu")
+    env = PlacementEnv(graph, cluster=cluster, max_groups=16, max_devices=6)
+    memory = group_memory(graph, env.grouping)
+    gpu = cluster.devices[-1]
+    small = dataclasses.replace(gpu, model=dataclasses.replace(gpu.model, memory_bytes=int(np.median(memory))))
+    cluster = dataclasses.replace(cluster, devices=(*cluster.devices[:-1], small))
+    env = PlacementEnv(graph, cluster=cluster, max_groups=16, max_devices=6)
+    obs, _ = env.reset(seed=0)
+    policy = graph_features(graph, cluster, grouping=env.grouping)
+    G, D = env.n_groups, env.n_devices
+    fits = memory <= small.model.memory_bytes
+    assert fits.any() and not fits.all()
+    assert np.array_equal(policy.mask[:, -1], fits) and policy.mask[:, :-1].all()
+    assert np.array_equal(obs["pair_mask"][:G, :D], policy.mask.astype(np.int8))
 
 
 def test_an_op_outside_the_vocabulary_lands_in_a_hashed_bucket_in_the_environment_too():

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from placer.costmodel.roofline import RooflineCostModel
+from placer.costmodel.simulator import Simulator
 from placer.env import PlacementEnv
 from placer.env.absolute_features import GROUP_FEATURES
 from placer.env.features import SHAPE_DIMS
@@ -57,6 +59,11 @@ def test_reset_switches_graph_and_cluster_and_the_spaces_hold_both(small, large)
     assert info["measurement"]["protocol"]["cluster"] == "8xh100-nvlink"
     assert set(info["placement"].nodes) == set(large.nodes)
     assert set(info["placement"].nodes.values()) <= set(env.cluster.device_names)
+    # the reward is the new problem's: the large graph's simulated step time on the H100s
+    cluster = load_cluster("8xh100-nvlink")
+    sim = Simulator(large, cluster.device_names, RooflineCostModel(cluster, large))
+    expected = sim.simulate([int(action[env.grouping.node_group[n]]) for n in large.nodes]).step_time
+    assert info["measurement"]["step_time"] == expected and reward == pytest.approx(-math.sqrt(expected))
 
     # the graph alone: the cluster stays
     obs, _ = env.reset(options={"graph": small})
@@ -89,13 +96,19 @@ def test_the_padded_environment_passes_gymnasiums_checker(small, mode):
 
 
 def test_the_sequential_mode_switches_too(small, large):
-    env = padded(small, n_groups=3, mode="sequential")
-    env.reset(options={"graph": large, "cluster": "v100-k40-mix"})
-    done, steps = False, 0
-    while not done:
-        _, reward, done, _, info = env.step(0)
-        steps += 1
-    assert steps == env.n_groups and info["measurement"]["ok"]
+    env = padded(small, mode="sequential")
+    counts = []
+    for options in ({}, {"graph": large, "cluster": "v100-k40-mix"}):   # an episode, then another problem
+        obs, _ = env.reset(options=options)
+        assert (obs["placed"] == MAX_DEVICES).all()   # nothing placed yet
+        done, steps = False, 0
+        while not done:
+            obs, reward, done, _, info = env.step(0)
+            steps += 1
+        assert steps == env.n_groups and info["measurement"]["ok"]
+        assert (obs["placed"][:steps] == 0).all() and (obs["placed"][steps:] == MAX_DEVICES).all()
+        counts.append(steps)
+    assert env.graph is large and counts[0] < counts[1]
 
 
 def test_sync_vector_env_runs_environments_on_different_problems(small, large):
