@@ -10,8 +10,13 @@ import pytest
 import torch
 
 from placer.cli import main
+from placer.costmodel.roofline import cluster_measurer
+from placer.hardware import load_cluster
+from placer.kernels.loading import load_graph
 from placer.placement import Placement
-from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, save_policy
+from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, load_policy, save_policy
+from placer.policy.gnn.episode import make_episode
+from placer.policy.gnn.placing import place_episode
 from testgraphs import unseen_op_model
 
 
@@ -32,6 +37,16 @@ def test_a_zoo_model_is_placed_and_priced_against_the_best_heuristic(tmp_path, p
     info = placement.extra["placer"]
     assert info["name"] == "gnn" and info["best_heuristic_step_time"] > 0 and info["simulated_step_time"] > 0
     assert set(placement.devices) == {"cpu:0", "cuda:0", "cuda:1", "cuda:2", "cuda:3"}
+    # the placement written is the one priced, the --policy given made it, and the heuristic's figure is its own
+    graph, cluster = load_graph("inception_v3.onnx"), load_cluster("4xa100-nvlink")
+    assert cluster_measurer(cluster, graph).measure(placement).step_time == pytest.approx(info["simulated_step_time"],
+                                                                                          rel=1e-9)
+    episode = make_episode(graph, cluster)
+    own = place_episode(load_policy(policy_file)[0], episode, keep_heuristic=False).extra["placer"]
+    assert info["rounds_from_nothing"] == own["rounds_from_nothing"]
+    assert info["rounds_from_heuristic"] == own["rounds_from_heuristic"]
+    assert info.get("policy_step_time", info["simulated_step_time"]) == own["simulated_step_time"]
+    assert info["best_heuristic"] == episode.best_name and info["best_heuristic_step_time"] == episode.best_time
 
 
 def test_an_onnx_file_with_an_op_outside_the_vocabulary_is_placed(tmp_path, policy_file):
@@ -42,6 +57,12 @@ def test_an_onnx_file_with_an_op_outside_the_vocabulary_is_placed(tmp_path, poli
                  "--policy", str(policy_file)]) == 0
     nodes = json.loads(out.read_text())["nodes"]
     assert set(nodes) == {"relu", "mish", "mm"}
+    # here the policy's own placement is written (no heuristic's is faster), and it is the one priced
+    placement = Placement.load(out)
+    info = placement.extra["placer"]
+    assert "round" in info and len(set(info["rounds_from_nothing"] + info["rounds_from_heuristic"])) > 1
+    measured = cluster_measurer(load_cluster("2xt4-pcie"), load_graph(str(model))).measure(placement)
+    assert measured.step_time == pytest.approx(info["simulated_step_time"], rel=1e-9)
 
 
 def test_place_refuses_a_missing_cluster_or_a_file_that_is_no_policy(tmp_path, capsys):
