@@ -90,6 +90,24 @@ def test_random_placements_on_described_clusters_equal_the_one_placement_pass(gr
     assert_one_at_a_time(sim, rows, peaks=False)
 
 
+def test_devices_that_slow_each_other_down_equal_the_one_placement_pass(graph):
+    """A described cluster with contention (as describe-local writes it): each device runs slower
+    while another is busy, and the step grows by the same seconds in both passes."""
+    import dataclasses
+
+    cluster = load_cluster("2x2gpu-25gbe")
+    cluster = dataclasses.replace(cluster, devices=tuple(dataclasses.replace(d, contention=1.0 + 0.1 * (k + 1))
+                                                         for k, d in enumerate(cluster.devices)))
+    caps = [d.mem_cap for d in as_devices(cluster.device_specs())]
+    sim = Simulator(graph, cluster.device_names, RooflineCostModel(cluster, graph), caps)
+    rows = random_rows(sim, 100, seed=3)
+    batch = assert_one_at_a_time(sim, rows)
+    assert_one_at_a_time(sim, rows, peaks=False)
+    # the premise: contention moves the step times
+    plain = simulate_batch(simulator(graph, "2x2gpu-25gbe"), rows).step_time
+    assert (batch.step_time >= plain).all() and (batch.step_time > plain).mean() > 0.5
+
+
 def test_copies_over_a_shared_bridge_queue_as_in_the_one_placement_pass():
     """On the paper's 4 K40s every copy crosses the one host bridge: a tensor read on three other
     GPUs goes out three times in turn, each copy waiting for the one before."""
