@@ -217,3 +217,30 @@ def test_a_graph_larger_than_any_in_training_is_placed():
     assert placement.extra["placer"]["groups"] <= MAX_GROUPS
     assert np.isfinite(placement.extra["placer"]["simulated_step_time"])
 
+
+def wide_model(n: int, width: int = 8) -> onnx.ModelProto:
+    """x -> n MatMul -> Relu pairs side by side, each Relu an output of the graph: n co-location groups."""
+    w = onnx.numpy_helper.from_array(np.ones((width, width), np.float32), "w")
+    nodes, outputs = [], []
+    for b in range(n):
+        nodes += [helper.make_node("MatMul", ["x", "w"], [f"m{b}"], name=f"mm{b}"),
+                  helper.make_node("Relu", [f"m{b}"], [f"r{b}"], name=f"relu{b}")]
+        outputs.append(helper.make_tensor_value_info(f"r{b}", TensorProto.FLOAT, [1, width]))
+    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+                              outputs, [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_graph_of_more_co_location_groups_than_max_groups_is_placed_in_max_groups():
+    """2000 co-location groups (the 4001-op chains above coarsen to one): the policy still sees at
+    most MAX_GROUPS groups, and its own placement covers every node and runs."""
+    from placer.graph.grouping import colocate
+    from placer.policy.gnn.features import MAX_GROUPS
+    from placer.policy.gnn.placing import place_episode
+
+    graph = load_graph(wide_model(2000))
+    assert len(colocate(graph)) == 2000 > MAX_GROUPS
+    episode = make_episode(graph, load_cluster("4xa100-nvlink"), yardstick=False)
+    placement = place_episode(GraphPlacementPolicy(TINY), episode, keep_heuristic=False)
+    assert placement.extra["placer"]["groups"] == MAX_GROUPS
+    assert len(placement.nodes) == len(graph.nodes) and np.isfinite(placement.extra["placer"]["simulated_step_time"])
