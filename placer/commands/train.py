@@ -8,7 +8,7 @@ import time
 from dataclasses import fields, replace
 from pathlib import Path
 
-from placer.commands.common import (add_devices_arg, cluster_from_args, refuse_real, simulated_only, add_engine_arg, add_graph_args, add_objective_args,
+from placer.commands.common import (add_devices_arg, cluster_from_args, paired_rewards, refuse_real, simulated_only, add_engine_arg, add_graph_args, add_objective_args,
                                     add_pipeline_args, check_engine_args, ignored_on_cluster, refuse_ignored_on_cluster)
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
@@ -328,22 +328,6 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
                                         engine=args.engine)
     print(format_table(comparison))
     write_outputs(comparison, run_dir / "compare", plot=False)
-
-
-def paired_rewards(args: argparse.Namespace, graph, real, predicted: dict[str, float], run_dir: Path):
-    """The measurer of real rewards: each batch measured in interleaved rounds together with the
-    single device `predicted` (device -> predicted step time) finds fastest (the first one it does
-    not predict), its figures paired ratios to that device times the run's anchor (`PairedMeasurer`)."""
-    from placer.measure.paired_measurer import PairedMeasurer
-    from placer.measure.rounds import RoundsProtocol
-    from placer.placement import Placement
-
-    device = min(real.devices, key=lambda d: (predicted.get(d) is None, predicted.get(d) or 0.0))
-    reference = Placement.single_device(list(graph.nodes), device, graph.sha256)
-    least = max(6, args.repeats)   # a 95% interval needs 6 rounds
-    rounds = RoundsProtocol(warmup=args.warmup, min_rounds=least, max_rounds=2 * least, max_seconds=120.0,
-                            precision=0.05, seed=args.seed)
-    return PairedMeasurer(real, reference, rounds, anchor_file=run_dir / "paired_anchor.json")
 
 
 def _cost_model(args: argparse.Namespace, graph, devices, real):

@@ -135,7 +135,7 @@ def _measurer(args: argparse.Namespace, graph, episode, run_dir: Path):
     import numpy as np
 
     from placer.commands.common import devices_from_args
-    from placer.commands.train import paired_rewards
+    from placer.commands.common import paired_rewards
     from placer.measure.measurer import MeasureProtocol, measurer_for
 
     real = measurer_for(args.engine, graph, devices_from_args(args),
