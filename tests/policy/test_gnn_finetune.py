@@ -89,8 +89,8 @@ def test_a_fine_tune_cut_short_by_ctrl_c_resumes_to_where_an_uninterrupted_one_e
 
 
 class SmallMemory:
-    """A measurer of the roofline figures on devices that run out of memory with more than 5 of the
-    17 nodes (the best heuristic's placement has at most 5 a device, the policy's zero-shot one 6)."""
+    """A measurer of the roofline figures on devices where cuda:1 runs out of memory with more than 4
+    of the 17 nodes (the best heuristic's placement puts 4 there, the policy's zero-shot one 5)."""
 
     def __init__(self, episode) -> None:
         self.simulated = cluster_measurer(episode.cluster, episode.graph)
@@ -98,7 +98,7 @@ class SmallMemory:
         self.failed = 0
 
     def measure(self, placement: Placement) -> Measurement:
-        if max(placement.device_counts().values()) > 5:
+        if placement.device_counts().get("cuda:1", 0) > 4:
             self.failed += 1
             return Measurement(ok=False, failure=OOM, reason="out of memory")
         return self.simulated.measure(placement)
@@ -114,6 +114,6 @@ def test_a_placement_that_fails_on_the_devices_costs_a_failure_and_the_run_goes_
     assert 0 < s["measured_placements"] <= SAMPLES + s["measured_besides_samples"]
     assert s["zero_shot_step_time"] is None and s["best_step_time"] is not None   # the zero-shot one failed
     placed = Placement.load(tmp_path / "run" / "placement.json")
-    assert max(placed.device_counts().values()) <= 5
+    assert placed.device_counts().get("cuda:1", 0) <= 4
     assert placed.extra["placer"]["measured_step_time"] == s["best_step_time"] == \
         measurer.simulated.measure(placed).step_time

@@ -73,22 +73,34 @@ class Episode:
 def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None, name: str = "",
                  yardstick: bool = True) -> Episode:
     """`graph` on `cluster`, priced by `cost` (default: the cluster's roofline model); with
-    `yardstick`, the best list heuristic is found too (a few list schedules, tenths of a second)."""
+    `yardstick`, the best list heuristic is found too (a few list schedules, tenths of a second),
+    and the policy's groups are split where its placement cuts them (unless that makes more than
+    MAX_GROUPS), so that the chain of rounds from it starts from its very placement, not from a
+    projection on the groups that can be far slower (Inception-v3 on the DGX-1: 1.25x)."""
+    from placer.graph.grouping import align
+    from placer.policy.gnn.features import MAX_GROUPS, policy_grouping
+
     if cost is None:
         from placer.costmodel.roofline import RooflineCostModel
 
         cost = RooflineCostModel(cluster, graph)
-    features = graph_features(graph, cluster, cost)
     devices = cluster.device_names
     caps = {d.name: d.model.memory_bytes for d in cluster.devices}
     simulator = make_simulator(graph, devices, cost, caps)
-    node_group = np.asarray([features.grouping.node_group[n] for n in graph.nodes], dtype=np.int64)
-    episode = Episode(name or graph.source, graph, cluster, cost, features, FeatureTensors.of(features), simulator,
-                      node_group)
+    start = None
+    grouping = policy_grouping(graph, len(devices))
     if yardstick:
         from placer.placers.local_search import best_start
 
         start = best_start(graph, devices, cost, caps, simulator)
+        if start.assign is not None:
+            aligned = align(graph, grouping, {n: devices[int(k)] for n, k in zip(graph.nodes, start.assign)})
+            grouping = aligned if len(aligned) <= MAX_GROUPS else grouping
+    features = graph_features(graph, cluster, cost, grouping)
+    node_group = np.asarray([features.grouping.node_group[n] for n in graph.nodes], dtype=np.int64)
+    episode = Episode(name or graph.source, graph, cluster, cost, features, FeatureTensors.of(features), simulator,
+                      node_group)
+    if start is not None:
         episode.best_time, episode.best_name, episode.best_assign = start.step_time, start.name, start.assign
         if start.assign is not None:
             episode.start = group_majority(graph, node_group, features.n_groups, len(devices), start.assign)

@@ -43,6 +43,14 @@ class GraphFeatures:
         return len(self.grouping)
 
 
+def policy_grouping(graph: OpGraph, n_devices: int) -> Grouping:
+    """The groups the policy places: `group_graph`'s default, at most `MAX_GROUPS`."""
+    grouping = group_graph(graph, None, n_devices)
+    if len(grouping) > MAX_GROUPS:
+        grouping = group_graph(graph, MAX_GROUPS, n_devices)
+    return grouping
+
+
 def graph_features(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None,
                    grouping: Grouping | None = None) -> GraphFeatures:
     """The policy's view of `graph` on `cluster` with `cost` (default: the cluster's roofline model),
@@ -53,9 +61,7 @@ def graph_features(graph: OpGraph, cluster: Cluster, cost: CostModel | None = No
         cost = RooflineCostModel(cluster, graph)
     devices = cluster.device_names
     if grouping is None:
-        grouping = group_graph(graph, None, len(devices))
-        if len(grouping) > MAX_GROUPS:
-            grouping = group_graph(graph, MAX_GROUPS, len(devices))
+        grouping = policy_grouping(graph, len(devices))
 
     between = bytes_between(graph, grouping)
     pairs = sorted(between)
