@@ -163,7 +163,7 @@ def _describe_local(args: argparse.Namespace) -> int:
     main_threads = torch.get_num_threads()
     try:
         measured_figures = {d.name: _measure_device(d, threads.get(d.name), cores.get(d.name)) for d in devices}
-        for name, factor in _measure_contention([d for d in devices if d.kind == "cpu"], threads, cores).items():
+        for name, factor in _measure_contention([d for d in devices if d.kind == "cpu"]).items():
             measured_figures[name]["contention"] = factor
         figures = _alike_devices_alike(measured_figures, devices, threads)
         links, hosts = _measure_links(devices, measured)
@@ -278,7 +278,7 @@ CONTENTION_CHANNELS = 48   # at 28 x 28, batch 1: ops of 0.04-0.1 ms, as a batch
 CONTENTION_ROUNDS = 5
 
 
-def _measure_contention(devices, threads: dict, cores: dict) -> dict[str, float]:
+def _measure_contention(devices) -> dict[str, float]:
     """How many times slower a CPU device runs its part of a step in placer's torch engine while
     another CPU device runs its own: a chain of CNN blocks on the first device alone, against two
     such chains, one per device, in one step (no tensor crosses between them), medians of
@@ -289,25 +289,35 @@ def _measure_contention(devices, threads: dict, cores: dict) -> dict[str, float]
     the first two CPU devices' figure serves them all."""
     if len(devices) < 2:
         return {}
-    from placer.measure.measurer import MeasureProtocol, measurer_for
     from placer.placement import Placement
 
     names = [d.name for d in devices[:2]]
     one, two = _chains_graph(1), _chains_graph(2)
-    alone = Placement(names, {n: names[0] for n in one.nodes})
-    side_by_side = Placement(names, {n: names[int(n.startswith("chain1"))] for n in two.nodes})
-    measured = {"alone": (measurer_for("torch", one, devices[:2], MeasureProtocol(warmup=5, repeats=15)), alone),
-                "side_by_side": (measurer_for("torch", two, devices[:2], MeasureProtocol(warmup=5, repeats=15)),
-                                 side_by_side)}
-    steps: dict[str, list[float]] = {label: [] for label in measured}
-    for _ in range(CONTENTION_ROUNDS):
-        for label, (measurer, placement) in measured.items():
-            m = measurer.measure(placement)
-            if not m.ok:
-                raise PlacerError(f"describe-local: the contention chains failed on {', '.join(names)}: {m.reason}")
-            steps[label].append(m.step_time)
-    factor = max(1.0, statistics.median(steps["side_by_side"]) / statistics.median(steps["alone"]))
+    steps = _interleaved_medians(devices[:2], {
+        "alone": (one, Placement(names, {n: names[0] for n in one.nodes})),
+        "side_by_side": (two, Placement(names, {n: names[int(n.startswith("chain1"))] for n in two.nodes}))},
+        CONTENTION_ROUNDS, "the contention chains")
+    factor = max(1.0, steps["side_by_side"] / steps["alone"])
     return {d.name: factor for d in devices}
+
+
+def _interleaved_medians(devices, cases: dict, rounds: int, what: str) -> dict[str, float]:
+    """The median step time of each case (label -> (graph, placement)) in placer's torch engine,
+    the cases measured in turn, `rounds` times; a `PlacerError` naming `what` if one fails."""
+    from placer.measure.measurer import MeasureProtocol, measurer_for
+
+    measurers = {}   # one per graph: cases of one graph share it
+    for graph, _ in cases.values():
+        if id(graph) not in measurers:
+            measurers[id(graph)] = measurer_for("torch", graph, devices, MeasureProtocol(warmup=5, repeats=15))
+    steps: dict[str, list[float]] = {label: [] for label in cases}
+    for _ in range(rounds):
+        for label, (graph, placement) in cases.items():
+            m = measurers[id(graph)].measure(placement)
+            if not m.ok:
+                raise PlacerError(f"describe-local: {what} failed on {', '.join(d.name for d in devices)}: {m.reason}")
+            steps[label].append(m.step_time)
+    return {label: statistics.median(times) for label, times in steps.items()}
 
 
 def _chains_graph(chains: int):
@@ -450,7 +460,6 @@ def _per_crossing(devices, nbytes: int) -> float:
     from onnx import TensorProto, helper
 
     from placer.kernels.loading import load_graph
-    from placer.measure.measurer import MeasureProtocol, measurer_for
     from placer.placement import Placement
 
     shape = [1, max(1, nbytes // 4)]
@@ -462,18 +471,11 @@ def _per_crossing(devices, nbytes: int) -> float:
     onnx.checker.check_model(model)
     graph = load_graph(model)
     names = [d.name for d in devices]
-    alone = Placement(names, {n: names[0] for n in graph.nodes})
-    alternating = Placement(names, {n: names[i % 2] for i, n in enumerate(graph.nodes)})
-    measurer = measurer_for("torch", graph, devices, MeasureProtocol(warmup=5, repeats=15))
-    steps: dict[str, list[float]] = {"alone": [], "alternating": []}
-    for _ in range(3):
-        for label, placement in (("alone", alone), ("alternating", alternating)):
-            m = measurer.measure(placement)
-            if not m.ok:
-                raise PlacerError(f"describe-local: the hand-over chain failed on {', '.join(names)}: {m.reason}")
-            steps[label].append(m.step_time)
-    return max(0.0, (statistics.median(steps["alternating"]) - statistics.median(steps["alone"]))
-               / (HANDOVER_CHAIN - 1))
+    steps = _interleaved_medians(devices, {
+        "alone": (graph, Placement(names, {n: names[0] for n in graph.nodes})),
+        "alternating": (graph, Placement(names, {n: names[i % 2] for i, n in enumerate(graph.nodes)}))},
+        3, "the hand-over chain")
+    return max(0.0, (steps["alternating"] - steps["alone"]) / (HANDOVER_CHAIN - 1))
 
 
 def _copy_figures(src: str, dst: str, pinned: bool) -> tuple[float, float]:
