@@ -134,8 +134,7 @@ def _measurer(args: argparse.Namespace, graph, episode, run_dir: Path):
     (`paired_rewards`)."""
     import numpy as np
 
-    from placer.commands.common import devices_from_args
-    from placer.commands.common import paired_rewards
+    from placer.commands.common import devices_from_args, paired_rewards
     from placer.measure.measurer import MeasureProtocol, measurer_for
 
     real = measurer_for(args.engine, graph, devices_from_args(args),
