@@ -53,7 +53,8 @@ PLACERS: dict[str, PlacerSpec] = {spec.name: spec for spec in [
     PlacerSpec("random_search", random_search, True, True,
                "best of N random group placements in the simulator (--samples; the yardstick for learning)"),
     PlacerSpec("local_search", local_search, True, True,
-               "first-improvement group then node moves from the best list heuristic, within --samples simulated"),
+               "first-improvement group then node moves from the best baseline (exact solver included), "
+               "within --samples simulated"),
     PlacerSpec("exact", exact, True, True,
                "CP-SAT over <= 40 groups: placement and order, transfers and caps, time-limited; reports its gap"),
     PlacerSpec("expert", expert, False, True,

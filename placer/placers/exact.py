@@ -23,7 +23,7 @@ The baseline that says how far from optimal the others are, in its own model of 
 - Objective: the makespan, in integer ticks (`unit` seconds each, about 2e5 ticks per hint step).
 
 The solver is warm-started (AddHint) with the best list heuristic's placement (the fastest in the
-simulator of m-ETF, m-SCT, HEFT and each single device, `placer.placers.local_search.best_start`)
+simulator of m-ETF, m-SCT, HEFT and each single device, `placer.placers.starts.best_start`)
 scheduled in its model; a solution worse than that hint is never returned (the heuristic's own
 placement is, also when the solver finds nothing in time or the hint exceeds the model's memory
 budget), so in its model the exact placer is never worse than the heuristic. It is deterministic: one search worker
@@ -60,7 +60,7 @@ from placer.placement import Placement
 from placer.placers.base import (Caps, does_not_fit, make_placement, over_caps, require_cost,
                                  require_devices, training_of)
 from placer.placers.base import make_simulator
-from placer.placers.local_search import best_start
+from placer.placers.starts import Start, best_start
 
 GROUPS = 40          # groups coarsened to (up to HINT_SLACK x as many to keep the hint's devices apart)
 TIME_LIMIT = 10.0    # wall-clock seconds
@@ -476,12 +476,19 @@ def _project(graph: OpGraph, parts: list[list[str]], nodes: dict[str, str], devi
     return out
 
 
+def default_work_limit(time_limit: float = TIME_LIMIT) -> float:
+    """CP-SAT's deterministic time limit that goes with a wall-clock `time_limit`."""
+    return time_limit * WORK_PER_SECOND
+
+
 def exact(graph: OpGraph, devices: list[str], cost: CostModel | None = None, caps: Caps | None = None, *,
           seed: int = 0, time_limit: float = TIME_LIMIT, work_limit: float | None = None,
-          groups: int = GROUPS) -> Placement:
+          groups: int = GROUPS, hint: Start | None = None) -> Placement:
     """The CP-SAT placement of coarsened groups minimising the model's makespan within `time_limit`,
     warm-started with the best list heuristic; records the status, objective, bound and gap.
-    `work_limit`: CP-SAT's deterministic time limit (default `WORK_PER_SECOND` x `time_limit`)."""
+    `work_limit`: CP-SAT's deterministic time limit (default `WORK_PER_SECOND` x `time_limit`).
+    `hint`: the best list heuristic as `best_start` scored it (local search passes its own, so
+    that the heuristics are not placed and simulated twice); None: scored here."""
     require_devices(devices)
     cost = require_cost(cost, "exact")
     if time_limit <= 0:
@@ -490,7 +497,7 @@ def exact(graph: OpGraph, devices: list[str], cost: CostModel | None = None, cap
         raise PlacerError(f"exact needs at least 1 group, not {groups}")
     caps = dict(caps or {})
     sim = make_simulator(graph, devices, cost, caps)
-    start = best_start(graph, devices, cost, caps, sim, seed=seed)
+    start = hint if hint is not None else best_start(graph, devices, cost, caps, sim, seed=seed)
     hint_nodes = ({n: devices[int(k)] for n, k in zip(graph.nodes, start.assign)}
                   if start.assign is not None else None)
     parts = _parts(graph, groups, hint_nodes)
@@ -504,7 +511,7 @@ def exact(graph: OpGraph, devices: list[str], cost: CostModel | None = None, cap
         delays = sum(float(s.max(initial=0.0)) for s in problem.pair_seconds.values())
         problem.unit = (longest + delays) / (5 * TICKS) if longest + delays > 0 else 1.0
     cap_list = [caps.get(d) for d in devices]
-    work_limit = time_limit * WORK_PER_SECOND if work_limit is None else work_limit
+    work_limit = default_work_limit(time_limit) if work_limit is None else work_limit
     solution = solve(problem, cap_list, hint, time_limit=time_limit, work_limit=work_limit, seed=seed)
     training = training_of(cost)
     if not solution.part_device:

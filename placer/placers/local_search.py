@@ -1,10 +1,16 @@
-"""Local search: first-improvement moves from the best list heuristic, within a sample budget.
+"""Local search: first-improvement moves from the best baseline, within a sample budget.
 
 The yardstick a learner must beat at the same number of simulated placements (`samples`, the same
 meaning as random search's: every placement the simulator scores counts, the starting candidates
-included). It starts from the fastest of the cheap baselines in the simulator (m-ETF, m-SCT, HEFT, the expert
-and every single device; on a pipelined step the pipeline partitioners too) that fits the caps,
-then moves
+included). It starts from the fastest in the simulator of the baselines (m-ETF, m-SCT, HEFT, the expert,
+every single device and the exact CP-SAT solver, `placer.placers.exact`, hinted with the best of
+the others; on a pipelined step the pipeline partitioners too, and not the solver, which has no
+pipelined model) that fits the caps, so it is never slower than any of them. The solver's placement
+costs one sample where it is none of the others'; its seconds cost none. It runs for the `exact`
+baseline's default deterministic work and is never stopped by the wall clock, so that local search
+stays reproducible on a loaded machine, where the `exact` row (stopped by whichever comes first)
+may stop sooner (`exact_start=False` leaves the solver out).
+Then it moves
 
 1. whole groups (`placer.graph.grouping.group_graph`, at most `groups`, default 64) to another
    device, then, when no group move helps,
@@ -24,9 +30,6 @@ pipelined step, as random search does. Deterministic for a seed.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from placer.errors import PlacerError
@@ -38,83 +41,41 @@ from placer.costmodel.simulator import Simulator
 from placer.placement import Placement
 from placer.placers.base import (Caps, does_not_fit, make_placement, make_simulator, over_caps, require_cost,
                                  require_devices, training_of)
-from placer.placers.expert import expert
-from placer.placers.heft import heft
-from placer.placers.m_etf import m_etf
-from placer.placers.m_sct import m_sct
-from placer.placers.partitioners import pipeline_balanced, pipeline_dp, pipeline_params
+from placer.placers.exact import default_work_limit, exact
+from placer.placers.starts import Start, best_start, fastest
 
 CHUNK = 64          # candidate moves simulated per batch
 GROUPS = 64         # the most groups moved whole
-START_PLACERS = {"m_etf": m_etf, "m_sct": m_sct, "heft": heft, "expert": expert}
-PIPELINE_START_PLACERS = {"pipeline_dp": pipeline_dp, "pipeline_balanced": pipeline_balanced,
-                          "pipeline_params": pipeline_params}
+EXACT_WALL_LIMIT = 600.0   # seconds: only a safety net for the solver's start (see _with_exact)
 # A move must lower the step time by more than this share of it: float noise is no improvement.
 MIN_GAIN = 1e-9
 
 
-@dataclass
-class Start:
-    """The best starting baseline: its name, node assignment (device index per node in graph order)
-    and simulated step time, with every candidate's time (None: refused, invalid or over the caps)."""
-
-    name: str | None
-    assign: np.ndarray | None
-    step_time: float
-    candidates: dict[str, float | None] = field(default_factory=dict)
-    simulated: int = 0   # placements the simulator scored to choose it
-
-
-def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None, sim: Simulator, *,
-               seed: int = 0, limit: int | None = None, pipeline=None, given: Placement | None = None) -> Start:
-    """The fastest in `sim` of the list heuristics' placements and every single device that fits
-    the caps (the simulator's memory and the executor's check); `limit`: score at most that many
-    (a placement two of them agree on counts once, under the first one's name). With `given`, that
-    placement alone (a learner's, to be polished)."""
-    placers = {**START_PLACERS, **(PIPELINE_START_PLACERS if pipeline is not None and pipeline.pipelined else {})}
-    index = {d: i for i, d in enumerate(devices)}
-    labels, rows = [], []
-    candidates: dict[str, float | None] = {}
-    if given is not None:
-        placers = {}
-        labels.append("given")
-        rows.append([index[given.nodes[n]] for n in graph.nodes])
-    for name, place in placers.items():
-        try:
-            p = place(graph, devices, cost, caps, seed=seed)
-        except PlacerError:
-            candidates[name] = None
-            continue
-        labels.append(name)
-        rows.append([index[p.nodes[n]] for n in graph.nodes])
-    for d, device in enumerate(devices if given is None else ()):
-        labels.append(f"single:{device}")
-        rows.append([d] * len(graph.nodes))
-    seen: dict[tuple[int, ...], str] = {}   # a placement two heuristics agree on is simulated once
-    twins: dict[str, str] = {}
-    for label, row in zip(labels, rows):
-        twins[label] = seen.setdefault(tuple(row), label)
-    labels, rows = list(seen.values()), [list(row) for row in seen]
-    if limit is not None:
-        labels, rows = labels[:limit], rows[:limit]
-    if not rows:
-        return Start(None, None, math.inf, candidates)
-    assign = np.asarray(rows, dtype=np.int64)
-    result = simulate_batch(sim, assign, peaks=False)
-    times = np.where([f is None for f in result.failure], result.step_time, np.inf)
-    for label, t in zip(labels, times):
-        candidates[label] = float(t) if np.isfinite(t) else None
-    candidates.update({label: candidates.get(first) for label, first in twins.items() if label != first})
-    training = training_of(cost)
-    for i in np.argsort(times, kind="stable"):
-        if not np.isfinite(times[i]):
-            break
-        if caps and over_caps(graph, Placement(list(devices), {n: devices[k] for n, k in zip(graph.nodes, assign[i])}),
-                              caps, training):
-            candidates.update({label: None for label, first in twins.items() if first == labels[i]})
-            continue
-        return Start(labels[i], assign[i].copy(), float(times[i]), candidates, len(rows))
-    return Start(None, None, math.inf, candidates, len(rows))
+def _with_exact(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None, sim: Simulator, seed: int,
+                start: Start) -> tuple[Start, dict]:
+    """`start`, or the exact solver's placement (hinted with `start`) where it simulates faster and
+    fits: one sample more, none where it is one of the placements `start` scored already; and what
+    the solver did."""
+    try:
+        # stopped by its deterministic work alone (the `exact` baseline's default amount), never
+        # by a wall clock that a loaded machine reaches first: local search stays reproducible
+        solved = exact(graph, devices, cost, caps, seed=seed, hint=start, time_limit=EXACT_WALL_LIMIT,
+                       work_limit=default_work_limit())
+    except PlacerError as exc:
+        start.candidates["exact"] = None
+        return start, {"failure": str(exc)}
+    info = {k: solved.extra["placer"].get(k) for k in ("status", "gap", "stopped_by")}   # no seconds: reproducible
+    row = tuple(devices.index(solved.nodes[n]) for n in graph.nodes)
+    if row in start.scored:   # the solver kept a heuristic's placement: scored already, under its name
+        start.candidates["exact"] = start.candidates.get(start.scored[row])
+        return start, info
+    scored = fastest(graph, devices, caps, sim, cost, ["exact"], [list(row)], {}, None)
+    start.candidates["exact"] = scored.candidates["exact"]
+    start.scored[row] = "exact"
+    start.simulated += 1
+    if scored.assign is not None and scored.step_time < start.step_time:
+        start.name, start.assign, start.step_time = "exact", scored.assign, scored.step_time
+    return start, info
 
 
 class _Search:
@@ -175,10 +136,11 @@ class _Search:
 
 def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = None, caps: Caps | None = None,
                  *, seed: int = 0, samples: int = 2000, groups: int = GROUPS, pipeline=None,
-                 start: Placement | None = None) -> Placement:
-    """First-improvement local search from the best list heuristic in the simulator (or from
-    `start`: a learned placement polished), group moves, then node moves, within `samples`
-    simulated placements (the starting candidates count)."""
+                 start: Placement | None = None, exact_start: bool = True) -> Placement:
+    """First-improvement local search from the best baseline in the simulator (the list heuristics,
+    the single devices and, with `exact_start`, the exact solver; or from `start`: a learned
+    placement polished), group moves, then node moves, within `samples` simulated placements (the
+    starting candidates count)."""
     require_devices(devices)
     cost = require_cost(cost, "local_search")
     if samples < 1:
@@ -188,6 +150,10 @@ def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = No
     sim = make_simulator(graph, devices, cost, caps, pipeline)
     given = start
     start = best_start(graph, devices, cost, caps, sim, seed=seed, limit=samples, pipeline=pipeline, given=given)
+    solver = None
+    if exact_start and given is None and not (pipeline is not None and pipeline.pipelined) and \
+            start.simulated < samples:
+        start, solver = _with_exact(graph, devices, cost, caps, sim, seed, start)
     if start.assign is None:
         if caps:
             raise does_not_fit("local_search", graph, dict(caps), cost=cost)
@@ -214,4 +180,4 @@ def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = No
                           simulated=start.simulated + search.spent, groups=len(grouping), start=start.name,
                           start_step_time=start.step_time, simulated_step_time=search.step_time,
                           group_moves=search.moves["group"], node_moves=search.moves["node"], rounds=rounds,
-                          local_optimum=local_optimum, candidates=start.candidates)
+                          local_optimum=local_optimum, candidates=start.candidates, exact_start=solver)

@@ -47,7 +47,7 @@ class SearchedStart:
         return {"budget": self.budget, "samples": self.samples, "local_optimum": self.local_optimum,
                 "start": info["start"], "start_step_time_s": info["start_step_time"],
                 "step_time_s": info["simulated_step_time"], "group_moves": info["group_moves"],
-                "node_moves": info["node_moves"]}
+                "node_moves": info["node_moves"], "exact_start": info.get("exact_start")}
 
     def exhausted_text(self) -> str | None:
         """The plain sentence of a run whose local search left nothing to learn with, else None."""

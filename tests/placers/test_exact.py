@@ -17,7 +17,7 @@ from placer.placers import exact, single_device
 from placer.placers.base import executor_peak_memory
 from placer.placers.exact import _parts, _project, acyclic_groups, build_problem
 from placer.placers.base import make_simulator
-from placer.placers.local_search import best_start
+from placer.placers.starts import best_start
 from placer.program.training import TrainingSpec
 
 TRIO = ["cpu:0", "cuda:0", "cuda:1"]

@@ -58,6 +58,22 @@ def test_node_moves_go_on_where_group_moves_stop(two_branches, fast_slow):
     assert p.nodes["l1"] == "cpu:1" and info["simulated_step_time"] < info["start_step_time"] / 1.15
 
 
+def test_local_search_starts_from_the_exact_solver_where_it_beats_every_heuristic():
+    """On this DAG the solver's placement simulates 0.92 s where the best heuristic's takes 1.39 and
+    local search from the heuristics stops at a local optimum of 1.07: started from the solver's
+    placement, local search is never slower than the exact baseline."""
+    dag = random_dag(12, seed=8)
+    trio = ["cpu:0", "cuda:0", "cuda:1"]
+    cost = LinearCost({"cpu:0": 1e9, "cuda:0": 4e9, "cuda:1": 2e9}, latency=1e-3, bandwidth=1e9)
+    solved = PLACERS["exact"].place(dag, trio, cost).extra["placer"]["simulated_step_time"]
+    found = local_search(dag, trio, cost, samples=200).extra["placer"]
+    assert found["start"] == "exact" and found["candidates"]["exact"] == pytest.approx(solved)
+    assert found["simulated_step_time"] <= solved
+    heuristics_only = local_search(dag, trio, cost, samples=200, exact_start=False).extra["placer"]
+    assert "exact" not in heuristics_only["candidates"] and heuristics_only["local_optimum"]
+    assert heuristics_only["simulated_step_time"] > solved * 1.1
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_local_search_is_never_worse_than_its_start_and_reproducible(seed):
     dag = random_dag(30, seed=seed)
@@ -75,11 +91,12 @@ def test_local_search_is_never_worse_than_its_start_and_reproducible(seed):
 def test_local_search_spends_at_most_its_budget(monkeypatch):
     dag = random_dag(40, seed=4)
     cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
-    module = importlib.import_module("placer.placers.local_search")   # the package exports the function
     counted = []
-    real = module.simulate_batch
-    monkeypatch.setattr(module, "simulate_batch",
-                        lambda sim, assign, **kw: counted.append(len(assign)) or real(sim, assign, **kw))
+    for name in ("placer.placers.local_search", "placer.placers.starts"):   # the moves, the starts
+        module = importlib.import_module(name)   # the package exports the function local_search
+        real = module.simulate_batch
+        monkeypatch.setattr(module, "simulate_batch",
+                            lambda sim, assign, real=real, **kw: counted.append(len(assign)) or real(sim, assign, **kw))
     for samples in (1, 5, 37, 150):
         counted.clear()
         p = local_search(dag, DEVICES, cost, samples=samples)
@@ -102,11 +119,11 @@ def test_local_search_respects_the_caps():
 
 def test_the_executors_memory_check_has_the_last_word(monkeypatch):
     """A move the simulator fits but the executor would refuse before running is never taken."""
-    module = importlib.import_module("placer.placers.local_search")
     dag = random_dag(20, seed=7)
     cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 4e9, "cpu:1": 1e9})
     refused = lambda graph, placement, caps, training=None: "cpu:0" in placement.nodes.values()  # noqa: E731
-    monkeypatch.setattr(module, "over_caps", refused)
+    for name in ("placer.placers.local_search", "placer.placers.starts"):   # the moves, the starts
+        monkeypatch.setattr(importlib.import_module(name), "over_caps", refused)
     p = local_search(dag, DEVICES, cost, {"cpu:0": 10**9}, samples=200)
     assert set(p.nodes.values()) == {"cpu:1"} and p.extra["placer"]["start"] == "single:cpu:1"
 

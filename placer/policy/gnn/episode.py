@@ -3,7 +3,7 @@
 The simulator is the batched one (`simulate_batch`, `peaks=False`: only whether a placement fits
 matters), over the cluster's devices with their memory capacities as caps. The yardstick is the
 best list heuristic's simulated step time (m-ETF, m-SCT, HEFT, the expert and every single device,
-as local search starts from: `placer.placers.local_search.best_start`): rewards are step times
+as local search starts from: `placer.placers.starts.best_start`): rewards are step times
 divided by it, so that they compare across graphs and clusters.
 """
 
@@ -90,7 +90,7 @@ def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None
     start = None
     grouping = policy_grouping(graph, len(devices))
     if yardstick:
-        from placer.placers.local_search import best_start
+        from placer.placers.starts import best_start
 
         start = best_start(graph, devices, cost, caps, simulator)
         if start.assign is not None:

@@ -1,0 +1,17 @@
+"""Settings every test shares."""
+
+import importlib
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def quick_exact_solver(request, monkeypatch):
+    """Local search starts from the exact solver's placement too, so most tests that place run
+    CP-SAT: there it stops after a tenth of its default deterministic work (0.25 of a work unit
+    instead of 2.5), which keeps the suite in minutes. Its placements stay deterministic and it
+    stays the same solver for local search and for the `exact` baseline beside it. The solver's
+    own tests (test_exact.py) run it at its defaults."""
+    if request.path.name != "test_exact.py":
+        exact = importlib.import_module("placer.placers.exact")
+        monkeypatch.setattr(exact, "WORK_PER_SECOND", exact.WORK_PER_SECOND / 10)
