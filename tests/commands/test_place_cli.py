@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from placer.cli import main
+from placer.commands.place import SAMPLED_CHAINS
 from placer.costmodel.roofline import cluster_measurer
 from placer.hardware import load_cluster
 from placer.kernels.loading import load_graph
@@ -42,7 +43,8 @@ def test_a_zoo_model_is_placed_and_priced_against_the_best_heuristic(tmp_path, p
     assert cluster_measurer(cluster, graph).measure(placement).step_time == pytest.approx(info["simulated_step_time"],
                                                                                           rel=1e-9)
     episode = make_episode(graph, cluster)
-    own = place_episode(load_policy(policy_file)[0], episode, keep_heuristic=False).extra["placer"]
+    own = place_episode(load_policy(policy_file)[0], episode, keep_heuristic=False,
+                        samples=SAMPLED_CHAINS).extra["placer"]   # place's default: 64 sampled chains, seed 0
     assert info["rounds_from_nothing"] == own["rounds_from_nothing"]
     assert info["rounds_from_heuristic"] == own["rounds_from_heuristic"]
     assert info.get("policy_step_time", info["simulated_step_time"]) == own["simulated_step_time"]
@@ -63,6 +65,29 @@ def test_an_onnx_file_with_an_op_outside_the_vocabulary_is_placed(tmp_path, poli
     assert "round" in info and len(set(info["rounds_from_nothing"] + info["rounds_from_heuristic"])) > 1
     measured = cluster_measurer(load_cluster("2xt4-pcie"), load_graph(str(model))).measure(placement)
     assert measured.step_time == pytest.approx(info["simulated_step_time"], rel=1e-9)
+
+
+def test_the_sampled_chains_are_scored_beside_the_most_likely_ones(tmp_path, capsys):
+    """The fastest of the policy's sampled chains and its most likely ones is written: with the
+    shipped policy on Inception-v3 and the DGX-1 (held out of its training) faster than the most
+    likely ones alone; a negative count is refused."""
+    written = {}
+    for samples in ("0", "64"):
+        out = tmp_path / f"placement-{samples}.json"
+        assert main(["place", "--graph", "inception_v3.onnx", "--cluster", "dgx1-v100", "--out", str(out),
+                     "--samples", samples]) == 0
+        written[samples] = Placement.load(out).extra["placer"]
+    alone, sampled = written["0"], written["64"]
+    assert alone["sampled_chains"] == 0 and sampled["sampled_chains"] == 64
+    assert sampled["first_chains_step_time"] == alone["first_chains_step_time"]
+    policy_s = lambda info: info.get("policy_step_time", info["simulated_step_time"])  # noqa: E731
+    assert policy_s(sampled) < policy_s(alone) == alone["first_chains_step_time"]
+    capsys.readouterr()
+    model = tmp_path / "mish.onnx"
+    onnx.save(unseen_op_model(), model)
+    assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "--out", str(tmp_path / "p.json"),
+                 "--samples", "-1"]) == 2
+    assert "--samples must be 0 or more" in capsys.readouterr().err
 
 
 def test_place_refuses_a_missing_cluster_or_a_file_that_is_no_policy(tmp_path, capsys):

@@ -1,8 +1,11 @@
 """Zero-shot placing with a graph policy: every round of improvement simulated, the fastest kept.
 
 Two chains of rounds run: one from nothing, one improving the best list heuristic's placement on
-the groups (when the episode has one). Both are the policy's own placements; the placement's
-extra["placer"] records each chain's step times, so what the policy does from nothing stays visible.
+the groups (when the episode has one), each round the policy's most likely placement. `placer
+place` adds chains sampled from the policy (`placer.commands.place.SAMPLED_CHAINS` by default),
+all scored in one batch of the simulator. Every one is the policy's own placement, chosen by its
+simulated step time: nothing is trained on the new graph. The placement's extra["placer"] records
+the most likely chains' step times, so what the policy does from nothing stays visible.
 Where the best list heuristic's own placement (node by node, before grouping) simulates faster
 than every round, `place` returns that one and says so: a user is never handed a placement slower
 than the heuristic placer already computed.
@@ -20,16 +23,25 @@ from placer.policy.gnn.episode import Episode, make_episode
 from placer.policy.gnn.learn import initial_placements
 
 
-def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, keep_heuristic: bool = True):
+def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, keep_heuristic: bool = True,
+                  samples: int = 0):
     """The `Placement` of `episode` by `policy`: each round's placement of each chain (greedy, or
-    sampled with `seed`) simulated in one batch, the fastest that runs and fits kept; with
-    `keep_heuristic`, the best list heuristic's own placement where it is faster still (fine-tuning
-    judges the policy's own, and passes False)."""
+    sampled with `seed`), with `samples` chains more sampled from the policy (half from nothing,
+    half from the heuristic's placement), all simulated in one batch, the fastest that runs and
+    fits kept; with `keep_heuristic`, the best list heuristic's own placement where it is faster
+    still (fine-tuning judges the policy's own, and passes False)."""
+    if samples < 0:
+        raise PlacerError(f"the sampled chains must be 0 or more, not {samples}")
     generator = torch.Generator().manual_seed(seed)
     policy.eval()
     initial = initial_placements(episode, 2 if episode.start is not None else 1)
     actions = policy.sample(episode.tensors, len(initial), generator, greedy=greedy,
                             initial=torch.from_numpy(initial)).numpy()          # (chains, R, G)
+    first = len(initial)   # the chains after these are sampled
+    if samples:
+        more = initial_placements(episode, samples)
+        sampled = policy.sample(episode.tensors, samples, generator, greedy=False, initial=torch.from_numpy(more))
+        initial, actions = np.concatenate([initial, more]), np.concatenate([actions, sampled.numpy()])
     chains, rounds, G = actions.shape
     times = episode.step_times(actions.reshape(chains * rounds, G)).reshape(chains, rounds)
     chain, r = np.unravel_index(int(np.argmin(times)), times.shape)
@@ -37,22 +49,23 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, 
         raise PlacerError(f"no placement the policy made of {episode.name} runs on {episode.cluster.name} within its "
                           "devices' memory; try another cluster with more memory, or fine-tune the policy "
                           "(placer train --policy pretrained)")
-    listed = [None if not math.isfinite(t) else float(t) for t in times.ravel()]
+    listed = [None if not math.isfinite(t) else float(t) for t in times[:first].ravel()]
+    record = {"rounds_from_nothing": listed[:rounds], "rounds_from_heuristic": listed[rounds:] or None,
+              "from_nothing_step_time": float(np.min(times[0])), "sampled_chains": samples,
+              "first_chains_step_time": float(np.min(times[:first])), "groups": G}
     if keep_heuristic and episode.best_assign is not None and episode.best_time < times[chain, r]:
         placement = episode.heuristic_placement()
         placement.extra = {"placer": {"name": "gnn", "chain": f"the best list heuristic ({episode.best_name}): every "
                                       "round of the policy simulated slower", "policy_step_time": float(times[chain, r]),
-                                      "rounds_from_nothing": listed[:rounds], "rounds_from_heuristic": listed[rounds:] or None,
-                                      "from_nothing_step_time": float(np.min(times[0])),
-                                      "simulated_step_time": float(episode.best_time), "groups": G}}
+                                      "simulated_step_time": float(episode.best_time), **record}}
         return placement
-    return episode.placement(actions[chain, r], chain="from nothing" if chain == 0 else "from the best heuristic",
-                             round=int(r), rounds_from_nothing=listed[:rounds],
-                             rounds_from_heuristic=listed[rounds:] or None,
-                             from_nothing_step_time=float(np.min(times[0])),
-                             simulated_step_time=float(times[chain, r]), groups=G)
+    unplaced = len(episode.features.devices)
+    origin = "from nothing" if (initial[chain] == unplaced).all() else "from the best heuristic"
+    kind = "sampled chain " if chain >= first else ""
+    return episode.placement(actions[chain, r], chain=f"{kind}{origin}", round=int(r),
+                             simulated_step_time=float(times[chain, r]), **record)
 
 
-def place(policy, graph, cluster, cost=None, greedy: bool = True, seed: int = 0):
+def place(policy, graph, cluster, cost=None, greedy: bool = True, seed: int = 0, samples: int = 0):
     """`place_episode` on `graph` and `cluster` (the best heuristic found first, as a start)."""
-    return place_episode(policy, make_episode(graph, cluster, cost), greedy, seed)
+    return place_episode(policy, make_episode(graph, cluster, cost), greedy, seed, samples=samples)
