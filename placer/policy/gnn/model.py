@@ -110,14 +110,20 @@ class GraphPlacementPolicy(nn.Module):
 
     @torch.no_grad()
     def sample(self, x: FeatureTensors, samples: int, generator: torch.Generator | None = None,
-               greedy: bool = False, initial: torch.Tensor | None = None) -> torch.Tensor:
+               greedy: bool = False, initial: torch.Tensor | None = None, stay: float = 0.0) -> torch.Tensor:
         """(K, R, G) device indices: every round's placement of K samples (greedy: the most likely),
-        each improving on the one before; round 0 on `initial` (K, G) (default: nothing placed)."""
+        each improving on the one before; round 0 on `initial` (K, G) (default: nothing placed).
+        `stay`: a bonus on the logit of each placed group's current device, so that a sampled
+        round moves only the groups the policy most wants moved (an improvement step, as GiPH's)."""
         encoded = self.encode(x)
         assign = initial if initial is not None else self.unplaced(x, samples)
         rounds = []
         for _ in range(self.config.rounds):
             logits = self.logits(x, encoded, assign)
+            if stay:
+                placed = assign < logits.shape[2]   # D: not placed yet
+                current = torch.zeros_like(logits).scatter_(2, assign.clamp(max=logits.shape[2] - 1)[..., None], 1.0)
+                logits = logits + stay * current * placed[..., None]
             if greedy:
                 assign = logits.argmax(dim=2)
             else:
