@@ -73,14 +73,15 @@ def simulated_ms(item, placement) -> float | None:
 
 
 def zero_shot(policy, item) -> dict:
-    """The policy placing the item with no training on it, as `placer place` does (its chains of
-    rounds from nothing and from the best list heuristic's placement, the fastest round kept), but
-    never the heuristic's own placement in its stead: the policy's step, the step of its chain from
-    nothing alone, and the seconds to place (the heuristics it starts from included)."""
+    """The policy placing the item with no training on it, as `placer place` does (its two most
+    likely chains of rounds, from nothing and from the best list heuristic's placement, and
+    `SAMPLED_CHAINS` sampled ones, the fastest round kept), but never the heuristic's own placement
+    in its stead: the policy's step, the step of its most likely chains and of its most likely
+    chain from nothing, and the seconds to place (the heuristics it starts from included)."""
     start = time.perf_counter()
     try:
         placement = place_episode(policy, make_episode(item.graph, item.cluster), keep_heuristic=False,
-                                  samples=SAMPLED_CHAINS)
+                                  chains=SAMPLED_CHAINS)
     except PlacerError as exc:   # no round of the policy fits the devices' memory: a failure, reported
         return {"ms": None, "seconds": time.perf_counter() - start, "failure": str(exc)}
     seconds = time.perf_counter() - start

@@ -28,9 +28,10 @@ def register(subparsers) -> None:
     parser.add_argument("--out", required=True, metavar="PLACEMENT.json", help="where to write the placement")
     parser.add_argument("--policy", default=None, metavar="POLICY.pt",
                         help="a graph policy checkpoint (default: the pre-trained one shipped with placer)")
-    parser.add_argument("--samples", type=int, default=None, metavar="K",
-                        help="chains of placements sampled from the policy beside its most likely ones, all "
-                             f"simulated, the fastest kept (default {SAMPLED_CHAINS}; 0: the most likely ones alone)")
+    parser.add_argument("--chains", type=int, default=SAMPLED_CHAINS, metavar="K",
+                        help="chains of improvement rounds sampled from the policy beside its two most likely ones, "
+                             "every round of each simulated, the fastest kept (default %(default)s; 0: the most "
+                             "likely ones alone)")
     parser.add_argument("--seed", type=int, default=0, help="the sampled chains' seed (default 0)")
     parser.set_defaults(func=run)
 
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from placer.policy.gnn.episode import make_episode
     from placer.policy.gnn.placing import place_episode
 
+    if args.chains < 0:
+        raise PlacerError(f"--chains must be 0 or more, not {args.chains}")
     if not args.cluster:
         raise PlacerError("placer place needs --cluster: the policy places for described hardware (placer cluster "
                           "list; placer cluster describe-local describes this machine)")
@@ -52,10 +55,7 @@ def run(args: argparse.Namespace) -> int:
     graph = load_graph_from_args(args)
     started = time.monotonic()
     episode = make_episode(graph, cluster)   # the best list heuristic too: the policy improves on it as well
-    samples = SAMPLED_CHAINS if args.samples is None else args.samples
-    if samples < 0:
-        raise PlacerError(f"--samples must be 0 or more, not {samples}")
-    placement = place_episode(policy, episode, seed=args.seed, samples=samples)
+    placement = place_episode(policy, episode, seed=args.seed, chains=args.chains)
     placing_s = time.monotonic() - started
     info = placement.extra["placer"]
     found = episode.best_name is not None
@@ -74,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"  placement written        {t * 1e3:10.3f} ms simulated ({info['chain']}, {where}); "
           f"lower bound {bound * 1e3:.3f} ms ({format_ratio(t / bound)})")
     print(f"    the policy's best      {policy_t * 1e3:10.3f} ms simulated")
-    if samples:
+    if args.chains:
         print(f"    most likely chains     {info['first_chains_step_time'] * 1e3:10.3f} ms simulated "
-              f"(without the {samples} sampled)")
+              f"(without the {args.chains} sampled)")
     print(f"    from nothing alone     {info['from_nothing_step_time'] * 1e3:10.3f} ms simulated")
     if found:
         best = episode.best_time

@@ -23,7 +23,7 @@ The baseline that says how far from optimal the others are, in its own model of 
 - Objective: the makespan, in integer ticks (`unit` seconds each, about 2e5 ticks per hint step).
 
 The solver is warm-started (AddHint) with the best list heuristic's placement (the fastest in the
-simulator of m-ETF, m-SCT, HEFT and each single device, `placer.placers.starts.best_start`)
+simulator of m-ETF, m-SCT, HEFT, the expert and each single device, `placer.placers.starts.best_start`)
 scheduled in its model; a solution worse than that hint is never returned (the heuristic's own
 placement is, also when the solver finds nothing in time or the hint exceeds the model's memory
 budget), so in its model the exact placer is never worse than the heuristic. It is deterministic: one search worker
@@ -483,12 +483,13 @@ def default_work_limit(time_limit: float = TIME_LIMIT) -> float:
 
 def exact(graph: OpGraph, devices: list[str], cost: CostModel | None = None, caps: Caps | None = None, *,
           seed: int = 0, time_limit: float = TIME_LIMIT, work_limit: float | None = None,
-          groups: int = GROUPS, hint: Start | None = None) -> Placement:
+          groups: int = GROUPS, start: Start | None = None) -> Placement:
     """The CP-SAT placement of coarsened groups minimising the model's makespan within `time_limit`,
     warm-started with the best list heuristic; records the status, objective, bound and gap.
     `work_limit`: CP-SAT's deterministic time limit (default `WORK_PER_SECOND` x `time_limit`).
-    `hint`: the best list heuristic as `best_start` scored it (local search passes its own, so
-    that the heuristics are not placed and simulated twice); None: scored here."""
+    `start`: the best list heuristic as `best_start` scored it (local search passes its own, so
+    that the heuristics are not placed and simulated twice; its `assign` None: none fits, so no
+    hint); None: scored here."""
     require_devices(devices)
     cost = require_cost(cost, "exact")
     if time_limit <= 0:
@@ -497,7 +498,7 @@ def exact(graph: OpGraph, devices: list[str], cost: CostModel | None = None, cap
         raise PlacerError(f"exact needs at least 1 group, not {groups}")
     caps = dict(caps or {})
     sim = make_simulator(graph, devices, cost, caps)
-    start = hint if hint is not None else best_start(graph, devices, cost, caps, sim, seed=seed)
+    start = start if start is not None else best_start(graph, devices, cost, caps, sim, seed=seed)
     hint_nodes = ({n: devices[int(k)] for n, k in zip(graph.nodes, start.assign)}
                   if start.assign is not None else None)
     parts = _parts(graph, groups, hint_nodes)

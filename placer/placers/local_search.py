@@ -5,12 +5,12 @@ meaning as random search's: every placement the simulator scores counts, the sta
 included). It starts from the fastest in the simulator of the baselines (m-ETF, m-SCT, HEFT, the expert,
 every single device and the exact CP-SAT solver, `placer.placers.exact`, hinted with the best of
 the others; on a pipelined step the pipeline partitioners too, and not the solver, which has no
-pipelined model) that fits the caps, so it is never slower than any of them. The solver's placement
-costs one sample where it is none of the others'; its seconds cost none. It runs for the `exact`
-baseline's default deterministic work and is never stopped by the wall clock, so that local search
-stays reproducible on a loaded machine, where the `exact` row (stopped by whichever comes first)
-may stop sooner (`exact_start=False` leaves the solver out).
-Then it moves
+pipelined model) that fits the caps, so it is never slower than any of them (the solver is left
+out where the others use the whole budget). The solver's placement costs one sample where it is
+none of the others'; its seconds (a few: the `exact` row's default deterministic work) cost none.
+That work stops it, and the wall clock only after 600 s (a safety net), so that local search stays
+reproducible on a loaded machine, where the `exact` row (stopped by whichever comes first, 10 s
+by default) may stop sooner. `exact_start=False` leaves the solver out. Then it moves
 
 1. whole groups (`placer.graph.grouping.group_graph`, at most `groups`, default 64) to another
    device, then, when no group move helps,
@@ -46,7 +46,7 @@ from placer.placers.starts import Start, best_start, fastest
 
 CHUNK = 64          # candidate moves simulated per batch
 GROUPS = 64         # the most groups moved whole
-EXACT_WALL_LIMIT = 600.0   # seconds: only a safety net for the solver's start (see _with_exact)
+EXACT_WALL_LIMIT = 600.0   # seconds: only a safety net for the solver's start (its work limit stops it first)
 # A move must lower the step time by more than this share of it: float noise is no improvement.
 MIN_GAIN = 1e-9
 
@@ -57,14 +57,15 @@ def _with_exact(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps 
     fits: one sample more, none where it is one of the placements `start` scored already; and what
     the solver did."""
     try:
-        # stopped by its deterministic work alone (the `exact` baseline's default amount), never
-        # by a wall clock that a loaded machine reaches first: local search stays reproducible
-        solved = exact(graph, devices, cost, caps, seed=seed, hint=start, time_limit=EXACT_WALL_LIMIT,
+        # stopped by its deterministic work (the `exact` baseline's default amount), not by a wall
+        # clock that a loaded machine reaches first: local search stays reproducible
+        solved = exact(graph, devices, cost, caps, seed=seed, start=start, time_limit=EXACT_WALL_LIMIT,
                        work_limit=default_work_limit())
     except PlacerError as exc:
         start.candidates["exact"] = None
         return start, {"failure": str(exc)}
-    info = {k: solved.extra["placer"].get(k) for k in ("status", "gap", "stopped_by")}   # no seconds: reproducible
+    # what the solver did (no seconds: the record is reproducible); used "hint": it kept the heuristic's
+    info = {k: solved.extra["placer"].get(k) for k in ("status", "gap", "used", "stopped_by")}
     row = tuple(devices.index(solved.nodes[n]) for n in graph.nodes)
     if row in start.scored:   # the solver kept a heuristic's placement: scored already, under its name
         start.candidates["exact"] = start.candidates.get(start.scored[row])

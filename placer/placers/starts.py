@@ -1,8 +1,8 @@
 """The starting placement of a search: the fastest in the simulator of the cheap baselines.
 
-Local search starts from it, the exact solver is hinted with it, and the graph policy improves on
-it. Every placement scored counts as one simulated sample; a placement two baselines agree on is
-scored once.
+Local search starts from the better of it and the exact solver's placement, the solver is hinted
+with it, and the graph policy improves on it. Every placement scored counts as one simulated
+sample; a placement two baselines agree on is scored once.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def test_a_zoo_model_is_placed_and_priced_against_the_best_heuristic(tmp_path, p
                                                                                           rel=1e-9)
     episode = make_episode(graph, cluster)
     own = place_episode(load_policy(policy_file)[0], episode, keep_heuristic=False,
-                        samples=SAMPLED_CHAINS).extra["placer"]   # place's default: 64 sampled chains, seed 0
+                        chains=SAMPLED_CHAINS).extra["placer"]   # place's default: 64 sampled chains, seed 0
     assert info["rounds_from_nothing"] == own["rounds_from_nothing"]
     assert info["rounds_from_heuristic"] == own["rounds_from_heuristic"]
     assert info.get("policy_step_time", info["simulated_step_time"]) == own["simulated_step_time"]
@@ -75,7 +75,7 @@ def test_the_sampled_chains_are_scored_beside_the_most_likely_ones(tmp_path, cap
     for samples in ("0", "64"):
         out = tmp_path / f"placement-{samples}.json"
         assert main(["place", "--graph", "inception_v3.onnx", "--cluster", "dgx1-v100", "--out", str(out),
-                     "--samples", samples]) == 0
+                     "--chains", samples]) == 0
         written[samples] = Placement.load(out).extra["placer"]
     alone, sampled = written["0"], written["64"]
     assert alone["sampled_chains"] == 0 and sampled["sampled_chains"] == 64
@@ -86,8 +86,8 @@ def test_the_sampled_chains_are_scored_beside_the_most_likely_ones(tmp_path, cap
     model = tmp_path / "mish.onnx"
     onnx.save(unseen_op_model(), model)
     assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "--out", str(tmp_path / "p.json"),
-                 "--samples", "-1"]) == 2
-    assert "--samples must be 0 or more" in capsys.readouterr().err
+                 "--chains", "-1"]) == 2
+    assert "--chains must be 0 or more" in capsys.readouterr().err
 
 
 def test_place_refuses_a_missing_cluster_or_a_file_that_is_no_policy(tmp_path, capsys):

@@ -12,6 +12,7 @@ from placer.costmodel.training_costs import TrainingStepCosts
 from placer.evaluate.compare import baseline_rows, compare
 from placer.placers import PLACERS, local_search, single_device
 from placer.placers.base import executor_peak_memory
+from placer.placers.starts import best_start
 from placer.program.training import TrainingSpec
 
 DEVICES = ["cpu:0", "cpu:1"]
@@ -72,6 +73,18 @@ def test_local_search_starts_from_the_exact_solver_where_it_beats_every_heuristi
     heuristics_only = local_search(dag, trio, cost, samples=200, exact_start=False).extra["placer"]
     assert "exact" not in heuristics_only["candidates"] and heuristics_only["local_optimum"]
     assert heuristics_only["simulated_step_time"] > solved * 1.1
+
+
+def test_the_solvers_placement_costs_one_sample_and_only_where_the_budget_has_one_left():
+    dag = random_dag(12, seed=8)
+    trio = ["cpu:0", "cuda:0", "cuda:1"]
+    cost = LinearCost({"cpu:0": 1e9, "cuda:0": 4e9, "cuda:1": 2e9}, latency=1e-3, bandwidth=1e9)
+    starts = best_start(dag, trio, cost, None, Simulator(dag, trio, cost)).simulated   # the distinct heuristics'
+    full = local_search(dag, trio, cost, samples=starts).extra["placer"]
+    assert "exact" not in full["candidates"] and full["simulated"] == starts
+    one_more = local_search(dag, trio, cost, samples=starts + 1).extra["placer"]
+    assert one_more["start"] == "exact" and one_more["simulated"] == starts + 1
+    assert one_more["exact_start"]["used"] == "solver"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -36,8 +36,8 @@ def test_the_fastest_round_of_either_chain_is_the_placement_returned():
 
 
 def test_a_stay_bonus_keeps_the_groups_where_they_are():
-    """Sampled from the heuristic's placement, a large bonus keeps every group on its device, none
-    keeps fewer, and from nothing (no device yet) the bonus changes nothing."""
+    """Sampled from the heuristic's placement, a large bonus keeps every group on its device, no
+    bonus keeps fewer, and from nothing (no device yet) the bonus changes nothing."""
     graph, cluster = load_graph(branches(4, 2, width=128, batch=32)), load_cluster("4xa100-nvlink")
     episode = make_episode(graph, cluster)
     torch.manual_seed(0)
@@ -46,7 +46,8 @@ def test_a_stay_bonus_keeps_the_groups_where_they_are():
     kept = [(policy.sample(episode.tensors, 8, torch.Generator().manual_seed(0), initial=start, stay=stay)[:, 0]
              == start).float().mean().item() for stay in (0.0, 50.0)]
     assert kept[0] < 0.8 and kept[1] == 1.0
-    fresh = [policy.sample(episode.tensors, 8, torch.Generator().manual_seed(0), stay=stay)[:, 0] for stay in (0.0, 50.0)]
+    fresh = [policy.sample(episode.tensors, 8, torch.Generator().manual_seed(0), stay=stay)[:, 0]
+             for stay in (0.0, 50.0)]
     assert torch.equal(fresh[0], fresh[1])
 
 
@@ -60,9 +61,9 @@ def test_the_shipped_policys_sampled_chains_beat_uniform_proposals_with_the_same
     graph, cluster = load_zoo_graph("inception_v3.onnx"), load_cluster("dgx1-v100")
     episode = make_episode(graph, cluster)
     policy, _ = load_policy(PRETRAINED)
-    learned = place_episode(policy, episode, keep_heuristic=False, samples=64).extra["placer"]
+    learned = place_episode(policy, episode, keep_heuristic=False, chains=64).extra["placer"]
     logits = policy.logits
     monkeypatch.setattr(policy, "logits", lambda *a: torch.where(torch.isfinite(out := logits(*a)),
                                                                  torch.zeros_like(out), out))
-    uniform = place_episode(policy, episode, keep_heuristic=False, samples=64).extra["placer"]
+    uniform = place_episode(policy, episode, keep_heuristic=False, chains=64).extra["placer"]
     assert learned["simulated_step_time"] * 1.05 < uniform["simulated_step_time"]

@@ -156,7 +156,7 @@ def test_the_command_pretrains_on_the_small_corpus_and_judges_every_held_out_ite
     summary = json.loads((run / "summary.json").read_text())
     assert [r["name"] for r in summary["held_out"]] == [i.name for i in held_out_items(0, "small")]
     assert all(r["ratio_to_best_baseline"] >= r["ratio_to_best_heuristic"] for r in summary["held_out"])
-    # the best baseline: the best list heuristic or local search from it, which beats it somewhere
+    # the best baseline: the best list heuristic or local search (from it or the solver), which beats it somewhere
     for r in summary["held_out"]:
         best = min(r["best_heuristic_step_time_s"], r["local_search_step_time_s"])
         assert r["ratio_to_best_baseline"] == pytest.approx(r["policy_step_time_s"] / best, rel=1e-12), r["name"]

@@ -2,8 +2,8 @@
 
 The simulator is the batched one (`simulate_batch`, `peaks=False`: only whether a placement fits
 matters), over the cluster's devices with their memory capacities as caps. The yardstick is the
-best list heuristic's simulated step time (m-ETF, m-SCT, HEFT, the expert and every single device,
-as local search starts from: `placer.placers.starts.best_start`): rewards are step times
+best list heuristic's simulated step time (m-ETF, m-SCT, HEFT, the expert and every single device:
+`placer.placers.starts.best_start`, which local search also starts from): rewards are step times
 divided by it, so that they compare across graphs and clusters.
 """
 

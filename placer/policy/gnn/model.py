@@ -114,7 +114,8 @@ class GraphPlacementPolicy(nn.Module):
         """(K, R, G) device indices: every round's placement of K samples (greedy: the most likely),
         each improving on the one before; round 0 on `initial` (K, G) (default: nothing placed).
         `stay`: a bonus on the logit of each placed group's current device, so that a sampled
-        round moves only the groups the policy most wants moved (an improvement step, as GiPH's)."""
+        round moves fewer groups, mostly those the policy most wants moved (an improvement step,
+        as GiPH's)."""
         encoded = self.encode(x)
         assign = initial if initial is not None else self.unplaced(x, samples)
         rounds = []

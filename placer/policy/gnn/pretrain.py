@@ -86,8 +86,8 @@ def held_out_figures(policy: GraphPlacementPolicy, items: list[Any]) -> list[dic
 
 
 def _local_search_time(episode: Episode) -> float | None:
-    """Local search's simulated step time at its defaults (from the best list heuristic, 2000
-    simulated placements), None when it finds no placement that fits."""
+    """Local search's simulated step time at its defaults (from the best list heuristic or the exact
+    solver's placement, 2000 simulated placements), None when it finds no placement that fits."""
     from placer.placers.local_search import local_search
 
     try:
