@@ -422,6 +422,9 @@ def solve(problem: Problem, caps: list[int | None], hint: list[int] | None, *, t
 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1           # one deterministic search worker
+    # CP-SAT's own SIGINT handler would outlive the solve: a later Ctrl-C then kills the process
+    # (exit 130) instead of raising KeyboardInterrupt, and an interrupted training run loses its save
+    solver.parameters.catch_sigint_signal = False
     solver.parameters.random_seed = int(seed)
     solver.parameters.max_time_in_seconds = float(time_limit)
     solver.parameters.max_deterministic_time = float(work_limit)

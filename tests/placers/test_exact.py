@@ -4,7 +4,11 @@ heuristic it is hinted with, within the memory caps, and deterministic."""
 
 import dataclasses
 import itertools
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import networkx as nx
 import pytest
@@ -198,3 +202,25 @@ def test_exact_models_the_updated_weights_sent_to_another_device_reading_them():
     owner, reader = problem.tasks.index((0, 2)), problem.tasks.index((1, 2))
     assert problem.edges[(owner, reader)] == 64 * 64 * 4
     assert exact(graph, devices, cost, time_limit=2.0).extra["placer"]["status"] == "OPTIMAL"
+
+
+def test_ctrl_c_after_a_solve_still_raises_keyboard_interrupt(tmp_path):
+    """CP-SAT's own SIGINT handler would outlive the solve, so that a later Ctrl-C killed the
+    process (exit 130) instead of raising KeyboardInterrupt, which a training run catches to save
+    itself. In a child process: a solve, then Ctrl-C."""
+    script = tmp_path / "solve_then_ctrl_c.py"
+    script.write_text(
+        "import signal, time\n"
+        "from placer_testkit import LinearCost, random_dag\n"
+        "from placer.placers import exact\n"
+        "cost = LinearCost({'cpu:0': 1e9, 'cuda:0': 4e9, 'cuda:1': 2e9}, latency=1e-3, bandwidth=1e9)\n"
+        "exact(random_dag(12, seed=8), ['cpu:0', 'cuda:0', 'cuda:1'], cost, work_limit=0.05)\n"
+        "try:\n"
+        "    signal.raise_signal(signal.SIGINT)\n"
+        "    time.sleep(0.5)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('KeyboardInterrupt')\n")
+    path = os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])   # the testkit
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": path})
+    assert (done.returncode, done.stdout.strip()) == (0, "KeyboardInterrupt"), done.stderr[-500:]
