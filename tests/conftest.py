@@ -1,6 +1,7 @@
 """Settings every test shares."""
 
 import importlib
+import signal
 
 import pytest
 
@@ -15,3 +16,12 @@ def quick_exact_solver(request, monkeypatch):
     if request.path.name != "test_exact.py":
         exact = importlib.import_module("placer.placers.exact")
         monkeypatch.setattr(exact, "WORK_PER_SECOND", exact.WORK_PER_SECOND / 10)
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt, as in a terminal, also where the suite was started in the
+    background by a shell without job control, which makes every child ignore SIGINT."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

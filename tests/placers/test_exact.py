@@ -207,10 +207,11 @@ def test_exact_models_the_updated_weights_sent_to_another_device_reading_them():
 def test_ctrl_c_after_a_solve_still_raises_keyboard_interrupt(tmp_path):
     """CP-SAT's own SIGINT handler would outlive the solve, so that a later Ctrl-C killed the
     process (exit 130) instead of raising KeyboardInterrupt, which a training run catches to save
-    itself. In a child process: a solve, then Ctrl-C."""
+    itself. In a child process (Ctrl-C raising, as in a terminal): a solve, then Ctrl-C."""
     script = tmp_path / "solve_then_ctrl_c.py"
     script.write_text(
         "import signal, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from placer_testkit import LinearCost, random_dag\n"
         "from placer.placers import exact\n"
         "cost = LinearCost({'cpu:0': 1e9, 'cuda:0': 4e9, 'cuda:1': 2e9}, latency=1e-3, bandwidth=1e9)\n"

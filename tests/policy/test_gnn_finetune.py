@@ -61,7 +61,7 @@ class CtrlCWhileScoring(SimulatedRewards):
 
 @pytest.mark.parametrize("when", ["while a batch is scored", "during an update"])
 def test_a_fine_tune_cut_short_by_ctrl_c_resumes_to_where_an_uninterrupted_one_ends(tmp_path, episode, monkeypatch,
-                                                                                    when):
+                                                                                    when, ctrl_c_raises):
     whole, whole_policy = run(episode, tmp_path / "whole")
     if when == "while a batch is scored":
         rewards = CtrlCWhileScoring(episode, n=4)
