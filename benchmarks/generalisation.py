@@ -41,7 +41,7 @@ from placer.errors import PlacerError  # noqa: E402
 from placer.placers import PLACERS  # noqa: E402
 from placer.policy.gnn.checkpoint import PRETRAINED, load_policy  # noqa: E402
 from placer.policy.gnn.episode import make_episode  # noqa: E402
-from placer.policy.gnn.finetune import finetune  # noqa: E402
+from placer.policy.gnn.finetune import finetune, start_chains  # noqa: E402
 from placer.policy.gnn.learn import LearnConfig  # noqa: E402
 from placer.policy.gnn.model import GraphPlacementPolicy  # noqa: E402
 from placer.commands.place import SAMPLED_CHAINS  # noqa: E402
@@ -87,7 +87,8 @@ def zero_shot(policy, item) -> dict:
     seconds = time.perf_counter() - start
     info = placement.extra["placer"]
     finite_ms = lambda s: s * 1e3 if s is not None and s < float("inf") else None   # noqa: E731
-    return {"ms": simulated_ms(item, placement), "seconds": seconds,
+    return {"ms": simulated_ms(item, placement), "seconds": seconds, "chain": info.get("chain"),
+            "same_as_start": info.get("same_as_start"),
             "most_likely_ms": finite_ms(info["first_chains_step_time"]),
             "from_nothing_ms": finite_ms(info["from_nothing_step_time"])}
 
@@ -96,6 +97,7 @@ def learning(policy, item, samples: int, seed: int, folder: Path) -> dict:
     """`policy` fine-tuned on the item for `samples` sampled placements: its best step, its curve."""
     start = time.perf_counter()
     result = finetune(policy, make_episode(item.graph, item.cluster), folder, LearnConfig(), samples=samples,
+                      chains=start_chains(samples, policy.config.rounds, "simulated"),
                       seed=seed, log=lambda text: None)
     return {"ms": result.best_step_time * 1e3, "samples": result.samples, "seconds": time.perf_counter() - start,
             "curve": [(c["samples"], c["best_step_time"] * 1e3) for c in result.summary["curve"]]}
@@ -209,6 +211,9 @@ def main() -> None:
               f"({len(ratios)} of {len(results)} placed within memory; within 5% on "
               f"{sum(r <= 1.05 for r in ratios)}, within 15% on {sum(r <= 1.15 for r in ratios)}); slowest to place "
               f"{max(r['zero_shot']['seconds'] for r in results):.2f} s")
+        print("the chain each zero-shot placement came from: " + "; ".join(
+            f"{r['item'][:24]} {r['zero_shot'].get('chain')}" + (" (kept its start)" if r["zero_shot"].get("same_as_start")
+                                                                 else "") for r in results))
     if args.json:
         save_json(args.json, _record(args, info, results))
 

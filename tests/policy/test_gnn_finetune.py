@@ -3,6 +3,7 @@ ends, and a placement that fails on the devices is a measured failure, not a cra
 
 from __future__ import annotations
 
+import copy
 import signal
 
 import pytest
@@ -16,8 +17,9 @@ from placer.measure.measurement import OOM, Measurement
 from placer.placement import Placement
 from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig
 from placer.policy.gnn.episode import make_episode
-from placer.policy.gnn.finetune import finetune
+from placer.policy.gnn.finetune import finetune, start_chains
 from placer.policy.gnn.learn import LearnConfig
+from placer.policy.gnn.placing import place_episode
 from placer.policy.gnn.rewards import MeasuredRewards, SimulatedRewards
 from testgraphs import branches
 
@@ -130,3 +132,18 @@ def test_fine_tuning_moves_the_policy_itself_to_a_faster_placement(tmp_path, epi
                                log=lambda text: None)
     assert results[0.0].greedy_step_time == results[0.0].zero_shot_step_time
     assert results[1e-2].greedy_step_time < 0.9 * results[1e-2].zero_shot_step_time
+
+
+def test_a_simulated_fine_tune_starts_from_the_zero_shot_placement_place_makes_and_counts_it(tmp_path, episode):
+    """With sampled chains, the start is placer place's zero-shot placement (the same chains and
+    seed), every round of every chain the start simulated counts, and the run stays within --samples."""
+    chains = start_chains(SAMPLES, 2, "simulated")
+    assert chains == SAMPLES // 4 - 2 and start_chains(SAMPLES, 2, "real") == 0
+    torch.manual_seed(0)
+    policy = GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
+    placed = place_episode(copy.deepcopy(policy), episode, keep_heuristic=False, chains=chains).extra["placer"]
+    result = finetune(policy, episode, tmp_path / "run", LearnConfig(), samples=SAMPLES, chains=chains,
+                      log=lambda text: None)
+    assert result.zero_shot_step_time == placed["simulated_step_time"]
+    assert result.summary["curve"][0]["samples"] == (2 + chains) * 2 and result.samples <= SAMPLES
+    assert result.best_step_time <= result.zero_shot_step_time

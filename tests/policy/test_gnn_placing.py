@@ -67,3 +67,19 @@ def test_the_shipped_policys_sampled_chains_beat_uniform_proposals_with_the_same
                                                                  torch.zeros_like(out), out))
     uniform = place_episode(policy, episode, keep_heuristic=False, chains=64).extra["placer"]
     assert learned["simulated_step_time"] * 1.05 < uniform["simulated_step_time"]
+
+
+def test_the_sampled_chains_start_from_every_distinct_heuristic_placement():
+    """The starts are the best heuristic's very placement first, then every other list heuristic's
+    and METIS's on the groups, none twice; the chains name the start of the placement returned."""
+    graph, cluster = load_graph(branches(4, 2, width=128, batch=32)), load_cluster("4xa100-nvlink")
+    episode = make_episode(graph, cluster)
+    starts = episode.starting_points()
+    names = [name for name, _ in starts]
+    assert names[0].startswith("the best heuristic") and (starts[0][1] == episode.start).all()
+    assert len(starts) > 2 and len({tuple(row) for _, row in starts}) == len(starts)
+    assert set(names[1:]) <= {"m_etf", "m_sct", "heft", "expert", "metis"}
+    torch.manual_seed(0)
+    policy = GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
+    info = place_episode(policy, episode, keep_heuristic=False, chains=48).extra["placer"]
+    assert info["chain"].startswith(("from ", "sampled from ")) and isinstance(info["same_as_start"], bool)

@@ -10,7 +10,7 @@ divided by it, so that they compare across graphs and clusters.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +43,8 @@ class Episode:
     # start the policy improves on, beside its placement from nothing; None without a yardstick
     start: np.ndarray | None = None
     best_assign: np.ndarray | None = None   # the best list heuristic's own node-level placement
+    # every distinct list heuristic's node-level placement (device index per node), by name
+    heuristic_assigns: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def caps(self) -> dict[str, int]:
@@ -60,6 +62,27 @@ class Episode:
                                                   self.graph.sha256)
         placement.extra = {"placer": {"name": "gnn", **info}}
         return placement
+
+    def starting_points(self) -> list[tuple[str, np.ndarray]]:
+        """Distinct (name, group-level placement) starts for the policy's rounds: the best list
+        heuristic's (its very placement, the groups being split where it cuts them), then every
+        other list heuristic's and METIS's, each group where most of its work is."""
+        from placer.errors import PlacerError
+        from placer.placers.metis import metis
+
+        starts = [(f"the best heuristic ({self.best_name})", self.start)] if self.start is not None else []
+        assigns = dict(self.heuristic_assigns)
+        devices = self.cluster.device_names
+        try:
+            found = metis(self.graph, devices, self.cost, self.caps)
+            assigns["metis"] = np.asarray([devices.index(found.nodes[n]) for n in self.graph.nodes])
+        except PlacerError:
+            pass
+        for name, assign in assigns.items():
+            row = group_majority(self.graph, self.node_group, self.features.n_groups, len(devices), assign)
+            if not any((row == other).all() for _, other in starts):
+                starts.append((name, row))
+        return starts
 
     def heuristic_placement(self) -> Placement | None:
         """The best list heuristic's own node-level placement (None without one)."""
@@ -104,6 +127,8 @@ def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None
         episode.best_time, episode.best_name, episode.best_assign = start.step_time, start.name, start.assign
         if start.assign is not None:
             episode.start = group_majority(graph, node_group, features.n_groups, len(devices), start.assign)
+        episode.heuristic_assigns = {label: np.asarray(row) for row, label in start.scored.items()
+                                     if not label.startswith("single:")}
     return episode
 
 

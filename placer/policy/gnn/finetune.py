@@ -72,13 +72,28 @@ class FinetuneResult:
     interrupted: bool = False
 
 
+def start_chains(samples: int | None, rounds: int, reward: str) -> int:
+    """The chains sampled for a simulated fine-tune's zero-shot start, as `placer place` samples
+    them (`SAMPLED_CHAINS`), at most half of `samples` (every round of every chain counts); none
+    with measured rewards, whose start is chosen in the simulator and measured once."""
+    from placer.commands.place import SAMPLED_CHAINS
+
+    if reward == REAL:
+        return 0
+    if samples is None:
+        return SAMPLED_CHAINS
+    return int(min(SAMPLED_CHAINS, max(0, samples // (2 * max(1, rounds)) - 2)))
+
+
 def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, rewards=None,
              samples: int | None = None, budget_s: float | None = None, seed: int = 0, resume: bool = False,
              identity: dict[str, Any] | None = None, run_info: dict[str, Any] | None = None,
-             log: Callable[[str], None] = print) -> FinetuneResult:
+             chains: int = 0, log: Callable[[str], None] = print) -> FinetuneResult:
     """Fine-tune `policy` on `episode` for `samples` sampled placements or `budget_s` seconds in all
     (a resumed run counts the ones before), scored by `rewards` (default `SimulatedRewards`).
-    `identity` (the graph, cluster, policy file) is what `resume` must find in the checkpoint."""
+    `identity` (the graph, cluster, policy file) is what `resume` must find in the checkpoint.
+    `chains`: the chains sampled for the zero-shot start beside the most likely ones (`start_chains`);
+    with any, every placement the start simulated counts in `samples`."""
     from torch.utils.tensorboard import SummaryWriter
 
     rewards = rewards or SimulatedRewards(episode)
@@ -93,7 +108,7 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
         state = _resume(run_dir, identity, policy, optimizer, generator, rewards)
         log(f"resumed {run_dir} at {state.samples} samples")
     else:
-        state = _start(policy, episode, rewards)
+        state = _start(policy, episode, rewards, chains)
     writer = SummaryWriter(str(run_dir), purge_step=state.samples if resume else None)
 
     def checkpoint() -> None:
@@ -165,18 +180,21 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
                           interrupted)
 
 
-def _start(policy, episode: Episode, rewards) -> FinetuneState:
-    """A fresh run: the policy's own zero-shot placement is the best so far."""
-    zero_shot = place_episode(policy, episode, keep_heuristic=False)   # the policy's own
+def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
+    """A fresh run: the policy's own zero-shot placement (with `chains` sampled chains, as `placer
+    place` makes it: every round of every chain simulated, and counted) is the best so far."""
+    zero_shot = place_episode(policy, episode, keep_heuristic=False, chains=chains)   # the policy's own
+    most_likely = 2 if episode.start is not None else 1   # the chains place_episode runs greedily
+    spent = (most_likely + chains) * policy.config.rounds if chains else 0
     zero_shot_time, heuristic = rewards.placed(zero_shot), rewards.heuristic()
     scale = next((t for t in (heuristic, zero_shot_time) if math.isfinite(t)), None)
     if scale is None:
         raise PlacerError(f"neither the best list heuristic's placement nor the policy's own ran on "
                           f"{episode.cluster.name}'s devices ({rewards.reward}), so there is no step time to learn "
                           "against; give the devices more memory (mem= caps), or use --policy seq2seq")
-    curve = [{"samples": 0, "best_step_time": zero_shot_time}] if math.isfinite(zero_shot_time) else []
-    return FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, curve=curve,
-                         zero_shot=zero_shot.to_dict())
+    curve = [{"samples": spent, "best_step_time": zero_shot_time}] if math.isfinite(zero_shot_time) else []
+    return FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, samples=spent,
+                         curve=curve, zero_shot=zero_shot.to_dict())
 
 
 def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generator, rewards) -> FinetuneState:

@@ -3,8 +3,10 @@
 Two chains of rounds run: one from nothing, one improving the best list heuristic's placement on
 the groups (when the episode has one), each round the policy's most likely placement. `placer
 place` adds chains sampled from the policy (`placer.commands.place.SAMPLED_CHAINS` by default),
-all scored in one batch of the simulator. Every one is the policy's own placement, chosen by its
-simulated step time: nothing is trained on the new graph. The placement's extra["placer"] records
+from nothing and from every list heuristic's and METIS's placement (a multi-start improvement
+search whose every step is the policy's), all scored in one batch of the simulator. Every one is
+the policy's own placement, chosen by its simulated step time (a start is no candidate itself,
+though a round may keep it: `same_as_start` says so): nothing is trained on the new graph. The placement's extra["placer"] records
 the most likely chains' step times, so what the policy does from nothing stays visible.
 Where the best list heuristic's own placement (node by node, before grouping) simulates faster
 than every round, `place` returns that one and says so: a user is never handed a placement slower
@@ -22,19 +24,20 @@ from placer.errors import PlacerError
 from placer.policy.gnn.episode import Episode, make_episode
 from placer.policy.gnn.learn import initial_placements
 
-# The sampled chains are split evenly between these bonuses on keeping a group where it is: 0
-# samples whole re-placements, 2 and 4 rounds that move fewer groups, mostly those the policy most
-# wants moved. On the 14 held-out problems (a prototype, 64 chains): the bonuses took the mean
-# over the best baseline from 1.064 (no bonus) to 1.043; uniform logits with them read 1.183.
+# The sampled chains are split evenly between the starts (nothing, the best heuristic's placement,
+# every other list heuristic's and METIS's: `Episode.starting_points`) and, for each, these bonuses
+# on keeping a group where it is: 0 samples whole re-placements, 2 and 4 rounds that move fewer
+# groups, mostly those the policy most wants moved. On the 14 held-out problems (prototypes against
+# generalisation.py's best baselines, 192 chains): mean 1.024, worst 1.078; from nothing and the
+# best heuristic alone (64 chains) 1.057 and 1.246; the same chains from uniform logits 1.226, 1.508.
 STAY_BONUSES = (0.0, 2.0, 4.0)
 
 
 def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, keep_heuristic: bool = True,
                   chains: int = 0):
     """The `Placement` of `episode` by `policy`: each round's placement of each chain (greedy, or
-    sampled with `seed`), with `chains` chains more sampled from the policy (split between the
-    `STAY_BONUSES`, each share half from nothing, half from the heuristic's placement), all
-    simulated in one batch, the fastest that runs and fits kept; with `keep_heuristic`, the best
+    sampled with `seed`), with `chains` chains more sampled from the policy (split evenly between
+    the starts and the `STAY_BONUSES`), all simulated in one batch, the fastest that runs and fits kept; with `keep_heuristic`, the best
     list heuristic's own placement where it is faster still (fine-tuning judges the policy's own,
     and passes False)."""
     if chains < 0:
@@ -45,11 +48,18 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, 
     actions = policy.sample(episode.tensors, len(initial), generator, greedy=greedy,
                             initial=torch.from_numpy(initial)).numpy()          # (chains, R, G)
     first = len(initial)   # the chains after these are sampled
-    for share, stay in zip(np.array_split(np.arange(chains), len(STAY_BONUSES)), STAY_BONUSES):
-        if len(share):
-            more = initial_placements(episode, len(share))
-            sampled = policy.sample(episode.tensors, len(share), generator, initial=torch.from_numpy(more), stay=stay)
-            initial, actions = np.concatenate([initial, more]), np.concatenate([actions, sampled.numpy()])
+    origins = ["from nothing", f"from the best heuristic ({episode.best_name})"][:first]
+    if chains:
+        G, D = episode.features.n_groups, len(episode.features.devices)
+        starts = [("nothing", np.full(G, D, dtype=np.int64))] + episode.starting_points()
+        pairs = [(start, stay) for start in starts for stay in STAY_BONUSES]
+        for ((name, row), stay), share in zip(pairs, np.array_split(np.arange(chains), len(pairs))):
+            if len(share):
+                more = np.tile(row, (len(share), 1)).astype(np.int64)
+                sampled = policy.sample(episode.tensors, len(share), generator, initial=torch.from_numpy(more),
+                                        stay=stay)
+                initial, actions = np.concatenate([initial, more]), np.concatenate([actions, sampled.numpy()])
+                origins += [f"sampled from {name}" + (f" (stay bonus {stay:g})" if stay else "")] * len(share)
     n_chains, rounds, G = actions.shape
     times = episode.step_times(actions.reshape(n_chains * rounds, G)).reshape(n_chains, rounds)
     chain, r = np.unravel_index(int(np.argmin(times)), times.shape)
@@ -67,10 +77,8 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, 
                                       "round of the policy simulated slower", "policy_step_time": float(times[chain, r]),
                                       "simulated_step_time": float(episode.best_time), **record}}
         return placement
-    unplaced = len(episode.features.devices)
-    origin = "from nothing" if (initial[chain] == unplaced).all() else "from the best heuristic"
-    kind = "sampled chain " if chain >= first else ""
-    return episode.placement(actions[chain, r], chain=f"{kind}{origin}", round=int(r),
+    return episode.placement(actions[chain, r], chain=origins[chain], round=int(r),
+                             same_as_start=bool((actions[chain, r] == initial[chain]).all()),
                              simulated_step_time=float(times[chain, r]), **record)
 
 
