@@ -97,7 +97,7 @@ def learning(policy, item, samples: int, seed: int, folder: Path) -> dict:
     """`policy` fine-tuned on the item for `samples` sampled placements: its best step, its curve."""
     start = time.perf_counter()
     result = finetune(policy, make_episode(item.graph, item.cluster), folder, LearnConfig(), samples=samples,
-                      chains=start_chains(samples, policy.config.rounds, "simulated"),
+                      chains=start_chains(samples, policy.config.rounds, "simulated", SAMPLED_CHAINS),
                       seed=seed, log=lambda text: None)
     return {"ms": result.best_step_time * 1e3, "samples": result.samples, "seconds": time.perf_counter() - start,
             "curve": [(c["samples"], c["best_step_time"] * 1e3) for c in result.summary["curve"]]}

@@ -28,6 +28,7 @@ def finetune_from_args(args: argparse.Namespace, run_dir: Path, budget_s: float 
     from placer.commands.common import check_engine_args, cluster_from_args, load_graph_from_args, refuse_real
     from placer.policy.gnn.checkpoint import load_policy
     from placer.policy.gnn.episode import make_episode
+    from placer.commands.place import SAMPLED_CHAINS
     from placer.policy.gnn.finetune import finetune, start_chains
     from placer.policy.gnn.learn import LearnConfig
     from placer.policy.gnn.rewards import MeasuredRewards, SimulatedRewards
@@ -60,7 +61,7 @@ def finetune_from_args(args: argparse.Namespace, run_dir: Path, budget_s: float 
                 "policy_sha256": _digest(path.read_bytes())}
     result = finetune(policy, episode, run_dir, LearnConfig(), rewards=rewards, samples=args.samples,
                       budget_s=budget_s, seed=args.seed, resume=args.resume, identity=identity,
-                      chains=start_chains(args.samples, policy.config.rounds, rewards.reward),
+                      chains=start_chains(args.samples, policy.config.rounds, rewards.reward, SAMPLED_CHAINS),
                       run_info={"graph": graph.source, "cluster": cluster.name, "policy": str(path),
                                 "pretrained_info": {k: info[k] for k in ("corpus", "command") if k in info}},
                       log=print)

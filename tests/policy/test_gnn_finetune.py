@@ -137,8 +137,8 @@ def test_fine_tuning_moves_the_policy_itself_to_a_faster_placement(tmp_path, epi
 def test_a_simulated_fine_tune_starts_from_the_zero_shot_placement_place_makes_and_counts_it(tmp_path, episode):
     """With sampled chains, the start is placer place's zero-shot placement (the same chains and
     seed), every round of every chain the start simulated counts, and the run stays within --samples."""
-    chains = start_chains(SAMPLES, 2, "simulated")
-    assert chains == SAMPLES // 4 - 2 and start_chains(SAMPLES, 2, "real") == 0
+    chains = start_chains(SAMPLES, 2, "simulated", 192)
+    assert chains == SAMPLES // 4 - 2 and start_chains(SAMPLES, 2, "real", 192) == 0
     torch.manual_seed(0)
     policy = GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
     placed = place_episode(copy.deepcopy(policy), episode, keep_heuristic=False, chains=chains).extra["placer"]

@@ -72,17 +72,15 @@ class FinetuneResult:
     interrupted: bool = False
 
 
-def start_chains(samples: int | None, rounds: int, reward: str) -> int:
-    """The chains sampled for a simulated fine-tune's zero-shot start, as `placer place` samples
-    them (`SAMPLED_CHAINS`), at most half of `samples` (every round of every chain counts); none
-    with measured rewards, whose start is chosen in the simulator and measured once."""
-    from placer.commands.place import SAMPLED_CHAINS
-
+def start_chains(samples: int | None, rounds: int, reward: str, most: int) -> int:
+    """The chains sampled for a simulated fine-tune's zero-shot start: as many as `placer place`
+    samples (`most`), at most half of `samples` (every round of every chain counts); none with
+    measured rewards, whose start is chosen in the simulator and measured once."""
     if reward == REAL:
         return 0
     if samples is None:
-        return SAMPLED_CHAINS
-    return int(min(SAMPLED_CHAINS, max(0, samples // (2 * max(1, rounds)) - 2)))
+        return most
+    return int(min(most, max(0, samples // (2 * max(1, rounds)) - 2)))
 
 
 def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, rewards=None,
