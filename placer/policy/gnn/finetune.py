@@ -182,8 +182,7 @@ def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
     """A fresh run: the policy's own zero-shot placement (with `chains` sampled chains, as `placer
     place` makes it: every round of every chain simulated, and counted) is the best so far."""
     zero_shot = place_episode(policy, episode, keep_heuristic=False, chains=chains)   # the policy's own
-    most_likely = 2 if episode.start is not None else 1   # the chains place_episode runs greedily
-    spent = (most_likely + chains) * policy.config.rounds if chains else 0
+    spent = zero_shot.extra["placer"]["simulated"] if chains else 0
     zero_shot_time, heuristic = rewards.placed(zero_shot), rewards.heuristic()
     scale = next((t for t in (heuristic, zero_shot_time) if math.isfinite(t)), None)
     if scale is None:

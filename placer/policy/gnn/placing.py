@@ -37,9 +37,10 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, 
                   chains: int = 0):
     """The `Placement` of `episode` by `policy`: each round's placement of each chain (greedy, or
     sampled with `seed`), with `chains` chains more sampled from the policy (split evenly between
-    the starts and the `STAY_BONUSES`), all simulated in one batch, the fastest that runs and fits kept; with `keep_heuristic`, the best
-    list heuristic's own placement where it is faster still (fine-tuning judges the policy's own,
-    and passes False)."""
+    the starts and the `STAY_BONUSES`), all simulated in one batch (extra["placer"]["simulated"]
+    says how many placements), the fastest that runs and fits kept; with `keep_heuristic`, the
+    best list heuristic's own placement where it is faster still (fine-tuning judges the policy's
+    own, and passes False)."""
     if chains < 0:
         raise PlacerError(f"the sampled chains must be 0 or more, not {chains}")
     generator = torch.Generator().manual_seed(seed)
@@ -70,7 +71,8 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, 
     listed = [None if not math.isfinite(t) else float(t) for t in times[:first].ravel()]
     record = {"rounds_from_nothing": listed[:rounds], "rounds_from_heuristic": listed[rounds:] or None,
               "from_nothing_step_time": float(np.min(times[0])), "sampled_chains": chains,
-              "first_chains_step_time": float(np.min(times[:first])), "groups": G}
+              "first_chains_step_time": float(np.min(times[:first])), "groups": G,
+              "simulated": n_chains * rounds}
     if keep_heuristic and episode.best_assign is not None and episode.best_time < times[chain, r]:
         placement = episode.heuristic_placement()
         placement.extra = {"placer": {"name": "gnn", "chain": f"the best list heuristic ({episode.best_name}): every "
