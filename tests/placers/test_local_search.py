@@ -4,6 +4,7 @@ caps and spends no more simulated placements than its budget."""
 import importlib
 import itertools
 
+import numpy as np
 import pytest
 from placer_testkit import LinearCost, make_graph, random_dag
 
@@ -169,3 +170,27 @@ def test_compare_runs_the_new_placers_in_the_simulator_with_random_searchs_budge
     assert named["exact"].placement.extra["placer"]["simulated_step_time"] == pytest.approx(named["exact"].step_time)
     assert named["local_search"].step_time <= min(named[f"single:{d}"].step_time for d in devices)
     assert named["expert"].placement.extra["placer"]["device"] == "cuda:1"   # a DAG of no RNN: the fastest device
+
+
+@pytest.mark.parametrize("samples", [7, 40, 400])
+def test_improve_moves_a_given_assignment_on_the_callers_groups_within_its_samples(two_branches, fast_slow,
+                                                                                   monkeypatch, samples):
+    """`improve` (the fine-tune's polish): from everything on the slow device, over the caller's
+    groups and then single nodes, never more placements than asked, each one counted, every move
+    on its curve at the placement count it was found, and the curve's last step time its result."""
+    module = importlib.import_module("placer.placers.local_search")
+    counted, real = [], module.simulate_batch
+    monkeypatch.setattr(module, "simulate_batch",
+                        lambda sim, assign, **kw: counted.append(len(assign)) or real(sim, assign, **kw))
+    sim = Simulator(two_branches, DEVICES, fast_slow)
+    start = np.ones(len(two_branches.nodes), dtype=np.int64)          # all on the slow cpu:1
+    groups = [np.asarray([0, 1, 2]), np.asarray([3, 4, 5])]            # src+heavy chain, light chain+join
+    found = module.improve(two_branches, DEVICES, sim, None, start, sim.simulate(start).step_time, samples, groups)
+    assert sum(counted) == found.simulated <= samples
+    assert found.step_time == pytest.approx(sim.simulate(found.assign).step_time)
+    assert [s for s, _ in found.curve] == sorted(s for s, _ in found.curve) and found.curve[-1][0] <= found.simulated
+    assert found.curve[-1][1] == found.step_time < sim.simulate(start).step_time
+    assert found.group_moves >= 1 and found.group_moves + found.node_moves == len(found.curve)
+    if samples == 400:   # room to finish: the optimum, where l1 alone runs on the slow device
+        optimum = min(sim.simulate(a).step_time for a in itertools.product(range(2), repeat=6))
+        assert found.local_optimum and found.step_time == pytest.approx(optimum)
