@@ -21,6 +21,22 @@ def policy_path(value: str) -> Path:
     return Path(value)
 
 
+def polish_share(polish: float | None, reward: str, samples: int | None) -> float:
+    """The share of the samples the zero-shot start leaves that polishes the fine-tune's best
+    placement (--polish): by default half with simulated rewards and --samples, as the per-graph
+    learner's polish, else none; refused in one line where it cannot run."""
+    from placer.policy.gnn.finetune import DEFAULT_POLISH
+
+    if polish is None:
+        return DEFAULT_POLISH if reward == "simulated" and samples else 0.0
+    if not 0.0 <= polish < 1.0:
+        raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {polish}")
+    if polish and (reward != "simulated" or not samples):
+        raise PlacerError("--polish moves in the simulator within a sample count: it needs --reward simulated and "
+                          "--samples N; drop --polish")
+    return polish
+
+
 def finetune_from_args(args: argparse.Namespace, run_dir: Path, budget_s: float | None) -> int:
     """Fine-tune the --policy checkpoint on --graph and --cluster, rewards simulated or (--reward
     real, the cluster being this machine) measured, for --samples or `budget_s` seconds in all;
@@ -62,6 +78,7 @@ def finetune_from_args(args: argparse.Namespace, run_dir: Path, budget_s: float 
     result = finetune(policy, episode, run_dir, LearnConfig(), rewards=rewards, samples=args.samples,
                       budget_s=budget_s, seed=args.seed, resume=args.resume, identity=identity,
                       chains=start_chains(args.samples, policy.config.rounds, rewards.reward, SAMPLED_CHAINS),
+                      polish=polish_share(args.polish, rewards.reward, args.samples),
                       run_info={"graph": graph.source, "cluster": cluster.name, "policy": str(path),
                                 "pretrained_info": {k: info[k] for k in ("corpus", "command") if k in info}},
                       log=print)

@@ -51,12 +51,19 @@ def test_fine_tuning_writes_a_placement_no_slower_than_zero_shot(tmp_path, model
     assert measured.step_time == pytest.approx(summary["best_step_time"], rel=1e-9)   # the file holds the best
     assert placement.extra["placer"]["source"].startswith("graph policy, fine-tuned")
     assert (run / "policy.pt").exists() and "best list heuristic" in capsys.readouterr().out
+    # by default the last three quarters of what the start left (36 of 48) polish the best placement
+    assert summary["polish"]["samples"] <= 36 and summary["samples"] == 96
 
 
 def test_fine_tuning_refuses_what_it_cannot_do_in_one_line(tmp_path, model, policy_file, capsys):
     base = ["train", "--graph", str(model), "--samples", "10", "--run-dir", str(tmp_path / "r")]
     assert main(base + ["--policy", str(policy_file)]) == 2
     assert "--cluster" in capsys.readouterr().err
+    assert main(base + ["--policy", str(policy_file), "--cluster", "2xt4-pcie", "--polish", "1.5"]) == 2
+    assert "--polish must be a share" in capsys.readouterr().err
+    assert main(["train", "--graph", str(model), "--budget", "5s", "--run-dir", str(tmp_path / "r2"),
+                 "--policy", str(policy_file), "--cluster", "2xt4-pcie", "--polish", "0.5"]) == 2
+    assert "needs --reward simulated and --samples N" in capsys.readouterr().err
     assert main(base + ["--policy", "lstm", "--cluster", "2xt4-pcie"]) == 2
     assert "seq2seq, pretrained or a graph policy file" in capsys.readouterr().err
     assert main(base + ["--policy", str(policy_file), "--cluster", "2xt4-pcie", "--reward", "hybrid"]) == 2

@@ -24,6 +24,7 @@ from placer.policy.gnn.rewards import MeasuredRewards, SimulatedRewards
 from testgraphs import branches
 
 SAMPLES = 256   # 8 updates of 16 samples of 2 rounds
+GREEDY = 4      # the greedy chains at the end: from nothing and from the best heuristic's placement, 2 rounds each
 
 
 @pytest.fixture(scope="module")
@@ -32,19 +33,20 @@ def episode():
     return make_episode(graph, load_cluster("4xa100-nvlink"))
 
 
-def run(episode, run_dir, rewards=None, resume=False, samples=SAMPLES):
+def run(episode, run_dir, rewards=None, resume=False, samples=SAMPLES, polish=0.0):
     torch.manual_seed(0)
     policy = GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
     return finetune(policy, episode, run_dir, LearnConfig(), rewards=rewards, samples=samples, resume=resume,
-                    log=lambda text: None), policy
+                    polish=polish, log=lambda text: None), policy
 
 
 @pytest.mark.parametrize("extra, drawn", [(20, 20), (3, 0)], ids=["a smaller last batch", "too few for two"])
 def test_a_fine_tune_never_draws_more_samples_than_asked(tmp_path, episode, extra, drawn):
     # 8 whole batches of 16 placements x 2 rounds, then what is left: 10 placements for 20 samples,
-    # or nothing where not even two placements (an advantage needs two) fit in 3
-    result, _ = run(episode, tmp_path / "run", samples=SAMPLES + extra)
-    assert result.samples == SAMPLES + drawn
+    # or nothing where not even two placements (an advantage needs two) fit in 3; and the 4 rounds
+    # of the policy's greedy chains at the end (from nothing and from the best heuristic's), simulated
+    result, _ = run(episode, tmp_path / "run", samples=SAMPLES + GREEDY + extra)
+    assert result.samples == SAMPLES + GREEDY + drawn
 
 
 class CtrlCWhileScoring(SimulatedRewards):
@@ -61,10 +63,11 @@ class CtrlCWhileScoring(SimulatedRewards):
         return super().step_times(group_assign)
 
 
+@pytest.mark.parametrize("polish", [0.0, 0.5], ids=["learning only", "then a polish"])
 @pytest.mark.parametrize("when", ["while a batch is scored", "during an update"])
 def test_a_fine_tune_cut_short_by_ctrl_c_resumes_to_where_an_uninterrupted_one_ends(tmp_path, episode, monkeypatch,
-                                                                                    when, ctrl_c_raises):
-    whole, whole_policy = run(episode, tmp_path / "whole")
+                                                                                    when, polish, ctrl_c_raises):
+    whole, whole_policy = run(episode, tmp_path / "whole", polish=polish)
     if when == "while a batch is scored":
         rewards = CtrlCWhileScoring(episode, n=4)
     else:
@@ -76,13 +79,14 @@ def test_a_fine_tune_cut_short_by_ctrl_c_resumes_to_where_an_uninterrupted_one_e
                 signal.raise_signal(signal.SIGINT)   # held until the update and its bookkeeping are whole
             return update(*args)
         monkeypatch.setattr(finetune_module, "update", pressed_during)
-    cut, _ = run(episode, tmp_path / "cut", rewards)
-    assert cut.interrupted and 0 < cut.samples < SAMPLES
+    cut, _ = run(episode, tmp_path / "cut", rewards, polish=polish)
+    assert cut.interrupted and 0 < cut.samples < SAMPLES and "polish" not in cut.summary
     monkeypatch.undo()
     resumed, resumed_policy = run(episode, tmp_path / "cut", resume=True)
     assert not resumed.interrupted and resumed.samples == whole.samples == SAMPLES
-    for key in ("best_step_time", "best_source", "greedy_step_time", "curve"):
-        assert resumed.summary[key] == whole.summary[key], key
+    assert ("polish" in whole.summary) == bool(polish)
+    for key in ("best_step_time", "best_source", "greedy_step_time", "curve", "polish"):
+        assert resumed.summary.get(key) == whole.summary.get(key), key
     # the same weights: the optimizer's moments and the sampler's state went on from where they stopped
     for name, weights in whole_policy.state_dict().items():
         assert torch.equal(resumed_policy.state_dict()[name], weights), name
@@ -147,3 +151,31 @@ def test_a_simulated_fine_tune_starts_from_the_zero_shot_placement_place_makes_a
     assert result.zero_shot_step_time == placed["simulated_step_time"]
     assert result.summary["curve"][0]["samples"] == (2 + chains) * 2 and result.samples <= SAMPLES
     assert result.best_step_time <= result.zero_shot_step_time
+
+
+def test_the_polish_moves_from_the_best_placement_and_counts_every_placement_it_simulates(tmp_path, episode):
+    """The last share of the samples polishes the best placement with local search's moves on the
+    policy's groups: faster than the same run without it, every simulated placement counted, each
+    move on the curve at the sample it was found, and the file holds the polished placement."""
+    plain, _ = run(episode, tmp_path / "plain", polish=0.0)
+    polished, _ = run(episode, tmp_path / "polished", polish=0.5)
+    record = polished.summary["polish"]
+    assert record["group_moves"] + record["node_moves"] > 0
+    assert polished.best_step_time < plain.best_step_time
+    assert record["to_s"] == polished.best_step_time < record["from_s"]
+    assert polished.samples == SAMPLES and 0 < record["samples"] <= SAMPLES // 2
+    samples = [c["samples"] for c in polished.summary["curve"]]
+    times = [c["best_step_time"] for c in polished.summary["curve"]]
+    assert samples == sorted(samples) and samples[-1] <= SAMPLES and times == sorted(times, reverse=True)
+    assert polished.summary["curve"][-1]["best_step_time"] == polished.best_step_time
+    placed = Placement.load(tmp_path / "polished" / "placement.json")
+    assert cluster_measurer(episode.cluster, episode.graph).measure(placed).step_time == \
+        pytest.approx(polished.best_step_time, rel=1e-9)
+
+
+def test_the_polish_is_refused_in_one_line_where_it_cannot_run(tmp_path, episode):
+    from placer.errors import PlacerError
+
+    with pytest.raises(PlacerError, match="simulated rewards and --samples"):
+        run(episode, tmp_path / "real", MeasuredRewards(episode, cluster_measurer(episode.cluster, episode.graph)),
+            polish=0.5)

@@ -37,7 +37,10 @@ from placer.policy.gnn.rewards import SimulatedRewards
 from placer.policy.phases import REAL, SIMULATED
 from placer.policy.session import CHECKPOINT_INTERVAL_S, deferred_interrupt
 
-LEARNER = "graph policy"   # in the checkpoint: a seq2seq run's is not resumed here, nor this one there
+LEARNER = "graph policy"
+# the share of the samples the start leaves that polishes the best placement (simulated rewards):
+# the per-graph learner's default (`placer train --polish`)
+DEFAULT_POLISH = 0.5   # in the checkpoint: a seq2seq run's is not resumed here, nor this one there
 
 
 @dataclass
@@ -54,6 +57,8 @@ class FinetuneState:
     seconds: float = 0.0
     curve: list[dict[str, Any]] = field(default_factory=list)
     zero_shot: dict[str, Any] | None = None   # the policy's zero-shot placement, measured again at the end
+    learn_until: int | None = None   # samples REINFORCE stops at; those after them polish (None: no polish)
+    polish: dict[str, Any] | None = None   # what the polish did, once it has run
 
     def consider(self, placement: Placement, step_time: float, source: str) -> None:
         """Keep `placement` if it is faster than the best so far."""
@@ -86,12 +91,15 @@ def start_chains(samples: int | None, rounds: int, reward: str, most: int) -> in
 def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, rewards=None,
              samples: int | None = None, budget_s: float | None = None, seed: int = 0, resume: bool = False,
              identity: dict[str, Any] | None = None, run_info: dict[str, Any] | None = None,
-             chains: int = 0, log: Callable[[str], None] = print) -> FinetuneResult:
+             chains: int = 0, polish: float = 0.0, log: Callable[[str], None] = print) -> FinetuneResult:
     """Fine-tune `policy` on `episode` for `samples` sampled placements or `budget_s` seconds in all
     (a resumed run counts the ones before), scored by `rewards` (default `SimulatedRewards`).
     `identity` (the graph, cluster, policy file) is what `resume` must find in the checkpoint.
     `chains`: the chains sampled for the zero-shot start beside the most likely ones (`start_chains`);
-    with any, every placement the start simulated counts in `samples`."""
+    with any, every placement the start simulated counts in `samples`. `polish`: the share of the
+    samples the start leaves that polishes the best placement at the end (`polish_best`: local
+    search's moves on the policy's groups, then single ops, in the simulator); simulated rewards
+    and a sample count only."""
     from torch.utils.tensorboard import SummaryWriter
 
     rewards = rewards or SimulatedRewards(episode)
@@ -102,11 +110,18 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     identity = {"learner": LEARNER, **(identity or {}), "reward": rewards.reward, "seed": seed,
                 "learning": config.to_dict()}
+    # the simulated rounds of the policy's greedy chains at the end count too: kept out of learning's share
+    end = samples - _greedy_cost(policy, episode, rewards) if samples is not None else None
+    if polish and (rewards.reward == REAL or samples is None):
+        raise PlacerError("the fine-tune's polish moves in the simulator within a sample count: it needs "
+                          "simulated rewards and --samples; drop --polish")
     if resume:
         state = _resume(run_dir, identity, policy, optimizer, generator, rewards)
         log(f"resumed {run_dir} at {state.samples} samples")
     else:
         state = _start(policy, episode, rewards, chains)
+        if polish:
+            state.learn_until = end - int(max(0, end - state.samples) * polish)
     writer = SummaryWriter(str(run_dir), purge_step=state.samples if resume else None)
 
     def checkpoint() -> None:
@@ -122,10 +137,11 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
     started = saved = time.monotonic()
     started -= state.seconds
     interrupted = False
+    until = state.learn_until if state.learn_until is not None else end
     try:
-        while (samples is None or state.samples < samples) and \
+        while (until is None or state.samples < until) and \
                 (budget_s is None or time.monotonic() - started < budget_s):
-            batch = config if samples is None else _last_batch(config, samples - state.samples, policy.config.rounds)
+            batch = config if until is None else _last_batch(config, until - state.samples, policy.config.rounds)
             if batch is None:   # too few samples left for a batch of two: stop within --samples
                 break
             before = generator.get_state()
@@ -147,6 +163,11 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
             if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
                 checkpoint()
                 saved = time.monotonic()
+        if state.learn_until is not None and state.polish is None:
+            with deferred_interrupt():   # seconds of simulation: whole, or not at all
+                polish_best(episode, state, end - state.samples, seed)
+                state.seconds = time.monotonic() - started
+            writer.add_scalar("charts/best_step_time", state.best_step_time, state.samples)
     except KeyboardInterrupt:
         interrupted = True
         log(f"interrupted at {state.samples} samples; the run is saved in {run_dir / 'checkpoint.pt'}")
@@ -156,6 +177,8 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
     if not interrupted:
         try:
             greedy = place_episode(policy, episode, keep_heuristic=False)   # the policy as it ends: what it learned
+            if rewards.reward != REAL:   # its rounds were simulated (measured ones count as the yardstick's do)
+                state.samples += greedy.extra["placer"]["simulated"]
             greedy_time = rewards.placed(greedy)
             state.consider(greedy, greedy_time, "greedy")
             if rewards.reward == REAL:   # simulated figures are exact: nothing to measure again
@@ -192,6 +215,41 @@ def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
     curve = [{"samples": spent, "best_step_time": zero_shot_time}] if math.isfinite(zero_shot_time) else []
     return FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, samples=spent,
                          curve=curve, zero_shot=zero_shot.to_dict())
+
+
+def _greedy_cost(policy, episode: Episode, rewards) -> int:
+    """The placements the policy's greedy chains at the end simulate (from nothing, and from the best
+    heuristic's placement where there is one), each round of each; none with measured rewards."""
+    return 0 if rewards.reward == REAL else (1 + (episode.start is not None)) * policy.config.rounds
+
+
+def polish_best(episode: Episode, state: FinetuneState, samples: int, seed: int) -> None:
+    """Local search's moves (`placers.local_search.improve`) from the best placement so far, on the
+    policy's groups (split where the best heuristic cuts them) and then single ops, within
+    `samples` simulated placements, each counted and each improvement put on the curve at the
+    sample it was found: the policy's placement polished, as the per-graph learner's is."""
+    from placer.placers.base import training_of
+    from placer.placers.local_search import improve
+
+    devices = episode.cluster.device_names
+    best = Placement.from_dict(state.best)
+    assign = np.asarray([devices.index(best.nodes[n]) for n in episode.graph.nodes], dtype=np.int64)
+    groups = [np.flatnonzero(episode.node_group == g) for g in range(episode.features.n_groups)]
+    found = improve(episode.graph, devices, episode.simulator, episode.caps, assign, state.best_step_time,
+                    max(0, samples), groups, seed=seed, training=training_of(episode.cost))
+    before, spent = state.best_step_time, state.samples
+    for simulated, step_time in found.curve:   # each move taken: faster than the best so far
+        state.samples = spent + simulated
+        state.curve.append({"samples": state.samples, "best_step_time": step_time})
+    state.samples = spent + found.simulated
+    if found.curve:
+        nodes = {n: devices[int(k)] for n, k in zip(episode.graph.nodes, found.assign)}
+        state.best, state.best_step_time = Placement(list(devices), nodes, graph_sha256=episode.graph.sha256,
+                                                     extra={"placer": {"name": "gnn"}}).to_dict(), found.step_time
+        state.best_source = f"{state.best_source}, polished"
+    state.polish = {"samples": found.simulated, "from_s": before, "to_s": found.step_time,
+                    "group_moves": found.group_moves, "node_moves": found.node_moves,
+                    "local_optimum": found.local_optimum}
 
 
 def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generator, rewards) -> FinetuneState:
@@ -231,7 +289,8 @@ def _summary(state: FinetuneState, episode: Episode, rewards, greedy_time: float
     return {**(run_info or {}), "reward": rewards.reward, "simulated": rewards.reward != REAL,
             "samples": state.samples, "samples_by_reward": {REAL: 0, SIMULATED: 0, rewards.reward: state.samples},
             **rewards.counts(), "seconds": round(state.seconds, 1), "interrupted": interrupted,
-            **training, "best_heuristic": episode.best_name, "curve": state.curve, **confirmed}
+            **training, "best_heuristic": episode.best_name, "curve": state.curve,
+            **({"polish": state.polish} if state.polish else {}), **confirmed}
 
 
 def _last_batch(config: LearnConfig, left: int, rounds: int) -> LearnConfig | None:
