@@ -103,7 +103,7 @@ def test_local_search_is_never_worse_than_its_start_and_reproducible(seed):
 
 
 def test_local_search_spends_at_most_its_budget(monkeypatch):
-    dag = random_dag(40, seed=4)
+    dag = random_dag(120, seed=4)   # large enough that 150 samples of moves reach no local optimum
     cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
     counted = []
     for name in ("placer.placers.local_search", "placer.placers.starts"):   # the moves, the starts
