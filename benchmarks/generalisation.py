@@ -41,7 +41,7 @@ from placer.errors import PlacerError  # noqa: E402
 from placer.placers import PLACERS  # noqa: E402
 from placer.policy.gnn.checkpoint import PRETRAINED, load_policy  # noqa: E402
 from placer.policy.gnn.episode import make_episode  # noqa: E402
-from placer.policy.gnn.finetune import finetune, start_chains  # noqa: E402
+from placer.policy.gnn.finetune import DEFAULT_POLISH, finetune, start_chains  # noqa: E402
 from placer.policy.gnn.learn import LearnConfig  # noqa: E402
 from placer.policy.gnn.model import GraphPlacementPolicy  # noqa: E402
 from placer.commands.place import SAMPLED_CHAINS  # noqa: E402
@@ -93,22 +93,28 @@ def zero_shot(policy, item) -> dict:
             "from_nothing_ms": finite_ms(info["from_nothing_step_time"])}
 
 
-def learning(policy, item, samples: int, seed: int, folder: Path) -> dict:
-    """`policy` fine-tuned on the item for `samples` sampled placements: its best step, its curve."""
+def learning(policy, item, samples: int, seed: int, folder: Path, polish: float = DEFAULT_POLISH) -> dict:
+    """`policy` fine-tuned on the item for `samples` sampled placements as `placer train --policy
+    pretrained` does (its polish share `polish`): its best step, its curve."""
     start = time.perf_counter()
     result = finetune(policy, make_episode(item.graph, item.cluster), folder, LearnConfig(), samples=samples,
                       chains=start_chains(samples, policy.config.rounds, "simulated", SAMPLED_CHAINS),
-                      seed=seed, log=lambda text: None)
+                      polish=polish, seed=seed, log=lambda text: None)
     return {"ms": result.best_step_time * 1e3, "samples": result.samples, "seconds": time.perf_counter() - start,
             "curve": [(c["samples"], c["best_step_time"] * 1e3) for c in result.summary["curve"]]}
 
 
-def per_graph(item, samples: int, seed: int, folder: Path) -> dict:
-    """The per-graph seq2seq learner (placer train --cluster C --reward simulated) on the item."""
+# the per-graph learner without its local search: REINFORCE from the best baseline's placement, no
+# polish (the learner the issue's "5x fewer samples" was written against, before local search led it)
+REINFORCE_ONLY = ("--warm-start", "best_baseline", "--polish", "0")
+
+
+def per_graph(item, samples: int, seed: int, folder: Path, extra: tuple[str, ...] = ()) -> dict:
+    """The per-graph seq2seq learner (placer train --cluster C --reward simulated, and `extra`) on the item."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "graph.onnx"
     onnx.save(item.graph.model, path)
-    seconds = per_graph_learn(path, item.cluster.name, samples, seed, folder / "run", "inference")
+    seconds = per_graph_learn(path, item.cluster.name, samples, seed, folder / "run", "inference", extra)
     summary = run_summary(folder / "run")
     return {"ms": summary["best_step_time"] * 1e3, "samples": summary["samples"], "seconds": seconds}
 
@@ -132,16 +138,34 @@ def one(item, policy, samples: int, seed: int, with_per_graph: bool) -> dict:
         out["scratch"] = learning(scratch, item, samples, seed, folder / "scratch")
         if with_per_graph:
             out["per_graph"] = per_graph(item, samples, seed, folder / "seq2seq")
+            out["reinforce_only"] = per_graph(item, samples, seed, folder / "reinforce", REINFORCE_ONLY)
+        # the issue's "5x fewer samples", run as such: the policy fine-tuned with a fifth of the samples
+        # each per-graph learner drew, and whether it ends at least as fast as that learner
+        for learner in ("per_graph", "reinforce_only") if with_per_graph else ():
+            fifth = max(2, out[learner]["samples"] // 5)
+            run = learning(copy.deepcopy(policy), item, fifth, seed, folder / f"fifth-{learner}")
+            run["reached"] = run["ms"] <= out[learner]["ms"] * (1 + 1e-9)
+            out[f"fine_tuned_fifth_of_{learner}"] = run
     target = out.get("per_graph", {}).get("ms")
     for name in ("fine_tuned", "scratch"):
         out[name]["to_reach_per_graph"] = to_reach(out[name]["curve"], target)
-    for name in ("zero_shot", "fine_tuned", "scratch", "per_graph"):
+        out[name]["to_reach_reinforce_only"] = to_reach(out[name]["curve"], out.get("reinforce_only", {}).get("ms"))
+    for name in ("zero_shot", "fine_tuned", "scratch", "per_graph", "reinforce_only", "fine_tuned_fifth_of_per_graph",
+                 "fine_tuned_fifth_of_reinforce_only"):
         if name in out and out[name]["ms"] is not None:
             out[name]["vs_best"] = out[name]["ms"] / base["best_ms"]
     for name in ("most_likely", "from_nothing"):
         if out["zero_shot"].get(f"{name}_ms") is not None:
             out["zero_shot"][f"{name}_vs_best"] = out["zero_shot"][f"{name}_ms"] / base["best_ms"]
     return out
+
+
+def _fifth(r: dict, learner: str) -> str:
+    """The fine-tune at a fifth of `learner`'s samples: its ratio, '*' where it is at least as fast."""
+    run = r.get(f"fine_tuned_fifth_of_{learner}")
+    if run is None:
+        return f"{'-':>8}"
+    return f"{_cell(run.get('vs_best'), width=7)}{'*' if run['reached'] else ' '}"
 
 
 def _cell(value, fmt: str = ".3f", width: int = 9) -> str:
@@ -172,7 +196,8 @@ def main() -> None:
           f"{args.samples} samples per learner; policy {args.policy}")
     print(f"{'item':<52}{'best baseline':>24}{'local s.':>9}{'exact':>9}{'zero-shot':>10}{'likely':>8}{'nothing':>9}"
           f"{'s':>6}"
-          f"{'fine-t.':>9}{'scratch':>9}{'per-gr.':>9}{'ft reach':>9}{'sc reach':>9}")
+          f"{'fine-t.':>9}{'scratch':>9}{'per-gr.':>9}{'rl only':>9}{'ft reach':>9}{'sc reach':>9}{'ft rl':>7}"
+          f"{'ft/5':>8}{'ft/5 rl':>8}")
     results = []
     for item in items:
         r = one(item, policy, args.samples, args.seed, not args.no_per_graph)
@@ -189,20 +214,27 @@ def main() -> None:
               f"{_cell(r['zero_shot'].get('most_likely_vs_best'), width=8)}"
               f"{_cell(r['zero_shot'].get('from_nothing_vs_best'))}{r['zero_shot']['seconds']:>6.2f}{_cell(r['fine_tuned'].get('vs_best'))}"
               f"{_cell(r['scratch'].get('vs_best'))}{_cell(r.get('per_graph', {}).get('vs_best'))}"
-              f"{_cell(r['fine_tuned']['to_reach_per_graph'], 'd')}{_cell(r['scratch']['to_reach_per_graph'], 'd')}",
+              f"{_cell(r.get('reinforce_only', {}).get('vs_best'))}"
+              f"{_cell(r['fine_tuned']['to_reach_per_graph'], 'd')}{_cell(r['scratch']['to_reach_per_graph'], 'd')}"
+              f"{_cell(r['fine_tuned']['to_reach_reinforce_only'], 'd', 7)}{_fifth(r, 'per_graph')}"
+              f"{_fifth(r, 'reinforce_only')}",
               flush=True)
     print("best baseline in ms per simulated step; every other column is that row's step over the best baseline's "
           "(below 1: faster than every baseline); zero-shot: the policy's own placement as placer place makes it (its most "
           f"likely chains from nothing and from the best heuristic's placement and {SAMPLED_CHAINS} sampled ones, the "
           "fastest), likely: its most likely chains alone, nothing: its most likely chain from nothing; s: seconds "
           "to place zero-shot, the heuristics it starts from included; reach: samples the "
-          f"learner drew until it was as fast as the per-graph learner after {args.samples} ('-': never)")
+          f"learner drew until it was as fast as the per-graph learner after {args.samples} ('-': never); rl only: the "
+          "per-graph learner without local search (REINFORCE from the best baseline, no polish), ft rl: samples the "
+          "fine-tuned policy drew until it was as fast as that; ft/5: the policy fine-tuned with a fifth of the samples "
+          "the per-graph learner drew (ft/5 rl: of those the REINFORCE-only one drew), '*' where it ends at least as "
+          "fast as that learner")
     print(f"\ntime to place, seconds (samples drawn): {'zero-shot':>10}{'local search':>14}{'exact':>8}"
-          f"{'fine-tuned':>18}{'scratch':>18}{'per-graph':>18}")
+          f"{'fine-tuned':>18}{'scratch':>18}{'per-graph':>18}{'rl only':>18}")
     for r in results:
         seconds = r["baselines"]["seconds"]
         learned = "".join(f"{'-' if n not in r else format(r[n]['seconds'], '.1f') + ' (' + str(r[n]['samples']) + ')':>18}"
-                          for n in ("fine_tuned", "scratch", "per_graph"))
+                          for n in ("fine_tuned", "scratch", "per_graph", "reinforce_only"))
         print(f"{r['item'][:39]:<40}{r['zero_shot']['seconds']:>10.2f}{_cell(seconds.get('local_search'), '.1f', 14)}"
               f"{_cell(seconds.get('exact'), '.1f', 8)}{learned}")
     ratios = [r["zero_shot"]["vs_best"] for r in results if r["zero_shot"].get("vs_best") is not None]
@@ -214,6 +246,12 @@ def main() -> None:
         print("the chain each zero-shot placement came from: " + "; ".join(
             f"{r['item'][:24]} {r['zero_shot'].get('chain')}" + (" (kept its start)" if r["zero_shot"].get("same_as_start")
                                                                  else "") for r in results))
+    with_learners = [r for r in results if "per_graph" in r]
+    if with_learners:
+        print(f"fine-tuned with a fifth of the samples, at least as fast as the per-graph learner on "
+              f"{sum(r['fine_tuned_fifth_of_per_graph']['reached'] for r in with_learners)} of {len(with_learners)}, "
+              f"as the REINFORCE-only learner on "
+              f"{sum(r['fine_tuned_fifth_of_reinforce_only']['reached'] for r in with_learners)} of {len(with_learners)}")
     if args.json:
         save_json(args.json, _record(args, info, results))
 

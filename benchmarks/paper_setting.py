@@ -48,14 +48,15 @@ PAPER = {"inception_v3": "RL about 20% under the human expert with 4 GPUs",
          "rnnlm": "RL beats the expert's layer-per-GPU placement"}
 
 
-def learn(graph_path: Path, cluster: str, samples: int, seed: int, run_dir: Path, objective: str) -> float:
-    """Train placer's learner on the cluster's simulated costs; the seconds it took."""
+def learn(graph_path: Path, cluster: str, samples: int, seed: int, run_dir: Path, objective: str,
+          extra: tuple[str, ...] = ()) -> float:
+    """Train placer's learner on the cluster's simulated costs (`extra`: more train options); the seconds it took."""
     start = time.perf_counter()
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet):
         code = placer_main(["train", "--graph", str(graph_path), "--cluster", cluster, "--reward", "simulated",
                             "--objective", objective, "--samples", str(samples), "--seed", str(seed),
-                            "--run-dir", str(run_dir), "--no-compare", "--no-progress"])
+                            "--run-dir", str(run_dir), "--no-compare", "--no-progress", *extra])
     if code != 0:
         raise SystemExit(f"placer train failed on {graph_path.name} / {cluster}:\n{quiet.getvalue()}")
     return time.perf_counter() - start
