@@ -49,7 +49,7 @@ def register(subparsers) -> None:
                              "simulator (group, then node moves from it; every simulated placement counts in "
                              "--samples). Default 0.5 with --cluster, else 0. With --policy pretrained: the share of "
                              "the samples its zero-shot start leaves, polishing its best placement on its own groups "
-                             "(default 0.5 with --reward simulated and --samples)")
+                             "(default 0.75 with --reward simulated and --samples)")
     parser.add_argument("--run-dir", default=None, metavar="DIR",
                         help="run folder (default runs/<model>-<date>-<time>)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the policy, the sampling and the inputs (default 0)")

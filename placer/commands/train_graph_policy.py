@@ -22,9 +22,9 @@ def policy_path(value: str) -> Path:
 
 
 def polish_share(polish: float | None, reward: str, samples: int | None) -> float:
-    """The share of the samples the zero-shot start leaves that polishes the fine-tune's best
-    placement (--polish): by default half with simulated rewards and --samples, as the per-graph
-    learner's polish, else none; refused in one line where it cannot run."""
+    """The share of the samples the zero-shot start (and the greedy chains at the end) leave that
+    polishes the fine-tune's best placement (--polish): by default `DEFAULT_POLISH` (0.75) with
+    simulated rewards and --samples, else none; refused in one line where it cannot run."""
     from placer.policy.gnn.finetune import DEFAULT_POLISH
 
     if polish is None:

@@ -24,7 +24,7 @@ from placer.policy.gnn.rewards import MeasuredRewards, SimulatedRewards
 from testgraphs import branches
 
 SAMPLES = 256   # 8 updates of 16 samples of 2 rounds
-GREEDY = 4      # the greedy chains at the end: from nothing and from the best heuristic's placement, 2 rounds each
+GREEDY = 4      # greedy chains (the start's, and the end's): from nothing and from the best heuristic's, 2 rounds each
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,11 @@ def run(episode, run_dir, rewards=None, resume=False, samples=SAMPLES, polish=0.
 
 @pytest.mark.parametrize("extra, drawn", [(20, 20), (3, 0)], ids=["a smaller last batch", "too few for two"])
 def test_a_fine_tune_never_draws_more_samples_than_asked(tmp_path, episode, extra, drawn):
-    # 8 whole batches of 16 placements x 2 rounds, then what is left: 10 placements for 20 samples,
-    # or nothing where not even two placements (an advantage needs two) fit in 3; and the 4 rounds
-    # of the policy's greedy chains at the end (from nothing and from the best heuristic's), simulated
-    result, _ = run(episode, tmp_path / "run", samples=SAMPLES + GREEDY + extra)
-    assert result.samples == SAMPLES + GREEDY + drawn
+    # the zero-shot start's greedy chains (4 rounds), 8 whole batches of 16 placements x 2 rounds,
+    # then what is left: 10 placements for 20 samples, or nothing where not even two placements (an
+    # advantage needs two) fit in 3; and the 4 rounds of the policy's greedy chains at the end, all simulated
+    result, _ = run(episode, tmp_path / "run", samples=GREEDY + SAMPLES + GREEDY + extra)
+    assert result.samples == GREEDY + SAMPLES + GREEDY + drawn and result.summary["curve"][0]["samples"] == GREEDY
 
 
 class CtrlCWhileScoring(SimulatedRewards):
@@ -179,3 +179,22 @@ def test_the_polish_is_refused_in_one_line_where_it_cannot_run(tmp_path, episode
     with pytest.raises(PlacerError, match="simulated rewards and --samples"):
         run(episode, tmp_path / "real", MeasuredRewards(episode, cluster_measurer(episode.cluster, episode.graph)),
             polish=0.5)
+
+
+def test_a_polishing_fine_tune_resumes_to_the_samples_it_is_given_and_refuses_what_it_cannot(tmp_path, episode):
+    """A finished polishing run resumed with more --samples learns and polishes to the new count
+    (never past it); resumed with a time budget alone it is refused in one line; fewer --samples
+    than the greedy chains at the end simulate are refused."""
+    from placer.errors import PlacerError
+
+    first, _ = run(episode, tmp_path / "run", polish=0.5)
+    more, _ = run(episode, tmp_path / "run", resume=True, samples=SAMPLES + 64)
+    assert first.samples == SAMPLES and more.samples == SAMPLES + 64
+    assert more.summary["polish"]["samples"] >= first.summary["polish"]["samples"]
+    assert more.best_step_time <= first.best_step_time
+    with pytest.raises(PlacerError, match="resume it with --samples N"):
+        torch.manual_seed(0)
+        finetune(GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2)), episode,
+                 tmp_path / "run", LearnConfig(), resume=True, budget_s=5.0, log=lambda text: None)
+    with pytest.raises(PlacerError, match="fewer than the 4 placements"):
+        run(episode, tmp_path / "tiny", samples=3)

@@ -1,12 +1,15 @@
 """Fine-tuning the graph policy on one graph and cluster (`placer train --policy pretrained`).
 
 The same REINFORCE step as pre-training (`learn.update`) on one episode, until a number of sampled
-placements or a time budget is spent. Step times are simulated on the cluster's description, or
+placements or a time budget is spent; with simulated rewards and a sample count, the last share of
+the samples (`DEFAULT_POLISH`) then polishes the best placement with local search's moves
+(`polish_best`), and every simulated placement counts in the samples. Step times are simulated on the cluster's description, or
 measured on its devices when the cluster is this machine (`rewards.py`). The run folder gets
 TensorBoard curves, `checkpoint.pt` (weights, optimizer, random states and where the run stands:
 every `CHECKPOINT_INTERVAL_S` seconds, at the end and on Ctrl-C, so that `resume` continues to the
 result an uninterrupted run reaches), `policy.pt` (the fine-tuned weights), `placement.json` (the
-fastest placement seen: the zero-shot one, a sampled one or the policy's greedy one at the end)
+fastest placement seen: the zero-shot one, a sampled one, the polished one or the policy's greedy
+one at the end)
 and `summary.json`, whose `curve` says after how many samples the best placement reached each
 figure, the yardstick against a per-graph learner's. With measured rewards the run ends with its
 closing rounds (`closing.py`): its placements measured again side by side, the fastest of them
@@ -60,7 +63,8 @@ class FinetuneState:
     seconds: float = 0.0
     curve: list[dict[str, Any]] = field(default_factory=list)
     zero_shot: dict[str, Any] | None = None   # the policy's zero-shot placement, measured again at the end
-    learn_until: int | None = None   # samples REINFORCE stops at; those after them polish (None: no polish)
+    polish_share: float = 0.0   # of the samples the start leaves, the share that polishes (0: no polish)
+    start_samples: int = 0      # the samples the zero-shot start simulated
     polish: dict[str, Any] | None = None   # what the polish did, once it has run
 
     def consider(self, placement: Placement, step_time: float, source: str) -> None:
@@ -115,6 +119,9 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
                 "learning": config.to_dict()}
     # the simulated rounds of the policy's greedy chains at the end count too: kept out of learning's share
     end = samples - _greedy_cost(policy, episode, rewards) if samples is not None else None
+    if end is not None and end < 0:
+        raise PlacerError(f"--samples {samples} is fewer than the {samples - end} placements the policy's greedy "
+                          "chains at the end simulate: give more --samples")
     if polish and (rewards.reward == REAL or samples is None):
         raise PlacerError("the fine-tune's polish moves in the simulator within a sample count: it needs "
                           "simulated rewards and --samples; drop --polish")
@@ -123,8 +130,9 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
         log(f"resumed {run_dir} at {state.samples} samples")
     else:
         state = _start(policy, episode, rewards, chains)
-        if polish:
-            state.learn_until = end - int(max(0, end - state.samples) * polish)
+        state.polish_share = polish
+    if state.polish_share and samples is None:   # a resumed polishing run given a time budget alone
+        raise PlacerError("this fine-tune polishes within a sample count: resume it with --samples N")
     writer = SummaryWriter(str(run_dir), purge_step=state.samples if resume else None)
 
     def checkpoint() -> None:
@@ -140,7 +148,8 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
     started = saved = time.monotonic()
     started -= state.seconds
     interrupted = False
-    until = state.learn_until if state.learn_until is not None else end
+    # REINFORCE's share ends where the polish's begins (worked out again on resume, from this --samples)
+    until = end - int(max(0, end - state.start_samples) * state.polish_share) if end is not None else None
     try:
         while (until is None or state.samples < until) and \
                 (budget_s is None or time.monotonic() - started < budget_s):
@@ -166,7 +175,8 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
             if time.monotonic() - saved >= CHECKPOINT_INTERVAL_S:
                 checkpoint()
                 saved = time.monotonic()
-        if state.learn_until is not None and state.polish is None:
+        out_of_time = budget_s is not None and time.monotonic() - started >= budget_s
+        if state.polish_share and not out_of_time and (state.polish or {}).get("end", -1) < end:
             with deferred_interrupt():   # seconds of simulation: whole, or not at all
                 polish_best(episode, state, end - state.samples, seed)
                 state.seconds = time.monotonic() - started
@@ -208,7 +218,7 @@ def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
     """A fresh run: the policy's own zero-shot placement (with `chains` sampled chains, as `placer
     place` makes it: every round of every chain simulated, and counted) is the best so far."""
     zero_shot = place_episode(policy, episode, keep_heuristic=False, chains=chains)   # the policy's own
-    spent = zero_shot.extra["placer"]["simulated"] if chains else 0
+    spent = zero_shot.extra["placer"]["simulated"] if rewards.reward != REAL else 0   # measured ones count as measurements
     zero_shot_time, heuristic = rewards.placed(zero_shot), rewards.heuristic()
     scale = next((t for t in (heuristic, zero_shot_time) if math.isfinite(t)), None)
     if scale is None:
@@ -217,7 +227,7 @@ def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
                           "against; give the devices more memory (mem= caps), or use --policy seq2seq")
     curve = [{"samples": spent, "best_step_time": zero_shot_time}] if math.isfinite(zero_shot_time) else []
     return FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, samples=spent,
-                         curve=curve, zero_shot=zero_shot.to_dict())
+                         curve=curve, zero_shot=zero_shot.to_dict(), start_samples=spent)
 
 
 def _greedy_cost(policy, episode: Episode, rewards) -> int:
@@ -249,8 +259,12 @@ def polish_best(episode: Episode, state: FinetuneState, samples: int, seed: int)
         nodes = {n: devices[int(k)] for n, k in zip(episode.graph.nodes, found.assign)}
         state.best, state.best_step_time = Placement(list(devices), nodes, graph_sha256=episode.graph.sha256,
                                                      extra={"placer": {"name": "gnn"}}).to_dict(), found.step_time
-        state.best_source = f"{state.best_source}, polished"
-    state.polish = {"budget": max(0, samples), "samples": found.simulated, "from_s": before, "to_s": found.step_time,
+        state.best_source = state.best_source if state.best_source.endswith("polished") else \
+            f"{state.best_source}, polished"
+    earlier = (state.polish or {}).get("samples", 0)   # a resumed run given more --samples polishes again
+    # "end": the samples the run stops at, so that a resume to the same --samples does not polish again
+    state.polish = {"end": spent + max(0, samples), "budget": max(0, samples), "samples": earlier + found.simulated,
+                    "from_s": before, "to_s": found.step_time,
                     "group_moves": found.group_moves, "node_moves": found.node_moves,
                     "local_optimum": found.local_optimum}
 
