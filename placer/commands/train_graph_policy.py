@@ -25,13 +25,12 @@ def polish_share(polish: float | None, reward: str, samples: int | None) -> floa
     """The share of the samples the zero-shot start (and the greedy chains at the end) leave that
     polishes the fine-tune's best placement (--polish): by default `DEFAULT_POLISH` (0.75) with
     simulated rewards and --samples, else none; refused in one line where it cannot run."""
+    from placer.commands.train_search import check_share
     from placer.policy.gnn.finetune import DEFAULT_POLISH
 
     if polish is None:
         return DEFAULT_POLISH if reward == "simulated" and samples else 0.0
-    if not 0.0 <= polish < 1.0:
-        raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {polish}")
-    if polish and (reward != "simulated" or not samples):
+    if check_share(polish) and (reward != "simulated" or not samples):
         raise PlacerError("--polish moves in the simulator within a sample count: it needs --reward simulated and "
                           "--samples N; drop --polish")
     return polish

@@ -14,12 +14,17 @@ from pathlib import Path
 from placer.errors import PlacerError
 
 
+def check_share(share: float) -> float:
+    """--polish as given, refused in one line outside [0, 1)."""
+    if not 0.0 <= share < 1.0:
+        raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {share}")
+    return share
+
+
 def polish_share(args: argparse.Namespace, described: bool) -> float:
     """The share of --samples (of those local search leaves, after a local search warm start) that
     polishes the learned placement (`--polish`), in the simulator only."""
-    share = args.polish if args.polish is not None else (0.5 if described and args.samples else 0.0)
-    if not 0.0 <= share < 1.0:
-        raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {share}")
+    share = check_share(args.polish if args.polish is not None else (0.5 if described and args.samples else 0.0))
     if not share:
         return 0.0
     if not described:   # elsewhere the run's figures are real measurements, which a simulated polish cannot claim

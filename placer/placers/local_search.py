@@ -84,9 +84,10 @@ def _with_exact(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps 
     return start, info
 
 
-def _descend(search: "_Search", group_units: list[np.ndarray], node_units: list[np.ndarray]) -> tuple[int, bool]:
-    """Group moves, then node moves, again until neither helps or the budget is spent: the rounds
-    scanned, and whether a local optimum was reached."""
+def _descend(search: "_Search", group_units: list[np.ndarray]) -> tuple[int, bool]:
+    """Moves of `group_units`, then of single nodes, again until neither helps or the budget is
+    spent: the rounds scanned, and whether a local optimum was reached."""
+    node_units = [np.asarray([i], dtype=np.int64) for i in range(len(search.graph.nodes))]
     rounds = 0
     while search.spent < search.budget:
         rounds += 1
@@ -123,10 +124,9 @@ def improve(graph: OpGraph, devices: list[str], sim: Simulator, caps: Caps | Non
     the graph policy's placement, on its own groups, 4 reached 1.0003x of 64-move local search's
     500-sample result in 250 samples where 64 reached 1.013x: the 14 held-out problems of
     benchmarks/generalisation.py, simulated)."""
-    nodes = [np.asarray([i], dtype=np.int64) for i in range(len(graph.nodes))]
     search = _Search(graph, devices, sim, caps, training, np.asarray(assign, dtype=np.int64).copy(), float(step_time),
                      samples, np.random.default_rng(seed), chunk=chunk)
-    _, local_optimum = _descend(search, groups, nodes)
+    _, local_optimum = _descend(search, groups)
     return Improved(search.assign, search.step_time, search.spent, search.moves["group"], search.moves["node"],
                     local_optimum, search.curve)
 
@@ -218,10 +218,9 @@ def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = No
     grouping = group_graph(graph, min(groups, len(graph.nodes)), len(devices))
     position = {n: i for i, n in enumerate(graph.nodes)}
     group_units = [np.asarray([position[n] for n in members], dtype=np.int64) for members in grouping.groups]
-    node_units = [np.asarray([i], dtype=np.int64) for i in range(len(graph.nodes))]
     search = _Search(graph, devices, sim, caps, training_of(cost), start.assign.copy(), start.step_time,
                      samples - start.simulated, np.random.default_rng(seed))
-    rounds, local_optimum = _descend(search, group_units, node_units)
+    rounds, local_optimum = _descend(search, group_units)
     nodes = {n: devices[int(k)] for n, k in zip(graph.nodes, search.assign)}
     return make_placement(graph, devices, nodes, "local_search", seed=seed, samples=samples,
                           simulated=start.simulated + search.spent, groups=len(grouping), start=start.name,

@@ -3,8 +3,9 @@
 The same REINFORCE step as pre-training (`learn.update`) on one episode, until a number of sampled
 placements or a time budget is spent; with simulated rewards and a sample count, the last share of
 the samples (`DEFAULT_POLISH`) then polishes the best placement with local search's moves
-(`polish_best`), and every simulated placement counts in the samples. Step times are simulated on the cluster's description, or
-measured on its devices when the cluster is this machine (`rewards.py`). The run folder gets
+(`polish_best`), and every simulated placement counts in the samples. Step times are simulated
+on the cluster's description, or measured on its devices when the cluster is this machine
+(`rewards.py`). The run folder gets
 TensorBoard curves, `checkpoint.pt` (weights, optimizer, random states and where the run stands:
 every `CHECKPOINT_INTERVAL_S` seconds, at the end and on Ctrl-C, so that `resume` continues to the
 result an uninterrupted run reaches), `policy.pt` (the fine-tuned weights), `placement.json` (the
@@ -35,7 +36,7 @@ from placer.policy.gnn.checkpoint import save_policy
 from placer.policy.gnn.closing import closing_figures, closing_placements, fastest_placement, measure_closing
 from placer.policy.gnn.episode import Episode
 from placer.policy.gnn.learn import LearnConfig, relative_costs, rollout, update
-from placer.policy.gnn.placing import place_episode
+from placer.policy.gnn.placing import greedy_chains, place_episode
 from placer.policy.gnn.rewards import SimulatedRewards
 from placer.policy.phases import REAL, SIMULATED
 from placer.policy.session import CHECKPOINT_INTERVAL_S, deferred_interrupt
@@ -233,7 +234,7 @@ def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
 def _greedy_cost(policy, episode: Episode, rewards) -> int:
     """The placements the policy's greedy chains at the end simulate (from nothing, and from the best
     heuristic's placement where there is one), each round of each; none with measured rewards."""
-    return 0 if rewards.reward == REAL else (1 + (episode.start is not None)) * policy.config.rounds
+    return 0 if rewards.reward == REAL else greedy_chains(episode) * policy.config.rounds
 
 
 def polish_best(episode: Episode, state: FinetuneState, samples: int, seed: int) -> None:

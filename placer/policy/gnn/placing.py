@@ -33,6 +33,12 @@ from placer.policy.gnn.learn import initial_placements
 STAY_BONUSES = (0.0, 2.0, 4.0)
 
 
+def greedy_chains(episode: Episode) -> int:
+    """The policy's most likely chains of rounds: from nothing, and from the best heuristic's
+    placement where there is one."""
+    return 2 if episode.start is not None else 1
+
+
 def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, keep_heuristic: bool = True,
                   chains: int = 0):
     """The `Placement` of `episode` by `policy`: each round's placement of each chain (greedy, or
@@ -45,7 +51,7 @@ def place_episode(policy, episode: Episode, greedy: bool = True, seed: int = 0, 
         raise PlacerError(f"the sampled chains must be 0 or more, not {chains}")
     generator = torch.Generator().manual_seed(seed)
     policy.eval()
-    initial = initial_placements(episode, 2 if episode.start is not None else 1)
+    initial = initial_placements(episode, greedy_chains(episode))
     actions = policy.sample(episode.tensors, len(initial), generator, greedy=greedy,
                             initial=torch.from_numpy(initial)).numpy()          # (chains, R, G)
     first = len(initial)   # the chains after these are sampled
