@@ -93,13 +93,13 @@ def zero_shot(policy, item) -> dict:
             "from_nothing_ms": finite_ms(info["from_nothing_step_time"])}
 
 
-def learning(policy, item, samples: int, seed: int, folder: Path, polish: float = DEFAULT_POLISH) -> dict:
+def learning(policy, item, samples: int, seed: int, folder: Path) -> dict:
     """`policy` fine-tuned on the item for `samples` sampled placements as `placer train --policy
-    pretrained` does (its polish share `polish`): its best step, its curve."""
+    pretrained` does (with its default polish): its best step, its curve."""
     start = time.perf_counter()
     result = finetune(policy, make_episode(item.graph, item.cluster), folder, LearnConfig(), samples=samples,
                       chains=start_chains(samples, policy.config.rounds, "simulated", SAMPLED_CHAINS),
-                      polish=polish, seed=seed, log=lambda text: None)
+                      polish=DEFAULT_POLISH, seed=seed, log=lambda text: None)
     return {"ms": result.best_step_time * 1e3, "samples": result.samples, "seconds": time.perf_counter() - start,
             "curve": [(c["samples"], c["best_step_time"] * 1e3) for c in result.summary["curve"]]}
 
