@@ -9,8 +9,8 @@ on the cluster's description, or measured on its devices when the cluster is thi
 TensorBoard curves, `checkpoint.pt` (weights, optimizer, random states and where the run stands:
 every `CHECKPOINT_INTERVAL_S` seconds, at the end and on Ctrl-C, so that `resume` continues to the
 result an uninterrupted run reaches), `policy.pt` (the fine-tuned weights), `placement.json` (the
-fastest placement seen: the zero-shot one, a sampled one, the polished one or the policy's greedy
-one at the end)
+fastest placement seen: the zero-shot one, the best list heuristic's where it is faster, a sampled
+one, the polished one or the policy's greedy one at the end)
 and `summary.json`, whose `curve` says after how many samples the best placement reached each
 figure, the yardstick against a per-graph learner's. With measured rewards the run ends with its
 closing rounds (`closing.py`): its placements measured again side by side, the fastest of them
@@ -217,7 +217,8 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
 
 def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
     """A fresh run: the policy's own zero-shot placement (with `chains` sampled chains, as `placer
-    place` makes it: every round of every chain simulated, and counted) is the best so far."""
+    place` makes it: every round of every chain simulated, and counted) is the best so far, or the
+    best list heuristic's own placement where that is faster (one sample more)."""
     zero_shot = place_episode(policy, episode, keep_heuristic=False, chains=chains)   # the policy's own
     spent = zero_shot.extra["placer"]["simulated"] if rewards.reward != REAL else 0   # measured ones count as measurements
     zero_shot_time, heuristic = rewards.placed(zero_shot), rewards.heuristic()
@@ -227,8 +228,18 @@ def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
                           f"{episode.cluster.name}'s devices ({rewards.reward}), so there is no step time to learn "
                           "against; give the devices more memory (mem= caps), or use --policy seq2seq")
     curve = [{"samples": spent, "best_step_time": zero_shot_time}] if math.isfinite(zero_shot_time) else []
-    return FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, samples=spent,
-                         curve=curve, zero_shot=zero_shot.to_dict(), start_samples=spent)
+    state = FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, samples=spent,
+                          curve=curve, zero_shot=zero_shot.to_dict(), start_samples=spent)
+    placement = episode.heuristic_placement()
+    if placement is not None and heuristic < zero_shot_time:
+        # as `placer place` and the per-graph learner's warm start: never hand a user a placement slower
+        # than the heuristic already computed; the learning and the polish go on from the faster one
+        if rewards.reward != REAL:   # its simulation counts as a sample (a measured one counts as the yardstick's)
+            state.samples += 1
+            state.start_samples += 1
+        placement.extra = {"placer": {"name": episode.best_name}}
+        state.consider(placement, heuristic, f"the best list heuristic ({episode.best_name})")
+    return state
 
 
 def _greedy_cost(policy, episode: Episode, rewards) -> int:
