@@ -21,25 +21,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from placer.commands.place import SAMPLED_CHAINS  # noqa: E402
-from placer.corpus import held_out_items  # noqa: E402
-from placer.policy.gnn.checkpoint import PRETRAINED, load_policy  # noqa: E402
-from placer.policy.gnn.episode import Episode, make_episode  # noqa: E402
-from placer.policy.gnn.placing import place_episode  # noqa: E402
+from placer.commands.place import SAMPLED_CHAINS
+from placer.corpus import held_out_items
+from placer.policy.gnn.checkpoint import PRETRAINED, load_policy
+from placer.policy.gnn.episode import Episode, group_majority, make_episode
+from placer.policy.gnn.placing import place_episode
 
 
 def group_devices(episode: Episode, placement) -> np.ndarray:
-    """(G,) the device of each of the policy's groups in a placement the policy made."""
-    names, nodes = episode.cluster.device_names, list(episode.graph.nodes)
-    first = [int(np.flatnonzero(episode.node_group == g)[0]) for g in range(episode.features.n_groups)]
-    return np.asarray([names.index(placement.nodes[nodes[i]]) for i in first], dtype=np.int64)
+    """(G,) the device of each of the policy's groups in a placement the policy made (one device each)."""
+    names = episode.cluster.device_names
+    node_devices = [names.index(placement.nodes[n]) for n in episode.graph.nodes]
+    return group_majority(episode.graph, episode.node_group, episode.features.n_groups, len(names), node_devices)
 
 
 def steepest_descent(episode: Episode, start: np.ndarray, target_s: float) -> dict:
