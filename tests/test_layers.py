@@ -17,7 +17,7 @@ ROOT = Path(placer.__file__).parent
 
 # Bottom first. Packages on one line are side by side: they may not import each other.
 LAYERS = [
-    ("placer", "placer.errors", "placer.devices", "placer.placement"),
+    ("placer", "placer.errors", "placer.devices", "placer.placement", "placer.interrupts"),
     ("placer.graph", "placer.hardware"),
     ("placer.annotate", "placer.program"),
     ("placer.kernels",),

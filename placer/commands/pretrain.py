@@ -65,10 +65,10 @@ def _run_dir(args: argparse.Namespace) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from placer.commands.train import parse_budget
-    from placer.corpus import held_out_items, training_items
     from placer.policy.gnn.learn import LearnConfig
     from placer.policy.gnn.model import PolicyConfig
-    from placer.policy.gnn.pretrain import PretrainConfig, pretrain
+    from placer.policy.gnn.pretrain import PretrainConfig
+    from placer.policy.run_lock import hold_run_folder
 
     for name in ("items_per_update", "samples", "hidden", "layers", "rounds"):
         if getattr(args, name) < 1:
@@ -85,6 +85,15 @@ def run(args: argparse.Namespace) -> int:
     config = PretrainConfig(items_per_update=args.items_per_update, seed=args.seed, policy=policy,
                             learn=LearnConfig(samples=args.samples, lr=args.lr))
     run_dir = _run_dir(args)
+    with hold_run_folder(run_dir, "placer pretrain"):
+        return _pretrain(args, run_dir, config, budget_s)
+
+
+def _pretrain(args: argparse.Namespace, run_dir: Path, config, budget_s: float | None) -> int:
+    """The pre-training job in the locked `run_dir`, and its figures."""
+    from placer.corpus import held_out_items, training_items
+    from placer.policy.gnn.pretrain import pretrain
+
     started = time.monotonic()
     items = list(training_items(args.seed, args.corpus))
     held_out = held_out_items(args.seed, args.corpus)

@@ -119,6 +119,7 @@ def parse_budget(text: str) -> float:
 def _run_dir(args: argparse.Namespace) -> Path:
     from placer.commands.common import check_writable
     from placer.policy.checkpoint import FILENAME
+    from placer.policy.run_start import FILENAME as START
 
     if args.run_dir is None:
         if args.resume:
@@ -126,23 +127,19 @@ def _run_dir(args: argparse.Namespace) -> Path:
         return check_writable(Path("runs") / f"{Path(args.graph).stem}-{time.strftime('%Y%m%d-%H%M%S')}",
                               "--run-dir", folder=True)
     run_dir = Path(args.run_dir)
-    if not args.resume and (run_dir / FILENAME).exists():
+    holds_run = (run_dir / FILENAME).exists() or (run_dir / START).exists()
+    if not args.resume and holds_run:
         raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
+    if args.resume and not holds_run:
+        raise PlacerError(f"no checkpoint in {run_dir} to resume from; drop --resume to start a new run there")
     return check_writable(run_dir, "--run-dir", folder=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Train, then print the best placement's step time against the best single device."""
-    from placer.commands.common import (devices_from_args, load_graph_from_args, pipeline_from_args,
-                                        training_spec_from_args)
-    from placer.graph.grouping import group_graph
-    from placer.costmodel.simulator import SimulatedMeasurer
-    from placer.costmodel.training_costs import TrainingStepCosts
-    from placer.placers import caps_from_devices
-    from placer.policy.trainer import train
-    from placer.policy.search_warm_start import reinforce_share, search_warm_start
-    from placer.policy.warm_start import plan_warm_start
     from placer.commands import train_search as searches
+    from placer.policy.run_lock import hold_run_folder
+    from placer.policy.run_start import FILENAME as START
 
     if args.samples is not None and args.samples < 1:
         raise PlacerError("--samples must be at least 1")
@@ -152,7 +149,9 @@ def run(args: argparse.Namespace) -> int:
         from placer.commands.train_graph_policy import finetune_from_args
 
         args.reward = args.reward or "simulated"   # the graph policy's default: it was pre-trained on the simulator
-        return finetune_from_args(args, _run_dir(args), budget_s)
+        run_dir = _run_dir(args)
+        with hold_run_folder(run_dir):
+            return finetune_from_args(args, run_dir, budget_s)
     args.reward = args.reward or "hybrid"
     described = simulated_only(args)   # --cluster: hardware this machine is not, every figure simulated
     args.warm_start = searches.default_warm_start(args, described)
@@ -161,6 +160,33 @@ def run(args: argparse.Namespace) -> int:
         raise PlacerError("--samples-per-update and --hidden-size must be at least 1")
     plan = RewardPlan(args.reward, args.real_fraction)   # refuses a bad --real-fraction early
     run_dir = _run_dir(args)
+    with hold_run_folder(run_dir):
+        try:
+            return _train(args, run_dir, budget_s, hp, plan, described)
+        except KeyboardInterrupt:   # before training (profiling, local search): what is known is in the folder
+            if (run_dir / START).exists():
+                print(f"interrupted; continue with --resume --run-dir {run_dir}")
+            return 130
+
+
+def _train(args: argparse.Namespace, run_dir: Path, budget_s: float | None, hp: Hyperparameters,
+           plan: RewardPlan, described: bool) -> int:
+    """The training job in the locked `run_dir`: what the run starts from (kept in the folder as
+    each part is known, read back on --resume), the learner, the polish, the figures."""
+    from placer.commands.common import (devices_from_args, load_graph_from_args, pipeline_from_args,
+                                        training_spec_from_args)
+    from placer.graph.grouping import group_graph
+    from placer.costmodel.simulator import SimulatedMeasurer
+    from placer.costmodel.training_costs import TrainingStepCosts
+    from placer.placers import caps_from_devices
+    from placer.placers.local_search import SearchInterrupted
+    from placer.policy.checkpoint import FILENAME as CHECKPOINT
+    from placer.policy.run_start import RunStart
+    from placer.policy.trainer import train
+    from placer.policy.search_warm_start import reinforce_share, search_warm_start
+    from placer.policy.warm_start import plan_warm_start
+    from placer.commands import train_search as searches
+
     graph = load_graph_from_args(args)
     devices = devices_from_args(args)
     from placer.policy.run_summary import speedup_text
@@ -174,9 +200,16 @@ def run(args: argparse.Namespace) -> int:
     check_engine_args(args)
     protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
     polish = searches.polish_share(args, described)
+    if described and (plan.reward != "simulated" or args.workers):
+        refuse_real(args, "--reward " + plan.reward if plan.reward != "simulated" else "--workers")
+    # from here on the folder is a run: what it starts from is kept there as it becomes known
+    identity = {"graph_sha256": graph.sha256, "devices": [d.name for d in devices], "groups": args.groups,
+                "grouping": args.grouping, "warm_start": hp.warm_start, "seed": args.seed,
+                "costs": cluster_from_args(args).name if described else args.cost_model, "engine": args.engine,
+                "objective": {"objective": args.objective, **(training.to_dict() if training is not None else {})},
+                "pipeline": [pipeline.micro_batches, pipeline.schedule] if pipeline.pipelined else None}
+    start = RunStart.resume(run_dir, identity) if args.resume else RunStart.begin(run_dir, identity)
     if described:
-        if plan.reward != "simulated" or args.workers:
-            refuse_real(args, "--reward " + plan.reward if plan.reward != "simulated" else "--workers")
         from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
 
         cost = RooflineCostModel(cluster_from_args(args), graph)
@@ -189,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
         confirm = measurer_for(args.engine, graph, devices, protocol, seed=args.seed, training=training,
                                pipeline=pipeline)
         # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
-        cost = _cost_model(args, graph, devices, confirm)
+        cost = _cost_model(args, graph, devices, confirm, start)
     # Real rewards are paired: each batch in interleaved rounds with the best single device
     profiled = getattr(getattr(cost, "profile", None), "step_times", {}) or {}
     measurer = paired_rewards(args, graph, confirm, profiled, run_dir) if plan.reward != "simulated" else None
@@ -197,7 +230,6 @@ def run(args: argparse.Namespace) -> int:
     measurer = pool if pool is not None else measurer
     simulator = None if plan.reward == "real" else confirm if described else \
         SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
-    grouping = group_graph(graph, args.groups, len(devices), args.grouping)
     warm = searched = None
     learn_samples = args.samples - int(args.samples * polish) if polish else args.samples
     names, caps = [d.name for d in devices], caps_from_devices(devices)
@@ -205,18 +237,32 @@ def run(args: argparse.Namespace) -> int:
     # (and the polish's moves too: built once for both)
     needed = hp.warm_start != "none" or polish
     costs = cost if training is None or not needed else TrainingStepCosts(graph, names, cost, training)
+    grouping = start.grouping() or group_graph(graph, args.groups, len(devices), args.grouping)
     if hp.warm_start == "local_search":   # local search's own run first; the learner gets what it leaves
-        started = searches.started_with(args, run_dir)   # on --resume: the same search and update size
-        searched = search_warm_start(graph, names, costs, caps, grouping, started.get("budget", args.samples),
-                                     args.samples, seed=args.seed, pipeline=pipeline)
-        learn_samples, per_update = reinforce_share(searched.left, polish, started.get("samples_per_update",
-                                                                                       hp.samples_per_update),
-                                                    len(devices), resumed="samples_per_update" in started)
+        searched = start.searched(args.samples)
+        if searched is None:
+            progress = start.search_progress or {"budget": args.samples, "state": None}
+            try:
+                searched = search_warm_start(graph, names, costs, caps, grouping, progress["budget"], args.samples,
+                                             seed=args.seed, pipeline=pipeline, resume=progress["state"])
+            except SearchInterrupted as cut:
+                start.keep_search_progress(progress["budget"], cut.state)
+                raise
+        learn_samples, per_update = reinforce_share(searched.left, polish,
+                                                    start.samples_per_update or hp.samples_per_update,
+                                                    len(devices), resumed=start.samples_per_update is not None)
+        start.keep_searched(searched, per_update)
         hp = replace(hp, samples_per_update=per_update)
         warm = searched.warm
         print(searches.searched_text(searched, learn_samples, polishing=bool(polish)))
     elif hp.warm_start != "none":
-        warm = plan_warm_start(graph, names, costs, caps, grouping, hp.warm_start, seed=args.seed, pipeline=pipeline)
+        warm = start.warm()
+        if warm is None:
+            warm = plan_warm_start(graph, names, costs, caps, grouping, hp.warm_start, seed=args.seed,
+                                   pipeline=pipeline)
+            start.keep_warm(warm)
+    else:
+        start.keep_grouping(grouping)
     earlier = searches.earlier_polish(args, run_dir)   # on --resume: samples polishing spent, which still count
     if earlier and args.samples:
         learn_samples = min(learn_samples, (searched.left if searched else args.samples) - earlier["samples"])
@@ -227,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"training a placement of {graph.source} ({len(graph.nodes)} ops in {len(grouping)} groups) "
           f"on {', '.join(str(d) for d in devices)}, {_reward_text(plan)}; run folder {run_dir}")
     result = train(graph, measurer, grouping, run_dir, hp, samples=learn_samples, budget_s=budget_s, seed=args.seed,
-                   resume=args.resume, progress=not args.no_progress, confirm=confirm,
+                   resume=(run_dir / CHECKPOINT).exists(), progress=not args.no_progress, confirm=confirm,
                    reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction, warm_start=warm,
                    counts_evaluations=described,   # the searches it is compared with count every simulation
                    run_info={"graph": graph.source, "reward": plan.reward, "objective": args.objective,
@@ -244,9 +290,6 @@ def run(args: argparse.Namespace) -> int:
     finish_pool(pool)
     reinforced, policy_best = result.summary["samples"], result.summary["best_step_time"]
     if polish or earlier:
-        if searched is not None:   # what --resume retraces, on record before the polish (a Ctrl-C there keeps it)
-            result.summary["local_search_warm_start"] = {"budget": searched.budget,
-                                                         "samples_per_update": hp.samples_per_update}
         # what local search and the learner left of --samples; None: nothing to polish now
         left = max(0, args.samples - reinforced - (searched.samples if searched else 0)) \
             if polish and not result.interrupted and policy_best is not None else None
@@ -256,6 +299,9 @@ def run(args: argparse.Namespace) -> int:
         searches.finish_searched(searched, result.summary, reinforced, hp.samples_per_update, policy_best, confirm,
                                  run_dir)
     s = result.summary
+    if result.interrupted and not s["confirmed_side_by_side"]:
+        print("interrupted: training's own figures, not measured again side by side (the resumed run's end is; "
+              f"or measure them now with placer compare --graph {args.graph} --include-rl {run_dir})")
     if s["confirmed_side_by_side"]:
         print("simulated again side by side at the end (cluster "
               f"{cluster_from_args(args).name}, roofline cost model):" if described else
@@ -332,12 +378,18 @@ def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir:
     write_outputs(comparison, run_dir / "compare", plot=False)
 
 
-def _cost_model(args: argparse.Namespace, graph, devices, real):
-    """The --cost-model costs: profiled on these devices (cached) or analytic."""
+def _cost_model(args: argparse.Namespace, graph, devices, real, start):
+    """The --cost-model costs: profiled on these devices (cached) or analytic. A run learns on its
+    own copy of the profile (`start`), read back on --resume, never the shared cache again."""
+    from placer.costmodel.profiled import ProfiledCostModel
     from placer.costmodel.simulator import AnalyticCostModel
 
     if args.cost_model == "analytic":
         return AnalyticCostModel([d.name for d in devices])
+    kept = start.profile()
+    if kept is not None:
+        print(f"profiled costs read from the run's own copy, {start.run_dir / 'profile.json'}")
+        return ProfiledCostModel(kept, start.run_dir / "profile.json", from_cache=True)
     from placer.costmodel.profile_cache import profiled_cost_model
 
     started = time.monotonic()
@@ -347,4 +399,5 @@ def _cost_model(args: argparse.Namespace, graph, devices, real):
         print(f"profiled costs read from {costs.path}")
     else:
         print(f"profiled every op on every device in {time.monotonic() - started:.0f} s; cached in {costs.path}")
+    start.keep_profile(costs.profile)
     return costs

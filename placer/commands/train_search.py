@@ -46,22 +46,11 @@ def default_warm_start(args: argparse.Namespace, described: bool) -> str:
     return choice
 
 
-def started_with(args: argparse.Namespace, run_dir: Path) -> dict:
-    """On --resume, the local search record of the run's summary: its budget (so that local search
-    retraces the same search and the policy's groups stay the same) and the samples per update
-    REINFORCE started with; else nothing."""
-    return _earlier(args, run_dir).get("local_search_warm_start") or {}
-
-
 def earlier_polish(args: argparse.Namespace, run_dir: Path) -> dict:
     """On --resume, the polish record of the run's summary (an earlier session's polish, finished or
     cut short: it is on record before it starts), read before training rewrites the summary; else nothing."""
-    return _earlier(args, run_dir).get("polish") or {}
-
-
-def _earlier(args: argparse.Namespace, run_dir: Path) -> dict:
     summary = run_dir / "summary.json"
-    return json.loads(summary.read_text()) if args.resume and summary.is_file() else {}
+    return (json.loads(summary.read_text()).get("polish") or {}) if args.resume and summary.is_file() else {}
 
 
 def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, left: int | None, seed: int,

@@ -37,6 +37,7 @@ import numpy as np
 from placer.errors import PlacerError
 from placer.graph.grouping import group_graph
 from placer.graph.opgraph import OpGraph
+from placer.interrupts import deferred_interrupt
 from placer.costmodel.protocol import CostModel
 from placer.costmodel.batch_simulator import simulate_batch
 from placer.costmodel.simulator import Simulator
@@ -86,18 +87,23 @@ def _with_exact(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps 
 
 def _descend(search: "_Search", group_units: list[np.ndarray]) -> tuple[int, bool]:
     """Moves of `group_units`, then of single nodes, again until neither helps or the budget is
-    spent: the rounds scanned, and whether a local optimum was reached."""
+    spent: the rounds scanned, and whether a local optimum was reached. A search restored from
+    `_Search.state` goes on inside the scan it was cut in."""
     node_units = [np.asarray([i], dtype=np.int64) for i in range(len(search.graph.nodes))]
-    rounds = 0
     while search.spent < search.budget:
-        rounds += 1
-        search.neighbourhood(group_units, "group")
-        improved = search.neighbourhood(node_units, "node")
+        if search.scan is None:   # a round: every group move, then every node move
+            search.rounds += 1
+            search.begin("group", len(group_units))
+        if search.scan.kind == "group":
+            search.neighbourhood(group_units)
+            search.begin("node", len(node_units))
+        improved = search.neighbourhood(node_units)
+        search.scan = None
         if search.spent >= search.budget:
             break
         if not improved:   # every group move and every node move scanned, none helps
-            return rounds, True
-    return rounds, False
+            return search.rounds, True
+    return search.rounds, False
 
 
 @dataclass
@@ -131,6 +137,26 @@ def improve(graph: OpGraph, devices: list[str], sim: Simulator, caps: Caps | Non
                     local_optimum, search.curve)
 
 
+@dataclass
+class _Scan:
+    """Where a neighbourhood's scan stands: its shuffled moves, the next one, how many were scanned
+    since the last improvement, and whether one helped."""
+
+    kind: str             # "group" or "node"
+    pairs: np.ndarray     # (unit, device) moves as unit * devices + device, in scan order
+    pos: int = 0
+    since: int = 0
+    improved: bool = False
+
+
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C inside local search's moves: `state` continues it exactly (`local_search(resume=...)`)."""
+
+    def __init__(self, state: dict) -> None:
+        super().__init__()
+        self.state = state
+
+
 class _Search:
     """The search state: the current assignment, its step time, and the budget left."""
 
@@ -140,6 +166,8 @@ class _Search:
         self.graph, self.devices, self.sim, self.caps, self.training = graph, devices, sim, caps, training
         self.assign, self.step_time, self.budget, self.rng, self.chunk = assign, step_time, budget, rng, chunk
         self.spent = 0
+        self.rounds = 0
+        self.scan: _Scan | None = None
         self.moves = {"group": 0, "node": 0}
         self.curve: list[tuple[int, float]] = []   # (placements simulated, step time) after each move taken
         # runnable[node, device]: every step of the node can run there (an INVALID move is not tried)
@@ -148,6 +176,20 @@ class _Search:
         np.logical_and.at(runnable, np.asarray(sim.step_node), np.isfinite(times))
         self.runnable = runnable
 
+    def state(self) -> dict:
+        """Everything the search goes on from, as plain data (`restore`)."""
+        scan = None if self.scan is None else {k: getattr(self.scan, k) for k in _Scan.__dataclass_fields__}
+        return {"assign": self.assign.copy(), "step_time": self.step_time, "spent": self.spent,
+                "rounds": self.rounds, "scan": scan, "moves": dict(self.moves), "curve": list(self.curve),
+                "rng": self.rng.bit_generator.state}
+
+    def restore(self, state: dict) -> None:
+        self.assign, self.step_time = np.asarray(state["assign"], dtype=np.int64).copy(), state["step_time"]
+        self.spent, self.rounds = state["spent"], state["rounds"]
+        self.scan = _Scan(**state["scan"]) if state["scan"] is not None else None
+        self.moves, self.curve = dict(state["moves"]), list(state["curve"])
+        self.rng.bit_generator.state = state["rng"]
+
     def fits(self, assign: np.ndarray) -> bool:
         """The executor's memory check (the simulator's was passed already)."""
         if not self.caps:
@@ -155,48 +197,60 @@ class _Search:
         nodes = {n: self.devices[int(k)] for n, k in zip(self.graph.nodes, assign)}
         return not over_caps(self.graph, Placement(list(self.devices), nodes), self.caps, self.training)
 
-    def neighbourhood(self, units: list[np.ndarray], kind: str) -> bool:
-        """First-improvement over moving each unit (node indices) to each device; True if any move helped."""
-        D = len(self.devices)
-        pairs = self.rng.permutation(len(units) * D)
-        pos, since, improved = 0, 0, False
-        while since < len(pairs) and self.spent < self.budget:
+    def begin(self, kind: str, units: int) -> None:
+        """A new scan of moving each of `units` units to each device, in a seeded shuffled order."""
+        self.scan = _Scan(kind, self.rng.permutation(units * len(self.devices)))
+
+    def neighbourhood(self, units: list[np.ndarray]) -> bool:
+        """First-improvement over moving each unit (node indices) to each device, from where the
+        scan stands; True if any move of the scan helped. The scan moves on only once a batch is
+        simulated, so that a Ctrl-C during one leaves the state before it."""
+        scan, D = self.scan, len(self.devices)
+        while scan.since < len(scan.pairs) and self.spent < self.budget:
             batch: list[tuple[int, int]] = []
-            while since < len(pairs) and len(batch) < min(self.chunk, self.budget - self.spent):
-                u, d = divmod(int(pairs[pos]), D)
-                pos = (pos + 1) % len(pairs)
+            pos, since = scan.pos, scan.since
+            while since < len(scan.pairs) and len(batch) < min(self.chunk, self.budget - self.spent):
+                u, d = divmod(int(scan.pairs[pos]), D)
+                pos = (pos + 1) % len(scan.pairs)
                 since += 1
                 nodes = units[u]
                 if (self.assign[nodes] == d).all() or not self.runnable[nodes, d].all():
                     continue
                 batch.append((u, d))
             if not batch:
+                scan.pos, scan.since = pos, since
                 break
             rows = np.repeat(self.assign[None, :], len(batch), axis=0)
             for r, (u, d) in enumerate(batch):
                 rows[r, units[u]] = d
             result = simulate_batch(self.sim, rows, peaks=False)
-            self.spent += len(batch)
-            times = np.where([f is None for f in result.failure], result.step_time, np.inf)
-            for r in np.argsort(times, kind="stable"):
-                if not times[r] < self.step_time * (1 - MIN_GAIN):
-                    break
-                if self.fits(rows[r]):
-                    self.assign, self.step_time = rows[r].copy(), float(times[r])
-                    self.moves[kind] += 1
-                    self.curve.append((self.spent, self.step_time))
-                    since, improved = 0, True
-                    break
-        return improved
+            with deferred_interrupt():
+                scan.pos, scan.since = pos, since
+                self.spent += len(batch)
+                self._take_fastest(rows, result, scan)
+        return scan.improved
+
+    def _take_fastest(self, rows: np.ndarray, result, scan: _Scan) -> None:
+        times = np.where([f is None for f in result.failure], result.step_time, np.inf)
+        for r in np.argsort(times, kind="stable"):
+            if not times[r] < self.step_time * (1 - MIN_GAIN):
+                break
+            if self.fits(rows[r]):
+                self.assign, self.step_time = rows[r].copy(), float(times[r])
+                self.moves[scan.kind] += 1
+                self.curve.append((self.spent, self.step_time))
+                scan.since, scan.improved = 0, True
+                break
 
 
 def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = None, caps: Caps | None = None,
                  *, seed: int = 0, samples: int = 2000, groups: int = GROUPS, pipeline=None,
-                 start: Placement | None = None, exact_start: bool = True) -> Placement:
+                 start: Placement | None = None, exact_start: bool = True, resume: dict | None = None) -> Placement:
     """First-improvement local search from the best baseline in the simulator (the list heuristics,
     the single devices and, with `exact_start`, the exact solver; or from `start`: a learned
     placement polished), group moves, then node moves, within `samples` simulated placements (the
-    starting candidates count)."""
+    starting candidates count). Ctrl-C during the moves raises `SearchInterrupted`, whose state
+    given back as `resume` (with the same arguments) goes on to the placement an uncut run gives."""
     require_devices(devices)
     cost = require_cost(cost, "local_search")
     if samples < 1:
@@ -204,7 +258,35 @@ def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = No
     if groups < 1:
         raise PlacerError(f"local_search needs at least 1 group, not {groups}")
     sim = make_simulator(graph, devices, cost, caps, pipeline)
-    given = start
+    if resume is not None:
+        start, solver = Start(**resume["start"]), resume["solver"]
+    else:
+        start, solver = _starting_point(graph, devices, cost, caps, sim, seed, samples, pipeline, start, exact_start)
+    grouping = group_graph(graph, min(groups, len(graph.nodes)), len(devices))
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    group_units = [np.asarray([position[n] for n in members], dtype=np.int64) for members in grouping.groups]
+    search = _Search(graph, devices, sim, caps, training_of(cost), start.assign.copy(), start.step_time,
+                     samples - start.simulated, np.random.default_rng(seed))
+    if resume is not None:
+        search.restore(resume["search"])
+    try:
+        rounds, local_optimum = _descend(search, group_units)
+    except KeyboardInterrupt:
+        kept = {"name": start.name, "assign": start.assign, "step_time": start.step_time,
+                "candidates": start.candidates, "simulated": start.simulated}
+        raise SearchInterrupted({"start": kept, "solver": solver, "search": search.state()}) from None
+    nodes = {n: devices[int(k)] for n, k in zip(graph.nodes, search.assign)}
+    return make_placement(graph, devices, nodes, "local_search", seed=seed, samples=samples,
+                          simulated=start.simulated + search.spent, groups=len(grouping), start=start.name,
+                          start_step_time=start.step_time, simulated_step_time=search.step_time,
+                          group_moves=search.moves["group"], node_moves=search.moves["node"], rounds=rounds,
+                          local_optimum=local_optimum, candidates=start.candidates, exact_start=solver)
+
+
+def _starting_point(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None, sim: Simulator,
+                    seed: int, samples: int, pipeline, given: Placement | None,
+                    exact_start: bool) -> tuple[Start, dict | None]:
+    """Where the moves start (`local_search`'s docstring) and what the exact solver did, if it ran."""
     start = best_start(graph, devices, cost, caps, sim, seed=seed, limit=samples, pipeline=pipeline, given=given)
     solver = None
     if exact_start and given is None and not (pipeline is not None and pipeline.pipelined) and \
@@ -215,15 +297,4 @@ def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = No
             raise does_not_fit("local_search", graph, dict(caps), cost=cost)
         raise PlacerError(f"local_search: no starting placement can run on {', '.join(devices)}: each puts some op "
                           "on a device that cannot run it")
-    grouping = group_graph(graph, min(groups, len(graph.nodes)), len(devices))
-    position = {n: i for i, n in enumerate(graph.nodes)}
-    group_units = [np.asarray([position[n] for n in members], dtype=np.int64) for members in grouping.groups]
-    search = _Search(graph, devices, sim, caps, training_of(cost), start.assign.copy(), start.step_time,
-                     samples - start.simulated, np.random.default_rng(seed))
-    rounds, local_optimum = _descend(search, group_units)
-    nodes = {n: devices[int(k)] for n, k in zip(graph.nodes, search.assign)}
-    return make_placement(graph, devices, nodes, "local_search", seed=seed, samples=samples,
-                          simulated=start.simulated + search.spent, groups=len(grouping), start=start.name,
-                          start_step_time=start.step_time, simulated_step_time=search.step_time,
-                          group_moves=search.moves["group"], node_moves=search.moves["node"], rounds=rounds,
-                          local_optimum=local_optimum, candidates=start.candidates, exact_start=solver)
+    return start, solver

@@ -58,13 +58,16 @@ class SearchedStart:
 
 
 def search_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps, grouping: Grouping,
-                      samples: int, total: int | None = None, seed: int = 0, pipeline=None) -> SearchedStart:
+                      samples: int, total: int | None = None, seed: int = 0, pipeline=None,
+                      resume: dict | None = None) -> SearchedStart:
     """Run the `local_search` baseline with `samples` as its budget (what `compare` runs at that
     sample count: same start, seed, caps and pipeline) and warm-start on its placement, on
-    `grouping` split where it cuts it; `total`: the run's samples (default `samples`)."""
+    `grouping` split where it cuts it; `total`: the run's samples (default `samples`). Ctrl-C
+    raises local search's `SearchInterrupted`, whose state `resume` continues."""
     from placer.placers.local_search import local_search
 
-    placement = local_search(graph, devices, cost, caps, seed=seed, samples=samples, pipeline=pipeline)
+    placement = local_search(graph, devices, cost, caps, seed=seed, samples=samples, pipeline=pipeline,
+                             resume=resume)
     info = placement.extra["placer"]
     warm = warm_start_from(SOURCE, placement, graph, devices, grouping, info["simulated_step_time"],
                            info["candidates"])

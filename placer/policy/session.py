@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import signal
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -25,6 +24,7 @@ import torch
 from placer.env.placement_env import PlacementEnv
 from placer.graph.grouping import Grouping
 from placer.graph.opgraph import OpGraph
+from placer.interrupts import deferred_interrupt
 from placer.measure.measurement import Measurement, Measurer
 from placer.policy.checkpoint import load_checkpoint, save_checkpoint
 from placer.policy.hparams import Hyperparameters
@@ -61,23 +61,6 @@ class RewardSources:
             raise ValueError(f"reward {reward!r} needs a simulator and a real measurer to confirm with")
         if reward != SIMULATED and self.real is None:
             raise ValueError(f"reward {reward!r} needs a measurer")
-
-
-@contextmanager
-def deferred_interrupt() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so an update is never half applied."""
-    pending: list[Any] = []
-    try:
-        previous = signal.signal(signal.SIGINT, lambda *a: pending.append(a))
-    except ValueError:  # not the main thread: nothing to defer
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if pending:
-            raise KeyboardInterrupt
 
 
 @contextmanager

@@ -23,14 +23,15 @@ from typing import Any
 from placer.env.placement_env import PlacementEnv
 from placer.graph.grouping import Grouping
 from placer.graph.opgraph import OpGraph
-from placer.measure.measurement import Measurer
+from placer.interrupts import deferred_interrupt
+from placer.measure.measurement import Measurer, OpensPlacements
 from placer.placement import Placement
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, REAL, SIMULATED, RewardPlan
 from placer.policy.run_state import TrainState
 from placer.policy.run_summary import confirm_side_by_side, log_result, write_outputs
 from placer.policy.seq2seq import Seq2SeqPolicy
-from placer.policy.session import RewardSources, TrainingSession, deferred_interrupt
+from placer.policy.session import RewardSources, TrainingSession
 from placer.policy.warm_start import WarmStart
 
 log = logging.getLogger(__name__)
@@ -124,8 +125,11 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
         session.close()
 
     # On a described cluster `confirm` is the training's simulator: it simulates again placements already
-    # counted, the figures a cache would give, so they do not count (`counts_evaluations`).
-    confirmed = confirm_side_by_side(confirm, session) if confirm is not None and state.single_device else None
+    # counted, the figures a cache would give, so they do not count (`counts_evaluations`). After Ctrl-C
+    # nothing is measured again on the devices (a minute and more): the resumed run confirms at its end.
+    quick = not isinstance(confirm, OpensPlacements)
+    confirmed = confirm_side_by_side(confirm, session) \
+        if confirm is not None and state.single_device and (quick or not interrupted) else None
     placement, summary = write_outputs(session, interrupted, confirmed)
     log_result(session.run_dir, summary)
     return TrainResult(placement, summary, interrupted, session.policy, session.env)

@@ -194,3 +194,29 @@ def test_improve_moves_a_given_assignment_on_the_callers_groups_within_its_sampl
     if samples == 400:   # room to finish: the optimum, where l1 alone runs on the slow device
         optimum = min(sim.simulate(a).step_time for a in itertools.product(range(2), repeat=6))
         assert found.local_optimum and found.step_time == pytest.approx(optimum)
+
+
+@pytest.mark.parametrize("cut_at", [1, 7, 30])
+def test_a_search_cut_by_ctrl_c_resumes_to_the_placement_an_uncut_one_gives(fast_slow, monkeypatch, cut_at):
+    """Ctrl-C during the moves (the `cut_at`-th batch simulated, in the group or the node scan)
+    hands back the search's state, and `resume` goes on to exactly the uncut run's placement."""
+    module = importlib.import_module("placer.placers.local_search")   # the package exports the function
+
+    dag = random_dag(40, seed=3)
+    uncut = local_search(dag, DEVICES, fast_slow, samples=300)
+    whole, calls = module.simulate_batch, []
+
+    def cut(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == cut_at:
+            raise KeyboardInterrupt
+        return whole(*args, **kwargs)
+
+    monkeypatch.setattr(module, "simulate_batch", cut)
+    with pytest.raises(module.SearchInterrupted) as interrupted:
+        local_search(dag, DEVICES, fast_slow, samples=300)
+    monkeypatch.setattr(module, "simulate_batch", whole)
+    resumed = local_search(dag, DEVICES, fast_slow, samples=300, resume=interrupted.value.state)
+    assert resumed.nodes == uncut.nodes
+    assert resumed.extra["placer"] == uncut.extra["placer"]
+    assert interrupted.value.state["search"]["spent"] < uncut.extra["placer"]["simulated"]

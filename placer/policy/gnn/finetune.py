@@ -39,7 +39,8 @@ from placer.policy.gnn.learn import LearnConfig, relative_costs, rollout, update
 from placer.policy.gnn.placing import greedy_chains, place_episode
 from placer.policy.gnn.rewards import SimulatedRewards
 from placer.policy.phases import REAL, SIMULATED
-from placer.policy.session import CHECKPOINT_INTERVAL_S, deferred_interrupt
+from placer.interrupts import deferred_interrupt
+from placer.policy.session import CHECKPOINT_INTERVAL_S
 
 LEARNER = "graph policy"   # in the checkpoint: a seq2seq run's is not resumed here, nor this one there
 # the share of the samples the start leaves that polishes the best placement (simulated rewards):

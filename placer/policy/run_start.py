@@ -1,0 +1,131 @@
+"""What a training run starts from, kept in its folder: `--resume` rebuilds none of it.
+
+Before its first update a run profiles the devices (or reads the profile other runs share),
+groups the graph, picks the warm start and, on a described cluster, runs local search. Each of
+these goes into the run folder as soon as it is known: the profile as `profile.json`, the rest
+in `start.pt` (written atomically, as the checkpoint is). A resumed run reads them back instead
+of building them again from caches that other runs share and may have rewritten meanwhile, so
+that it ends where an uninterrupted run ends. A run cut during local search keeps the search's
+state there too, and goes on from it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from placer.costmodel.profile import Profile
+from placer.errors import PlacerError
+from placer.graph.grouping import Grouping
+from placer.placement import Placement
+from placer.policy.checkpoint import save_atomically
+from placer.policy.search_warm_start import SearchedStart
+from placer.policy.warm_start import WarmStart
+
+FORMAT = "placer.run-start/1"
+FILENAME = "start.pt"
+PROFILE = "profile.json"
+
+
+class RunStart:
+    """The run folder's record of what the run started from; each part None until it is known."""
+
+    def __init__(self, run_dir: Path, data: dict[str, Any] | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.data = data or {"format": FORMAT}
+
+    @classmethod
+    def begin(cls, run_dir: Path, identity: dict[str, Any]) -> RunStart:
+        """A new run's record, saved at once: the folder is a run that `--resume` accepts."""
+        start = cls(run_dir, {"format": FORMAT, "identity": identity})
+        start._save()
+        return start
+
+    @classmethod
+    def resume(cls, run_dir: Path, identity: dict[str, Any]) -> RunStart:
+        """The record of the run in `run_dir`, refused when it was started with other options."""
+        path = Path(run_dir) / FILENAME
+        if not path.is_file():   # a run from before the record existed: only its checkpoint is known
+            return cls(run_dir, {"format": FORMAT, "identity": identity})
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # torch raises many types for a damaged file
+            raise PlacerError(f"{path} is corrupt ({type(exc).__name__}); train into a new --run-dir") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise PlacerError(f"{path} is not a placer run record; train into a new --run-dir")
+        for key, value in identity.items():
+            if data["identity"].get(key) != value:
+                raise PlacerError(f"{run_dir} was started with a different {key.replace('_', ' ')} "
+                                  f"({data['identity'].get(key)!r}, this run has {value!r}); resume with the "
+                                  "same options or train into a new --run-dir")
+        return cls(run_dir, data)
+
+    def _save(self) -> None:
+        save_atomically(self.data, self.run_dir / FILENAME)
+
+    # --- the profile ---
+
+    def profile(self) -> Profile | None:
+        path = self.run_dir / PROFILE
+        return Profile.load(path) if path.is_file() else None
+
+    def keep_profile(self, profile: Profile) -> Path:
+        """The run's own copy of the profile it learns on."""
+        path = self.run_dir / PROFILE
+        tmp = path.with_suffix(".json.tmp")
+        profile.save(tmp)
+        os.replace(tmp, path)
+        return path
+
+    # --- the grouping and the warm start ---
+
+    def grouping(self) -> Grouping | None:
+        g = self.data.get("grouping")
+        return Grouping(**g) if g is not None else None
+
+    def keep_grouping(self, grouping: Grouping) -> None:
+        self.data["grouping"] = asdict(grouping)
+        self._save()
+
+    def warm(self) -> WarmStart | None:
+        w = self.data.get("warm")
+        return None if w is None else WarmStart(**{**w, "grouping": Grouping(**w["grouping"])})
+
+    def keep_warm(self, warm: WarmStart) -> None:
+        self.data["warm"] = asdict(warm)   # its grouping as a dict too
+        self.keep_grouping(warm.grouping)
+
+    # --- local search ---
+
+    def searched(self, total: int) -> SearchedStart | None:
+        """Local search's finished run, as the learner's first phase of a run of `total` samples."""
+        s = self.data.get("searched")
+        if s is None:
+            return None
+        return SearchedStart(self.warm(), Placement.from_dict(s["placement"]), s["budget"], total, s["samples"],
+                             s["local_optimum"])
+
+    def keep_searched(self, searched: SearchedStart, samples_per_update: int) -> None:
+        self.data["searched"] = {"placement": searched.placement.to_dict(), "budget": searched.budget,
+                                 "samples": searched.samples, "local_optimum": searched.local_optimum}
+        self.data["samples_per_update"] = samples_per_update
+        self.data.pop("search_progress", None)
+        self.keep_warm(searched.warm)
+
+    @property
+    def samples_per_update(self) -> int | None:
+        """REINFORCE's update size as the run first worked it out from what local search left."""
+        return self.data.get("samples_per_update")
+
+    @property
+    def search_progress(self) -> dict[str, Any] | None:
+        """Where a local search cut by Ctrl-C stood (`local_search(resume=...)`), and its budget."""
+        return self.data.get("search_progress")
+
+    def keep_search_progress(self, budget: int, state: dict[str, Any]) -> None:
+        self.data["search_progress"] = {"budget": budget, "state": state}
+        self._save()
