@@ -8,6 +8,7 @@ import importlib
 import logging
 import sys
 
+from placer.commands.common import check_seed
 from placer.errors import PlacerError
 
 # Sub-command modules, in the order `placer --help` lists them.
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
+        check_seed(args)   # every command's --seed, before any of them starts work
         return int(args.func(args) or 0)
     except PlacerError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -152,6 +152,14 @@ def default_devices() -> list[Device]:
     return [Device("cpu", 0, threads=per), Device("cpu", 1, threads=per)]
 
 
+def physical_memory() -> int | None:
+    """This machine's RAM in bytes; None where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
 def cpu_model_name() -> str:
     """This machine's CPU model as /proc/cpuinfo names it (else what `platform` knows), for records
     of what a figure was measured on."""

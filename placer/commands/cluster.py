@@ -6,14 +6,13 @@ import argparse
 import datetime
 import json
 import math
-import os
 import socket
 import statistics
 import threading
 import time
 from collections import Counter
 
-from placer.devices import cpu_model_name
+from placer.devices import cpu_model_name, physical_memory
 from placer.commands.common import check_writable
 from placer.errors import PlacerError
 
@@ -170,7 +169,7 @@ def _describe_local(args: argparse.Namespace) -> int:
     finally:
         torch.set_num_threads(main_threads)
     cpu_devices = [d for d in devices if d.kind == "cpu"]
-    ram = _physical_memory()
+    ram = physical_memory() or 16 * 2**30
     models = {}
     for d in devices:
         f = figures[d.name]
@@ -199,6 +198,7 @@ def _describe_local(args: argparse.Namespace) -> int:
                          measured, [(d.name, "local-" + d.name.replace(":", ""), figures[d.name].get("contention", 1.0))
                                     for d in devices], models, links, hosts)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)   # check_writable found it can be made
         path.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise PlacerError(f"cannot write {path}: {exc.strerror or exc}; choose another -o PATH") from exc
@@ -504,13 +504,6 @@ def _copy_figures(src: str, dst: str, pinned: bool) -> tuple[float, float]:
     latency = timed(1024)
     big = timed(COPY_BYTES)
     return COPY_BYTES / max(big - latency, 1e-9), latency
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 16 * 2**30
 
 
 def _toml_value(value) -> str:

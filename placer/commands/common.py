@@ -97,6 +97,18 @@ def add_engine_arg(parser: argparse.ArgumentParser) -> None:
                              "needs it) or ONNX Runtime, one session per device partition, the devices at once")
 
 
+# Seeds every random generator placer seeds takes (numpy's legacy one and CP-SAT's stop at 2**31 - 1)
+MAX_SEED = 2**31 - 1
+
+
+def check_seed(args: argparse.Namespace) -> None:
+    """A --seed no generator takes (negative, too large) is a `PlacerError` in one line, for every
+    command that has the option (`placer.cli` calls this before the command starts)."""
+    seed = getattr(args, "seed", None)
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise PlacerError(f"--seed must be from 0 to {MAX_SEED}, not {seed}")
+
+
 def check_engine_args(args: argparse.Namespace) -> None:
     """Refuse, before any work, what the chosen engine cannot do (a training step in ONNX Runtime)."""
     from placer.engines import check_engine
@@ -293,6 +305,8 @@ def placed_model_from_args(args: argparse.Namespace, writes: dict[str, str | Non
     """The graph, placement, devices, training step, pipeline and --inputs that the arguments of
     a command running a placement name, every one checked before any real work: the engine's
     options first, then each path of `writes` (option -> path; None: not asked for)."""
+    from placer.graph.placement_check import assignment
+
     check_engine_args(args)
     for option, path in (writes or {}).items():
         if path:
@@ -300,6 +314,7 @@ def placed_model_from_args(args: argparse.Namespace, writes: dict[str, str | Non
     graph, micro_batch_inputs = _graph_and_micro_batch_inputs(args)
     placement = placement_from_args(args, graph)
     devices = devices_for(args, placement)
+    assignment(graph, placement, [d.name for d in devices])   # here, not as a failed measurement: a user's error
     training = training_spec_from_args(args, graph)
     pipeline = pipeline_from_args(args)
     return PlacedModel(graph, placement, devices, training, pipeline, micro_batch_inputs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
                                     add_pipeline_args, add_placement_args)
@@ -63,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
         profile = profile_graph(graph, devices, seed=args.seed, prepared=prepared,
                                 protocol=profile_protocol, training=training, engine=args.engine)
+        Path(args.profile).parent.mkdir(parents=True, exist_ok=True)   # check_writable found it can be made
         profile.save(args.profile)
     if args.json:
         print(json.dumps({"graph": {"source": graph.source, "sha256": graph.sha256},

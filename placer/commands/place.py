@@ -12,6 +12,10 @@ from placer.errors import PlacerError
 # in about a second (sampling many and keeping the best is how neural combinatorial optimisation
 # decodes, e.g. Kool et al. 2019); 256 found no more on the held-out problems
 SAMPLED_CHAINS = 192
+# Every chain is sampled and simulated in one batch held in memory (Inception-v3 on 10 devices: about
+# 0.1 MB and 25 ms a chain on 2 cores), so --chains 10**9 ran out of memory after a minute; 16 times
+# the 256 that found no more is past any use
+MAX_CHAINS = 4096
 
 
 def register(subparsers) -> None:
@@ -44,8 +48,10 @@ def run(args: argparse.Namespace) -> int:
     from placer.policy.gnn.episode import make_episode
     from placer.policy.gnn.placing import place_episode
 
-    if args.chains < 0:
-        raise PlacerError(f"--chains must be 0 or more, not {args.chains}")
+    if not 0 <= args.chains <= MAX_CHAINS:
+        raise PlacerError(f"--chains must be from 0 to {MAX_CHAINS}, not {args.chains}: every chain is simulated at "
+                          "once, in time and memory that grow with them, and past 256 the held-out problems found "
+                          "nothing faster")
     if not args.cluster:
         raise PlacerError("placer place needs --cluster: the policy places for described hardware (placer cluster "
                           "list; placer cluster describe-local describes this machine)")
@@ -65,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     info.update(policy=str(args.policy or "pretrained"), cluster=cluster.name, seconds_to_place=round(placing_s, 3),
                 best_heuristic=episode.best_name, best_heuristic_step_time=episode.best_time if found else None,
                 lower_bound_step_time=bound, ratio_to_lower_bound=t / bound)
+    out.parent.mkdir(parents=True, exist_ok=True)   # check_writable found it can be made
     placement.save(out)
     print(f"placed {graph.source} ({len(graph.nodes)} ops in {info['groups']} groups) on {cluster.name} "
           f"({len(cluster.devices)} devices) in {placing_s:.2f} s with the graph policy "

@@ -4,6 +4,7 @@ outside that a placement computes the same thing as any other."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
                                     add_pipeline_args, add_placement_args)
@@ -71,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     for name, value in outputs.items():
         print(f"{name}  {value.dtype} {list(value.shape)}  sum {float(value.astype(np.float64).sum()):.6g}")
     if args.outputs:
+        Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)   # check_writable found it can be made
         np.savez(args.outputs, **outputs)
         print(f"outputs written to {args.outputs}")
     return 0

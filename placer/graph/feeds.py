@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import onnx
 
+from placer.devices import physical_memory
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, TensorInfo
 
@@ -140,15 +141,27 @@ def generated_note(generated: Iterable[str]) -> str:
 def random_feeds(graph: OpGraph | Iterable[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs for every graph input (or for the given `TensorInfo`s, as loading has them
     before the graph exists): standard normal floats (the real part of complex ones), zeros for
-    integer inputs (always a valid token id or index), False for booleans. An unbound dimension
-    is a `PlacerError` that says how to bind it (--input-shape)."""
-    inputs = graph.inputs if isinstance(graph, OpGraph) else graph
+    integer inputs (always a valid token id or index), False for booleans. An unbound dimension,
+    a 0-sized one and inputs larger than this machine's memory are a `PlacerError` in one line."""
+    inputs = list(graph.inputs if isinstance(graph, OpGraph) else graph)
+    for info in inputs:
+        if any(d < 0 for d in info.shape):
+            raise PlacerError(f"input {info.name!r} has an unbound dimension {info.shape}; "
+                              f"bind it with --input-shape {info.name}=...")
+        if 0 in info.shape:   # a model may fix a dimension at 0, and --inputs may hold an empty array
+            raise PlacerError(f"input {info.name!r} has shape {list(info.shape)}: a dimension of size 0 leaves "
+                              "the step nothing to compute, so placer cannot run or place it; give every dimension "
+                              "a size of 1 or more (a model that fixes one at 0 needs exporting again)")
+    # refused before numpy tries to allocate them: a traceback after minutes of swapping otherwise
+    need, memory = sum(info.nbytes for info in inputs), physical_memory()
+    if memory is not None and need > memory:
+        big = max(inputs, key=lambda info: info.nbytes)
+        raise PlacerError(f"the inputs take {need / 2**30:.4g} GiB ({big.name!r} is {big.dtype} {list(big.shape)}), "
+                          f"more than this machine's memory ({memory / 2**30:.4g} GiB); bind smaller dimensions "
+                          "with --input-shape")
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for info in inputs:
-        if any(d <= 0 for d in info.shape):
-            raise PlacerError(f"input {info.name!r} has an unbound dimension {info.shape}; "
-                              f"bind it with --input-shape {info.name}=...")
         dtype = np.dtype(info.dtype)
         if dtype.kind in "fc":
             feeds[info.name] = rng.standard_normal(info.shape).astype(dtype)

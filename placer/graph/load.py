@@ -113,6 +113,15 @@ def _check_domains(model: onnx.ModelProto) -> None:
                           "export it with standard ONNX ops only")
 
 
+def _check_opset(model: onnx.ModelProto, source: str) -> None:
+    # onnx has no schemas for a newer opset: its checker, shape inference and placer's kernels would
+    # take the ops on trust (an opset 99 model loaded silently)
+    newest, opset = onnx.defs.onnx_opset_version(), _opsets(model).get("")
+    if opset is not None and opset > newest:
+        raise PlacerError(f"{source} uses ONNX opset {opset}, newer than opset {newest}, the newest this placer knows "
+                          f"(onnx {onnx.__version__}); export it with opset {newest} or older")
+
+
 def _validate(slim: onnx.ModelProto, source: str) -> None:
     try:
         onnx.checker.check_model(slim)
@@ -152,6 +161,7 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
                               "or load it with onnx.load(path) (which reads the data)")
     else:
         original, source = read_model(path_or_model), str(path_or_model)
+    _check_opset(original, source)
     input_shapes = dict(input_shapes or {})
     weights = {t.name for t in original.graph.initializer}
     given = check_sample_inputs(inputs or {}, original.graph, weights, inputs_label)

@@ -6,6 +6,7 @@ annotation). Nothing here runs anything.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -40,7 +41,7 @@ class TensorInfo:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(int(d) for d in self.shape)   # exact: int64 would wrap on an absurd --input-shape
 
     @property
     def nbytes(self) -> int:

@@ -87,7 +87,7 @@ def test_the_sampled_chains_are_scored_beside_the_most_likely_ones(tmp_path, cap
     onnx.save(unseen_op_model(), model)
     assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "--out", str(tmp_path / "p.json"),
                  "--chains", "-1"]) == 2
-    assert "--chains must be 0 or more" in capsys.readouterr().err
+    assert "--chains must be from 0 to 4096, not -1" in capsys.readouterr().err
 
 
 def test_place_refuses_a_missing_cluster_or_a_file_that_is_no_policy(tmp_path, capsys):

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import onnx
 import onnxruntime as ort
+from onnxruntime.capi import onnxruntime_pybind11_state as _state
 
 from placer.devices import Device
 from placer.errors import PlacerError
+
+# What InferenceSession raises for a model it refuses (ORT's own exception types, not RuntimeError)
+_LOAD_ERRORS = (_state.Fail, _state.InvalidArgument, _state.InvalidGraph, _state.NotImplemented,
+                _state.RuntimeException, _state.EPFail)
+_ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ")
 
 GPU_INSTALL = ("pip uninstall -y onnxruntime && pip install onnxruntime-gpu "
                "(the CUDA build of ONNX Runtime, for cuda devices)")
@@ -52,6 +59,15 @@ def session_options(device: Device, threads: int, *, spinning: bool = True, core
 
 def build_session(model: onnx.ModelProto | str | Path, device: Device, options: ort.SessionOptions
                   ) -> ort.InferenceSession:
-    """An `InferenceSession` of `model` (a ModelProto or a file) on `device`."""
+    """An `InferenceSession` of `model` (a ModelProto or a file) on `device`; a model ONNX Runtime
+    cannot load (an op or type it lacks, a check of its own that placer's engine does not make) is
+    a `PlacerError` in one line."""
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
-    return ort.InferenceSession(source, options, providers=providers_for(device))
+    providers = providers_for(device)   # a missing CUDA provider says so itself
+    try:
+        return ort.InferenceSession(source, options, providers=providers)
+    except _LOAD_ERRORS as exc:
+        # "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find ...": the reason follows the code
+        reason = _ORT_PREFIX.sub("", (str(exc).strip().splitlines() or [type(exc).__name__])[0])
+        raise PlacerError(f"ONNX Runtime {ort.__version__} cannot load the model on {device.name}: {reason}; "
+                          "run it with placer's own engine instead (--engine torch)") from None
