@@ -27,6 +27,7 @@ LAYERS = [
     ("placer.placers",),
     ("placer.evaluate", "placer.env", "placer.workers", "placer.corpus"),
     ("placer.policy",),
+    ("placer.jobs",),
     ("placer.commands", "placer.cli"),
 ]
 # Engines sit side by side under `placer.engines`: neither imports the other.

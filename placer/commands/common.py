@@ -11,6 +11,7 @@ from typing import Any
 
 from placer.engines import ENGINES
 from placer.errors import PlacerError
+from placer.jobs import settings
 
 
 def add_graph_args(parser: argparse.ArgumentParser) -> None:
@@ -97,88 +98,69 @@ def add_engine_arg(parser: argparse.ArgumentParser) -> None:
                              "needs it) or ONNX Runtime, one session per device partition, the devices at once")
 
 
-# Seeds every random generator placer seeds takes (numpy's legacy one and CP-SAT's stop at 2**31 - 1)
-MAX_SEED = 2**31 - 1
-
-
 def check_seed(args: argparse.Namespace) -> None:
-    """A --seed no generator takes (negative, too large) is a `PlacerError` in one line, for every
-    command that has the option (`placer.cli` calls this before the command starts)."""
-    seed = getattr(args, "seed", None)
-    if seed is not None and not 0 <= seed <= MAX_SEED:
-        raise PlacerError(f"--seed must be from 0 to {MAX_SEED}, not {seed}")
+    """A --seed no generator takes is a `PlacerError` in one line, for every command that has the
+    option (`placer.cli` calls this before the command starts)."""
+    settings.check_seed(getattr(args, "seed", None))
+
+
+def model_settings(args: argparse.Namespace) -> settings.ModelSettings:
+    """--graph, --input-shape and --inputs as a job takes them."""
+    return settings.ModelSettings(args.graph, tuple(args.input_shape), getattr(args, "inputs", None))
+
+
+def hardware_settings(args: argparse.Namespace) -> settings.HardwareSettings:
+    """--devices or --cluster as a job takes them."""
+    return settings.HardwareSettings(getattr(args, "devices", None), getattr(args, "cluster", None))
+
+
+def step_settings(args: argparse.Namespace) -> settings.StepSettings:
+    """--objective, its training step's options, --micro-batches, --schedule and --engine as a job takes them."""
+    return settings.StepSettings(getattr(args, "objective", "inference"), getattr(args, "loss", "mse"),
+                                 getattr(args, "targets", None), getattr(args, "optimizer", "sgd"),
+                                 getattr(args, "micro_batches", 1), getattr(args, "schedule", "1f1b"),
+                                 getattr(args, "engine", "torch"))
 
 
 def check_engine_args(args: argparse.Namespace) -> None:
     """Refuse, before any work, what the chosen engine cannot do (a training step in ONNX Runtime)."""
-    from placer.engines import check_engine
-
-    check_engine(getattr(args, "engine", "torch"), getattr(args, "objective", "inference"))
+    step_settings(args).check_engine()
 
 
 def load_graph_from_args(args: argparse.Namespace):
     """The `OpGraph` named by --graph (a zoo name is exported on first use), shapes bound by
     --input-shape and --inputs, whose arrays it keeps to feed every run."""
-    return _graph_and_micro_batch_inputs(args)[0]
+    return model_settings(args).graph_only()
 
 
 def _graph_and_micro_batch_inputs(args: argparse.Namespace):
     """The graph of `load_graph_from_args`, and per micro-batch k the --inputs arrays `name#k`
-    (`placer run --micro-batches M` only), checked against the graph's inputs."""
-    from placer.graph.feeds import check_micro_batch_inputs, read_inputs, split_micro_batches
-    from placer.kernels.loading import load_graph
-
-    path = getattr(args, "inputs", None)
+    (`placer run --micro-batches M` only)."""
     micro_batches = getattr(args, "micro_batches", 1) if getattr(args, "command", None) == "run" else 1
-    if not path:
-        return load_graph(args.graph, args.input_shape), [{} for _ in range(micro_batches)]
-    label = f"--inputs {path}"
-    every, each = split_micro_batches(read_inputs(path), micro_batches, label)
-    graph = load_graph(args.graph, args.input_shape, every, inputs_label=label)
-    for k, arrays in enumerate(each):
-        check_micro_batch_inputs(graph, arrays, k, label)
-    return graph, each
+    return model_settings(args).load(micro_batches)
 
 
 def devices_from_args(args: argparse.Namespace):
     """The `Device` list named by --devices or --cluster (its devices with their memory as caps), or
     the machine's default set."""
-    from placer.devices import as_devices, default_devices, parse_devices
-
-    cluster = cluster_from_args(args)
-    if cluster is not None:   # described, not present: no check that this machine has them
-        return as_devices(cluster.device_specs())
-    if getattr(args, "devices", None):
-        return parse_devices(args.devices)
-    return default_devices()
+    return hardware_settings(args).device_list()
 
 
 def cluster_from_args(args: argparse.Namespace):
-    """The cluster --cluster names (loaded once per run of a command), or None."""
-    if not getattr(args, "cluster", None):
-        return None
-    if getattr(args, "_cluster", None) is None:
-        from placer.hardware import load_cluster
-
-        args._cluster = load_cluster(args.cluster)
-    return args._cluster
+    """The cluster --cluster names, or None."""
+    return hardware_settings(args).described
 
 
 def simulated_only(args: argparse.Namespace) -> bool:
     """Whether --cluster describes hardware this machine is not: then every figure is simulated,
     and whatever would run for real is refused (`refuse_real`)."""
-    cluster = cluster_from_args(args)
-    return cluster is not None and not cluster.is_this_machine()
+    return hardware_settings(args).simulated_only
 
 
 def refuse_real(args: argparse.Namespace, what: str) -> None:
     """A `PlacerError` in one line when `what` (something that runs placements for real) is asked
     for on a described cluster this machine is not."""
-    if simulated_only(args):
-        raise PlacerError(f"{what} runs placements for real, and cluster {args.cluster!r} is hardware this machine "
-                          f"does not have; place for it in the simulator instead (placer compare --cluster "
-                          f"{args.cluster}, or placer train --cluster {args.cluster} --reward simulated), or describe "
-                          "this machine with placer cluster describe-local")
+    hardware_settings(args).refuse_real(what)
 
 
 def add_placement_args(parser: argparse.ArgumentParser) -> None:
@@ -260,31 +242,12 @@ def add_pipeline_args(parser: argparse.ArgumentParser) -> None:
 
 def pipeline_from_args(args: argparse.Namespace):
     """The `Pipeline` of --micro-batches and --schedule (M = 1: no pipelining)."""
-    from placer.program.pipeline import Pipeline
-
-    return Pipeline(getattr(args, "micro_batches", 1), getattr(args, "schedule", "1f1b"))
+    return step_settings(args).pipeline()
 
 
 def training_spec_from_args(args: argparse.Namespace, graph):
     """The `TrainingSpec` of --objective training (targets read and checked), else None."""
-    if getattr(args, "objective", "inference") != "training":
-        return None
-    import numpy as np
-    import torch
-
-    from placer.engines.torch.training import check_targets
-    from placer.program.training import Loss, OptimizerSpec, TrainingSpec
-
-    targets = {}
-    if args.targets:
-        try:
-            with np.load(args.targets, allow_pickle=False) as data:
-                targets = {k: torch.from_numpy(np.array(data[k])) for k in data.files}
-        except (OSError, ValueError) as exc:
-            raise PlacerError(f"cannot read --targets {args.targets} ({exc}); give an .npz written by "
-                              "numpy.savez") from None
-    loss = Loss(args.loss)
-    return TrainingSpec(loss=loss, optimizer=OptimizerSpec(args.optimizer), targets=check_targets(loss, graph, targets))
+    return step_settings(args).training_spec(graph)
 
 
 @dataclass

@@ -1,0 +1,143 @@
+"""The settings every job shares: which model, on which hardware, and what one step is.
+
+Frozen dataclasses of plain values (what a user typed), each with the methods that turn it into
+the objects the packages below work on. Nothing here reads an `argparse.Namespace`: the CLI builds
+these from its arguments (`placer.commands.common`), a script builds them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from placer.errors import PlacerError
+
+# Seeds every random generator placer seeds takes (numpy's legacy one and CP-SAT's stop at 2**31 - 1)
+MAX_SEED = 2**31 - 1
+
+
+def check_seed(seed: int | None) -> None:
+    """A seed no generator takes (negative, too large) is a `PlacerError` in one line."""
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise PlacerError(f"--seed must be from 0 to {MAX_SEED}, not {seed}")
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The model: an ONNX file or a zoo name, its dynamic dimensions bound (`input_shapes`, as
+    "name=1x3x224x224"), and sample inputs that feed every run (`inputs`, an .npz)."""
+
+    graph: str
+    input_shapes: tuple[str, ...] = ()
+    inputs: str | None = None
+
+    def load(self, micro_batches: int = 1):
+        """The `OpGraph` (a zoo name is exported on first use), and per micro-batch k the
+        `inputs` arrays `name#k` (`placer run --micro-batches M` only), checked against it."""
+        from placer.graph.feeds import check_micro_batch_inputs, read_inputs, split_micro_batches
+        from placer.kernels.loading import load_graph
+
+        if not self.inputs:
+            return load_graph(self.graph, list(self.input_shapes)), [{} for _ in range(micro_batches)]
+        label = f"--inputs {self.inputs}"
+        every, each = split_micro_batches(read_inputs(self.inputs), micro_batches, label)
+        graph = load_graph(self.graph, list(self.input_shapes), every, inputs_label=label)
+        for k, arrays in enumerate(each):
+            check_micro_batch_inputs(graph, arrays, k, label)
+        return graph, each
+
+    def graph_only(self):
+        """The `OpGraph` alone."""
+        return self.load()[0]
+
+
+@dataclass(frozen=True)
+class HardwareSettings:
+    """Where to place: local `devices` ("cpu:0,cpu:1"; None: the machine's default set), or a
+    described `cluster` (a catalogue name or a TOML file), placed for in the simulator."""
+
+    devices: str | None = None
+    cluster: str | None = None
+
+    @cached_property
+    def described(self) -> Any:
+        """The cluster `cluster` names, loaded once, or None."""
+        if not self.cluster:
+            return None
+        from placer.hardware import load_cluster
+
+        return load_cluster(self.cluster)
+
+    def device_list(self) -> list:
+        """The `Device`s: the cluster's (their memory as caps), --devices, or the default set."""
+        from placer.devices import as_devices, default_devices, parse_devices
+
+        if self.described is not None:   # described, not present: no check that this machine has them
+            return as_devices(self.described.device_specs())
+        if self.devices:
+            return parse_devices(self.devices)
+        return default_devices()
+
+    @property
+    def simulated_only(self) -> bool:
+        """Whether the cluster is hardware this machine is not: every figure is then simulated, and
+        whatever would run for real is refused (`refuse_real`)."""
+        return self.described is not None and not self.described.is_this_machine()
+
+    def refuse_real(self, what: str) -> None:
+        """A `PlacerError` in one line when `what` (something that runs placements for real) is
+        asked for on a described cluster this machine is not."""
+        if self.simulated_only:
+            raise PlacerError(f"{what} runs placements for real, and cluster {self.cluster!r} is hardware this "
+                              f"machine does not have; place for it in the simulator instead (placer compare "
+                              f"--cluster {self.cluster}, or placer train --cluster {self.cluster} --reward "
+                              "simulated), or describe this machine with placer cluster describe-local")
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What one step is: the forward pass, or a training step (`objective` "training") with its
+    `loss`, `targets` (.npz) and `optimizer`; pipelined over `micro_batches` in `schedule`."""
+
+    objective: str = "inference"
+    loss: str = "mse"
+    targets: str | None = None
+    optimizer: str = "sgd"
+    micro_batches: int = 1
+    schedule: str = "1f1b"
+    engine: str = field(default="torch")
+
+    def check_engine(self) -> None:
+        """Refuse, before any work, what the engine cannot do (a training step in ONNX Runtime)."""
+        from placer.engines import check_engine
+
+        check_engine(self.engine, self.objective)
+
+    def training_spec(self, graph):
+        """The `TrainingSpec` of a training step (targets read and checked), else None."""
+        if self.objective != "training":
+            return None
+        import numpy as np
+        import torch
+
+        from placer.engines.torch.training import check_targets
+        from placer.program.training import Loss, OptimizerSpec, TrainingSpec
+
+        targets = {}
+        if self.targets:
+            try:
+                with np.load(self.targets, allow_pickle=False) as data:
+                    targets = {k: torch.from_numpy(np.array(data[k])) for k in data.files}
+            except (OSError, ValueError) as exc:
+                raise PlacerError(f"cannot read --targets {self.targets} ({exc}); give an .npz written by "
+                                  "numpy.savez") from None
+        loss = Loss(self.loss)
+        return TrainingSpec(loss=loss, optimizer=OptimizerSpec(self.optimizer),
+                            targets=check_targets(loss, graph, targets))
+
+    def pipeline(self):
+        """The `Pipeline` of `micro_batches` and `schedule` (1: no pipelining)."""
+        from placer.program.pipeline import Pipeline
+
+        return Pipeline(self.micro_batches, self.schedule)
