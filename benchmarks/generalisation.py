@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench import save_json  # noqa: E402
 from paper_setting import LIST_HEURISTICS, learn as per_graph_learn  # noqa: E402
-from placer.commands.compare import run_summary, simulated_comparison  # noqa: E402
+from placer.jobs.compare import run_summary, simulated_comparison  # noqa: E402
 from placer.corpus import held_out_items  # noqa: E402
 from placer.costmodel.roofline import cluster_measurer  # noqa: E402
 from placer.devices import as_devices  # noqa: E402
@@ -44,8 +44,7 @@ from placer.policy.gnn.episode import make_episode  # noqa: E402
 from placer.policy.gnn.finetune import DEFAULT_POLISH, finetune, start_chains  # noqa: E402
 from placer.policy.gnn.learn import LearnConfig  # noqa: E402
 from placer.policy.gnn.model import GraphPlacementPolicy  # noqa: E402
-from placer.commands.place import SAMPLED_CHAINS  # noqa: E402
-from placer.policy.gnn.placing import place_episode  # noqa: E402
+from placer.policy.gnn.placing import SAMPLED_CHAINS, place_episode  # noqa: E402
 
 
 def baselines(item, samples: int, seed: int) -> dict:

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench import save_json, zoo_path  # noqa: E402
 from placer.cli import main as placer_main  # noqa: E402
-from placer.commands.compare import simulated_comparison  # noqa: E402
+from placer.jobs.compare import simulated_comparison  # noqa: E402
 from placer.devices import as_devices  # noqa: E402
 from placer.hardware import load_cluster  # noqa: E402
 from placer.kernels.loading import load_graph  # noqa: E402

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     from dataclasses import replace
 
     from graphs import resolve
-    from placer.commands.compare import learned_rows
+    from placer.jobs.compare import learned_rows
     from placer.devices import default_devices, parse_devices
     from placer.graph.load import parse_input_shapes
     from placer.kernels.loading import load_graph

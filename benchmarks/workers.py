@@ -93,7 +93,7 @@ def real(args: argparse.Namespace) -> None:
     from placer.graph.grouping import group_graph
     from placer.measure.measurer import MeasureProtocol
     from placer.workers import RealSpec
-    from placer.workers.cli import calibration_text
+    from placer.workers.launch import calibration_text
 
     from placer.devices import parse_devices
 

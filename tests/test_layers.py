@@ -117,6 +117,40 @@ def test_no_module_is_in_a_circle():
     assert circles == []
 
 
+CLI = ("placer.commands", "placer.cli")
+
+
+def reads_the_command_line(path: Path) -> bool:
+    """Whether a module imports argparse or names an argparse Namespace (in code, not in prose)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "argparse":
+            return True
+        if isinstance(node, (ast.Name, ast.Attribute)) and getattr(node, "id", getattr(node, "attr", None)) == \
+                "Namespace":
+            return True
+    return False
+
+
+def below_the_cli_reading_the_command_line(paths: dict[str, Path]) -> list[str]:
+    return sorted(name for name, path in paths.items()
+                  if not name.startswith(CLI) and reads_the_command_line(path))
+
+
+def test_nothing_below_the_cli_reads_the_command_line():
+    """Jobs and packages take typed settings: only `placer.commands` and `placer.cli` parse arguments."""
+    assert below_the_cli_reading_the_command_line(modules()) == []
+
+
+def test_the_command_line_check_sees_an_argparse_import(tmp_path):
+    module = tmp_path / "job.py"
+    module.write_text("import argparse\n\ndef run(args: argparse.Namespace):\n    return args.samples\n")
+    assert below_the_cli_reading_the_command_line({"placer.jobs.job": module}) == ["placer.jobs.job"]
+    assert below_the_cli_reading_the_command_line({"placer.commands.job": module}) == []
+
+
 def test_the_check_sees_an_upward_import_put_back():
     """The check itself can fail: an upward edge, an edge between the engines and a circle are each refused."""
     graph = import_graph()

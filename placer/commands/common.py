@@ -324,19 +324,3 @@ def rounds_from_args(args: argparse.Namespace, seed: int = 0):
 
     return RoundsProtocol(warmup=args.warmup, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
                           max_seconds=args.max_seconds, precision=args.precision, seed=seed, blocks=args.blocks)
-
-
-def paired_rewards(args: argparse.Namespace, graph, real, predicted: dict[str, float], run_dir: Path):
-    """The measurer of real rewards: each batch measured in interleaved rounds together with the
-    single device `predicted` (device -> predicted step time) finds fastest (the first one it does
-    not predict), its figures paired ratios to that device times the run's anchor (`PairedMeasurer`)."""
-    from placer.measure.paired_measurer import PairedMeasurer
-    from placer.measure.rounds import RoundsProtocol
-    from placer.placement import Placement
-
-    device = min(real.devices, key=lambda d: (predicted.get(d) is None, predicted.get(d) or 0.0))
-    reference = Placement.single_device(list(graph.nodes), device, graph.sha256)
-    least = max(6, args.repeats)   # a 95% interval needs 6 rounds
-    rounds = RoundsProtocol(warmup=args.warmup, min_rounds=least, max_rounds=2 * least, max_seconds=120.0,
-                            precision=0.05, seed=args.seed)
-    return PairedMeasurer(real, reference, rounds, anchor_file=run_dir / "paired_anchor.json")

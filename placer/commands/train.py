@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 import re
-import time
-from dataclasses import fields, replace
+from dataclasses import fields
 from pathlib import Path
 
-from placer.commands.common import (add_devices_arg, cluster_from_args, paired_rewards, refuse_real, simulated_only, add_engine_arg, add_graph_args, add_objective_args,
-                                    add_pipeline_args, check_engine_args, ignored_on_cluster, refuse_ignored_on_cluster)
+from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
+                                    add_pipeline_args, check_writable, hardware_settings, ignored_on_cluster,
+                                    model_settings, refuse_ignored_on_cluster, step_settings)
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
-from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS, RewardPlan
-from placer.workers.cli import add_worker_args, finish_pool, pool_from_args
+from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS
 
 DEFAULT_BUDGET = "10m"
-# learning options whose default depends on the others (`run` chooses): what the help says of them
-CHOSEN_IN_RUN = {"warm_start": "local_search with --cluster and --samples, else best_baseline"}
+# learning options whose default depends on the others (the job chooses): what the help says of them
+CHOSEN_BY_THE_JOB = {"warm_start": "local_search with --cluster and --samples, else best_baseline"}
 
 
 def register(subparsers) -> None:
@@ -36,7 +35,7 @@ def register(subparsers) -> None:
     add_objective_args(parser)
     add_engine_arg(parser)
     add_pipeline_args(parser)
-    add_worker_args(parser)
+    _add_worker_args(parser)
     parser.add_argument("--budget", default=None, metavar="TIME",
                         help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
@@ -98,12 +97,13 @@ def register(subparsers) -> None:
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the closing comparison (every baseline placer, random search and the learned "
                              "placements measured side by side, as placer compare --include-rl does)")
-    hp = parser.add_argument_group("learning (defaults and where they come from: placer/policy/hparams.py)")
-    for f in fields(Hyperparameters):
-        later = CHOSEN_IN_RUN.get(f.name)
-        hp.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None if later else f.default,
+    hp = parser.add_argument_group("learning, the seq2seq learner's (defaults and where they come from: "
+                                   "placer/policy/hparams.py)")
+    for f in fields(Hyperparameters):   # default None: only those typed reach the job (the graph policy refuses them)
+        default = CHOSEN_BY_THE_JOB.get(f.name, f.default)
+        hp.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None,
                         metavar=f.type.upper() if isinstance(f.type, str) else None,
-                        help=f.metadata["help"] + f" (default {later or '%(default)s'})")
+                        help=f.metadata["help"] + f" (default {default})")
     ignored_on_cluster(parser, "--engine", "--warmup", "--repeats", "--timeout", "--cost-model", "--refresh-profile")
     parser.set_defaults(func=run)
 
@@ -116,195 +116,70 @@ def parse_budget(text: str) -> float:
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
-def _run_dir(args: argparse.Namespace) -> Path:
-    from placer.commands.common import check_writable
-    from placer.policy.checkpoint import FILENAME
-    from placer.policy.run_start import FILENAME as START
+def _add_worker_args(parser: argparse.ArgumentParser) -> None:
+    """--workers and --ray-address."""
+    group = parser.add_argument_group("workers (measure many placements at once on Ray: pip install -e '.[ray]')")
+    group.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="measure the real samples on N workers at once, each owning its own copy of "
+                            "--devices: its own GPUs (name them cuda:0..D-1) or its own cores (one per thread "
+                            "of each cpu:K device). Default: measure in this process, one placement at a time")
+    group.add_argument("--ray-address", default=None, metavar="HOST:PORT|auto",
+                       help="join the running Ray cluster at HOST:PORT (or auto: the one this machine runs) "
+                            "instead of starting a local Ray runtime; each node runs workers on its own devices")
 
-    if args.run_dir is None:
-        if args.resume:
-            raise PlacerError("--resume needs the --run-dir of the run to continue")
-        return check_writable(Path("runs") / f"{Path(args.graph).stem}-{time.strftime('%Y%m%d-%H%M%S')}",
-                              "--run-dir", folder=True)
-    run_dir = Path(args.run_dir)
-    holds_run = (run_dir / FILENAME).exists() or (run_dir / START).exists()
-    if not args.resume and holds_run:
-        raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
-    if args.resume and not holds_run:
-        raise PlacerError(f"no checkpoint in {run_dir} to resume from; drop --resume to start a new run there")
-    return check_writable(run_dir, "--run-dir", folder=True)
+
+def settings_from_args(args: argparse.Namespace):
+    """The `TrainSettings` of the command line."""
+    from placer.jobs.train import TrainSettings
+
+    budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
+    learning = {f.name: getattr(args, f.name) for f in fields(Hyperparameters) if getattr(args, f.name) is not None}
+    return TrainSettings(model_settings(args), hardware_settings(args), step_settings(args), samples=args.samples,
+                         budget_s=budget_s, run_dir=Path(args.run_dir) if args.run_dir else None, resume=args.resume,
+                         seed=args.seed, policy=args.policy, reward=args.reward, real_fraction=args.real_fraction,
+                         polish=args.polish, groups=args.groups, grouping=args.grouping, warmup=args.warmup,
+                         repeats=args.repeats, timeout=args.timeout, cost_model=args.cost_model,
+                         refresh_profile=args.refresh_profile, workers=args.workers, ray_address=args.ray_address,
+                         closing_comparison=not args.no_compare, progress=not args.no_progress, learning=learning)
 
 
 def run(args: argparse.Namespace) -> int:
     """Train, then print the best placement's step time against the best single device."""
-    from placer.commands import train_search as searches
-    from placer.policy.run_lock import hold_run_folder
+    from placer.jobs.train import run_folder, train
     from placer.policy.run_start import FILENAME as START
 
-    if args.samples is not None and args.samples < 1:
-        raise PlacerError("--samples must be at least 1")
     refuse_ignored_on_cluster(args)
-    budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
-    if args.policy != "seq2seq":
-        from placer.commands.train_graph_policy import finetune_from_args
+    settings = settings_from_args(args)
+    check_writable(run_folder(settings), "--run-dir", folder=True)   # before any work
+    outcome = train(settings)
+    if outcome.summary:
+        if outcome.learner == "seq2seq":
+            code = _print_seq2seq(outcome, settings)
+        else:
+            from placer.commands.train_graph_policy import print_figures
 
-        args.reward = args.reward or "simulated"   # the graph policy's default: it was pre-trained on the simulator
-        run_dir = _run_dir(args)
-        with hold_run_folder(run_dir):
-            return finetune_from_args(args, run_dir, budget_s)
-    args.reward = args.reward or "hybrid"
-    described = simulated_only(args)   # --cluster: hardware this machine is not, every figure simulated
-    args.warm_start = searches.default_warm_start(args, described)
-    hp = Hyperparameters(**{f.name: getattr(args, f.name) for f in fields(Hyperparameters)})
-    if hp.samples_per_update < 1 or hp.hidden_size < 1:
-        raise PlacerError("--samples-per-update and --hidden-size must be at least 1")
-    plan = RewardPlan(args.reward, args.real_fraction)   # refuses a bad --real-fraction early
-    run_dir = _run_dir(args)
-    with hold_run_folder(run_dir):
-        try:
-            return _train(args, run_dir, budget_s, hp, plan, described)
-        except KeyboardInterrupt:   # before training (profiling, local search): what is known is in the folder
-            if (run_dir / START).exists():
-                print(f"interrupted; continue with --resume --run-dir {run_dir}")
-            return 130
+            code = print_figures(outcome)
+    else:
+        code = 0
+    if outcome.interrupted:
+        if (outcome.run_dir / START).exists():
+            print(f"interrupted; continue with --resume --run-dir {outcome.run_dir}")
+        return 130
+    return code
 
 
-def _train(args: argparse.Namespace, run_dir: Path, budget_s: float | None, hp: Hyperparameters,
-           plan: RewardPlan, described: bool) -> int:
-    """The training job in the locked `run_dir`: what the run starts from (kept in the folder as
-    each part is known, read back on --resume), the learner, the polish, the figures."""
-    from placer.commands.common import (devices_from_args, load_graph_from_args, pipeline_from_args,
-                                        training_spec_from_args)
-    from placer.graph.grouping import group_graph
-    from placer.costmodel.simulator import SimulatedMeasurer
-    from placer.costmodel.training_costs import TrainingStepCosts
-    from placer.placers import caps_from_devices
-    from placer.placers.local_search import SearchInterrupted
-    from placer.policy.checkpoint import FILENAME as CHECKPOINT
-    from placer.policy.run_start import RunStart
-    from placer.policy.trainer import train
-    from placer.policy.search_warm_start import reinforce_share, search_warm_start
-    from placer.policy.warm_start import plan_warm_start
-    from placer.commands import train_search as searches
-
-    graph = load_graph_from_args(args)
-    devices = devices_from_args(args)
+def _print_seq2seq(outcome, settings) -> int:
+    """The seq2seq run's figures, then its closing comparison's table."""
+    from placer.evaluate.report import format_table
     from placer.policy.run_summary import speedup_text
-    from placer.measure.measurer import MeasureProtocol
-    from placer.measure.measurer import measurer_for
 
-    training = training_spec_from_args(args, graph)
-    pipeline = pipeline_from_args(args)   # --micro-batches: every step, real or simulated, is pipelined
-    if pipeline.pipelined and args.workers:
-        raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
-    check_engine_args(args)
-    protocol = MeasureProtocol(args.warmup, args.repeats, args.timeout, objective=args.objective)
-    polish = searches.polish_share(args, described)
-    if described and (plan.reward != "simulated" or args.workers):
-        refuse_real(args, "--reward " + plan.reward if plan.reward != "simulated" else "--workers")
-    # from here on the folder is a run: what it starts from is kept there as it becomes known
-    identity = {"graph_sha256": graph.sha256, "devices": [d.name for d in devices], "groups": args.groups,
-                "grouping": args.grouping, "warm_start": hp.warm_start, "seed": args.seed,
-                "costs": cluster_from_args(args).name if described else args.cost_model, "engine": args.engine,
-                "objective": {"objective": args.objective, **(training.to_dict() if training is not None else {})},
-                "pipeline": [pipeline.micro_batches, pipeline.schedule] if pipeline.pipelined else None}
-    start = RunStart.resume(run_dir, identity) if args.resume else RunStart.begin(run_dir, identity)
-    if described:
-        from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
-
-        cost = RooflineCostModel(cluster_from_args(args), graph)
-        # the closing confirmation too is simulated, on the cluster's costs; the cluster named in its
-        # protocol is part of the run's identity (resume refuses another)
-        confirm = cluster_measurer(cluster_from_args(args), graph, cost, training=training, pipeline=pipeline)
-    else:
-        # Real measurement, for the rewards unless they are simulated, and in every mode for the
-        # side-by-side confirmation at the end: the reported figures are real measurements.
-        confirm = measurer_for(args.engine, graph, devices, protocol, seed=args.seed, training=training,
-                               pipeline=pipeline)
-        # The cost model serves the warm start, the closing comparison and, unless the reward is real, the samples.
-        cost = _cost_model(args, graph, devices, confirm, start)
-    # Real rewards are paired: each batch in interleaved rounds with the best single device
-    profiled = getattr(getattr(cost, "profile", None), "step_times", {}) or {}
-    measurer = paired_rewards(args, graph, confirm, profiled, run_dir) if plan.reward != "simulated" else None
-    pool = pool_from_args(args, graph, devices, protocol, training, args.engine)   # --workers: many placements measured at once
-    measurer = pool if pool is not None else measurer
-    simulator = None if plan.reward == "real" else confirm if described else \
-        SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
-    warm = searched = None
-    learn_samples = args.samples - int(args.samples * polish) if polish else args.samples
-    names, caps = [d.name for d in devices], caps_from_devices(devices)
-    # the baselines it starts from see a training step's costs per node on the training objective
-    # (and the polish's moves too: built once for both)
-    needed = hp.warm_start != "none" or polish
-    costs = cost if training is None or not needed else TrainingStepCosts(graph, names, cost, training)
-    grouping = start.grouping() or group_graph(graph, args.groups, len(devices), args.grouping)
-    if hp.warm_start == "local_search":   # local search's own run first; the learner gets what it leaves
-        searched = start.searched(args.samples)
-        if searched is None:
-            progress = start.search_progress or {"budget": args.samples, "state": None}
-            try:
-                searched = search_warm_start(graph, names, costs, caps, grouping, progress["budget"], args.samples,
-                                             seed=args.seed, pipeline=pipeline, resume=progress["state"])
-            except SearchInterrupted as cut:
-                start.keep_search_progress(progress["budget"], cut.state)
-                raise
-        learn_samples, per_update = reinforce_share(searched.left, polish,
-                                                    start.samples_per_update or hp.samples_per_update,
-                                                    len(devices), resumed=start.samples_per_update is not None)
-        start.keep_searched(searched, per_update)
-        hp = replace(hp, samples_per_update=per_update)
-        warm = searched.warm
-        print(searches.searched_text(searched, learn_samples, polishing=bool(polish)))
-    elif hp.warm_start != "none":
-        warm = start.warm()
-        if warm is None:
-            warm = plan_warm_start(graph, names, costs, caps, grouping, hp.warm_start, seed=args.seed,
-                                   pipeline=pipeline)
-            start.keep_warm(warm)
-    else:
-        start.keep_grouping(grouping)
-    earlier = searches.earlier_polish(args, run_dir)   # on --resume: samples polishing spent, which still count
-    if earlier and args.samples:
-        learn_samples = min(learn_samples, (searched.left if searched else args.samples) - earlier["samples"])
-    if warm is not None:
-        grouping = warm.grouping
-        print(f"warm start: the policy first imitates {warm.source} ({warm.simulated_step_time * 1e3:.2f} ms "
-              f"simulated), on its {len(grouping)} groups split where {warm.source} cuts them")
-    print(f"training a placement of {graph.source} ({len(graph.nodes)} ops in {len(grouping)} groups) "
-          f"on {', '.join(str(d) for d in devices)}, {_reward_text(plan)}; run folder {run_dir}")
-    result = train(graph, measurer, grouping, run_dir, hp, samples=learn_samples, budget_s=budget_s, seed=args.seed,
-                   resume=(run_dir / CHECKPOINT).exists(), progress=not args.no_progress, confirm=confirm,
-                   reward=plan.reward, simulator=simulator, real_fraction=plan.real_fraction, warm_start=warm,
-                   counts_evaluations=described,   # the searches it is compared with count every simulation
-                   run_info={"graph": graph.source, "reward": plan.reward, "objective": args.objective,
-                             **({"loss": training.loss.kind, "optimizer": training.optimizer.name}
-                                if training is not None else {}),
-                             "cost_model": ("roofline" if described else args.cost_model)
-                             if simulator is not None else None,
-                             **({"cluster": cluster_from_args(args).name, "simulated": True} if described else {}),
-                             "engine": args.engine,
-                             **({"micro_batches": pipeline.micro_batches, "schedule": pipeline.schedule}
-                                if pipeline.pipelined else {}),
-                             "warmup": args.warmup, "repeats": args.repeats, "timeout": args.timeout,
-                             "workers": args.workers, "ray_address": args.ray_address})
-    finish_pool(pool)
-    reinforced, policy_best = result.summary["samples"], result.summary["best_step_time"]
-    if polish or earlier:
-        # what local search and the learner left of --samples; None: nothing to polish now
-        left = max(0, args.samples - reinforced - (searched.samples if searched else 0)) \
-            if polish and not result.interrupted and policy_best is not None else None
-        searches.polish(graph, names, costs, caps, pipeline, run_dir, left, args.seed, result.summary, reinforced,
-                        earlier)
-    if searched is not None:
-        searches.finish_searched(searched, result.summary, reinforced, hp.samples_per_update, policy_best, confirm,
-                                 run_dir)
-    s = result.summary
-    if result.interrupted and not s["confirmed_side_by_side"]:
+    s, run_dir = outcome.summary, outcome.run_dir
+    if outcome.interrupted and not s["confirmed_side_by_side"]:
         print("interrupted: training's own figures, not measured again side by side (the resumed run's end is; "
-              f"or measure them now with placer compare --graph {args.graph} --include-rl {run_dir})")
+              f"or measure them now with placer compare --graph {settings.model.graph} --include-rl {run_dir})")
     if s["confirmed_side_by_side"]:
         print("simulated again side by side at the end (cluster "
-              f"{cluster_from_args(args).name}, roofline cost model):" if described else
+              f"{settings.hardware.described.name}, roofline cost model):" if settings.hardware.simulated_only else
               "measured again side by side at the end:")
     for device, t in s["single_device_step_times"].items():
         print(f"  single device {device:<10} " + (f"{t * 1e3:10.3f} ms" if t is not None else "failed"))
@@ -324,23 +199,14 @@ def _train(args: argparse.Namespace, run_dir: Path, budget_s: float | None, hp: 
           f"{done}, {s['wall_time_s']:.0f} s of training)")
     if speedup_text(s):
         print(speedup_text(s))
-    if searched is not None:
-        print(f"samples: {searched.samples} local search + {reinforced} REINFORCE + "
-              f"{s['samples_by_phase']['polish']} polish of {args.samples}")
+    if outcome.searched is not None:
+        print(f"samples: {outcome.searched.samples} local search + {outcome.reinforced} REINFORCE + "
+              f"{s['samples_by_phase']['polish']} polish of {settings.samples}")
     print(s.get("note") or _convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
-    if not args.no_compare and not result.interrupted:
-        _closing_comparison(args, graph, devices, cost, run_dir, training, pipeline)
-    if result.interrupted:
-        print(f"interrupted; continue with --resume --run-dir {run_dir}")
-        return 130
+    if outcome.comparison is not None:
+        print(format_table(outcome.comparison))
     return 0
-
-
-def _reward_text(plan: RewardPlan) -> str:
-    if plan.reward == "hybrid":
-        return f"reward simulated until the policy converges (at most {1 - plan.real_fraction:.0%} of the budget), then real"
-    return f"reward {plan.reward}"
 
 
 def _convergence_text(s: dict) -> str:
@@ -352,52 +218,3 @@ def _convergence_text(s: dict) -> str:
         return f"the policy converged ({figures})"
     return (f"the policy has NOT converged ({figures}; converged means at most 0.1 nats per group): "
             "its placement is still a draw among many, train longer (--resume with more --samples or --budget)")
-
-
-def _closing_comparison(args: argparse.Namespace, graph, devices, cost, run_dir: Path, training=None,
-                        pipeline=None) -> None:
-    """Every baseline placer, random search with the run's samples, and the run's placements,
-    measured side by side now: the figures that say whether learning beat the heuristics. Measured
-    as `placer compare --include-rl` measures with no rounds options: in its blocks (`BLOCKS`), so
-    that the intervals and verdicts hold the variation between runs, as compare's do."""
-    from placer.commands.compare import BLOCKS, comparison_for_run, simulated_comparison
-    from placer.placers import PLACERS
-    from placer.evaluate.report import format_table, write_outputs
-    from placer.measure.rounds import RoundsProtocol
-
-    if simulated_only(args):
-        print("simulating every baseline placer and the learned placements side by side ...")
-        comparison = simulated_comparison(graph, devices, cluster_from_args(args), list(PLACERS), run_dir, None,
-                                          args.seed, training=training, pipeline=pipeline)
-    else:
-        print("measuring every baseline placer and the learned placements side by side ...")
-        comparison = comparison_for_run(graph, devices, cost, run_dir, RoundsProtocol(seed=args.seed, blocks=BLOCKS),
-                                        seed=args.seed, timeout=args.timeout, training=training, pipeline=pipeline,
-                                        engine=args.engine)
-    print(format_table(comparison))
-    write_outputs(comparison, run_dir / "compare", plot=False)
-
-
-def _cost_model(args: argparse.Namespace, graph, devices, real, start):
-    """The --cost-model costs: profiled on these devices (cached) or analytic. A run learns on its
-    own copy of the profile (`start`), read back on --resume, never the shared cache again."""
-    from placer.costmodel.profiled import ProfiledCostModel
-    from placer.costmodel.simulator import AnalyticCostModel
-
-    if args.cost_model == "analytic":
-        return AnalyticCostModel([d.name for d in devices])
-    kept = start.profile()
-    if kept is not None:
-        print(f"profiled costs read from the run's own copy, {start.run_dir / 'profile.json'}")
-        return ProfiledCostModel(kept, start.run_dir / "profile.json", from_cache=True)
-    from placer.costmodel.profile_cache import profiled_cost_model
-
-    started = time.monotonic()
-    costs = profiled_cost_model(graph, devices, refresh=args.refresh_profile, engine=args.engine,
-                                        check_cached=True, prepared=real.prepared, training=real.training)
-    if costs.from_cache:
-        print(f"profiled costs read from {costs.path}")
-    else:
-        print(f"profiled every op on every device in {time.monotonic() - started:.0f} s; cached in {costs.path}")
-    start.keep_profile(costs.profile)
-    return costs

@@ -10,8 +10,8 @@ device's placement a second time: the two must agree, or the measurement itself 
 comparison says so. `baseline_rows` runs the placers and times how long each took; `learned_row`
 adds a learned placement. With a learned placement and `random_search` among
 the rows, the comparison also reports what learning is worth: the learned step time against the
-best of as many random placements. Reading a training run's files, the text table, CSV/JSON and
-the chart are the command's (`placer.commands.compare`, `placer.evaluate.report`).
+best of as many random placements. Reading a training run's files is the job's
+(`placer.jobs.compare`); the text table, CSV/JSON and the chart are `placer.evaluate.report`'s.
 """
 
 from __future__ import annotations
@@ -346,6 +346,19 @@ def _noise_note(control: dict[str, Any] | None, precision: float) -> str | None:
     return (f"noisy measurement: the control and {control['twin']} (the same placement) differ by "
             f"{control['difference']:.1%} (interval {r['low']:.3f}-{r['high']:.3f}, asked +-{precision:.0%}); "
             "a quiet machine, more rounds (--max-rounds, --max-seconds) or OMP_WAIT_POLICY=PASSIVE help")
+
+
+def profile_drift_notes(comparison: Comparison, cached: bool) -> list[str]:
+    """The lower bound and predictions come from the profile (`cached`: read from the cache): one
+    line per single device that now runs the graph at a clearly different speed than profiled."""
+    notes = []
+    for row in comparison.rows:
+        profiled = row.predicted_step_time   # what the (calibrated) simulator predicts for the device alone
+        if row.placer == "single" and row.step_time and profiled and not 0.8 < row.step_time / profiled < 1.25:
+            notes.append(f"{row.name.removeprefix('single:')} ran the whole graph in {row.step_time * 1e3:.1f} ms "
+                         f"now but the profile predicts {profiled * 1e3:.1f} ms{' (cached profile)' if cached else ''}; "
+                         "the lower bound and predictions assume the profiled speed (--refresh-profile measures again)")
+    return notes
 
 
 def _what_to_use(comparison: Comparison, speedup) -> list[str]:

@@ -46,6 +46,9 @@ CASES = [
     # an opset newer than onnx's
     (["run", "--graph", "{opset99}"], "error: {opset99} uses ONNX opset 99, newer than opset"),
     (["inspect", "--graph", "{opset99}"], "error: {opset99} uses ONNX opset 99, newer than opset"),
+    # a learner's option the chosen learner does not read
+    (["train", "--graph", "{small}", "--cluster", "2xt4-pcie", "--policy", "pretrained", "--lr", "0.1"],
+     "error: --lr: the seq2seq learner's options, which the graph policy does not read"),
     # --resume with nothing to resume
     (["train", "--graph", "{small}", "--run-dir", "run", "--resume", "--samples", "4"],
      "error: no checkpoint in run to resume from"),

@@ -138,7 +138,7 @@ def test_a_resume_with_other_settings_is_refused_in_one_line(tmp_path, model, po
 def test_real_rewards_end_with_the_closing_rounds_printed_with_intervals_and_verdicts(tmp_path, model, policy_file,
                                                                                      this_machine, capsys,
                                                                                      monkeypatch):
-    import placer.commands.train_graph_policy as command
+    import placer.jobs.train as job
     import placer.policy.gnn.episode as episodes
 
     make_episode = episodes.make_episode
@@ -148,10 +148,10 @@ def test_real_rewards_end_with_the_closing_rounds_printed_with_intervals_and_ver
     def closing(placement):   # a single device 2 ms, the heuristic's placement 1% slower than the policy's 1 ms
         return 2e-3 if single(placement) else 1.01e-3 if placement.nodes in heuristic else 1e-3
 
-    def fake(args, graph, episode, run_dir):
+    def fake(settings, graph, episode, run_dir):
         heuristic.append(episode.heuristic_placement().nodes)
         return Machine(episode, closing)
-    monkeypatch.setattr(command, "_measurer", fake)
+    monkeypatch.setattr(job, "_measured", fake)
     run = tmp_path / "run"
     assert main(["train", "--graph", str(model), "--cluster", str(this_machine), "--policy", str(policy_file),
                  "--reward", "real", "--samples", "16", "--run-dir", str(run)]) == 0

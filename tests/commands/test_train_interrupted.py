@@ -84,7 +84,7 @@ def machine(tmp_path, monkeypatch):
     monkeypatch.setattr("placer.costmodel.profile_cache.profiled_cost_model", profiled_cost_model)
     monkeypatch.setattr("placer.measure.measurer.measurer_for", devices_of)
     monkeypatch.setattr("placer.costmodel.simulator.SimulatedMeasurer", Simulator)
-    monkeypatch.setattr("placer.commands.train.paired_rewards", lambda args, graph, real, *rest: real)
+    monkeypatch.setattr("placer.jobs.train.paired_rewards", lambda graph, real, *rest: real)
     return Machine
 
 

@@ -19,17 +19,17 @@ QUIET = [*FAST, "--no-compare"]   # no closing comparison: it measures every bas
 def quick_closing(monkeypatch):
     """The closing comparison's real rounds cut short (no warm-up, 6 rounds a block; its blocks
     stay): the rounds protocol it was given, one per comparison, is in the list returned."""
-    import placer.commands.compare as compare_command
+    import placer.jobs.compare as compare_job
 
     given = []
-    whole = compare_command.comparison_for_run
+    whole = compare_job.comparison_for_run
 
     def quick(graph, devices, cost, run_dir, rounds, **options):
         given.append(rounds)
         return whole(graph, devices, cost, run_dir, dataclasses.replace(rounds, warmup=0, min_rounds=6, max_rounds=6),
                      **options)
 
-    monkeypatch.setattr(compare_command, "comparison_for_run", quick)
+    monkeypatch.setattr(compare_job, "comparison_for_run", quick)
     return given
 
 
@@ -207,7 +207,7 @@ def test_the_closing_comparison_measures_as_compare_does_by_default(model_file, 
     """The closing comparison is `placer compare --include-rl` with no rounds options: compare's
     rounds protocol (its blocks: intervals that hold the variation between runs), the run's seed,
     and compare's verdicts. Each block's rounds are cut short here, for speed; the blocks stay."""
-    import placer.commands.compare as compare_command
+    import placer.jobs.compare as compare_job
     from placer.cli import build_parser
     from placer.commands.common import rounds_from_args
     from placer.measure.intervals import Interval, speedup_verdict
@@ -216,9 +216,9 @@ def test_the_closing_comparison_measures_as_compare_does_by_default(model_file, 
     assert main(["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic",
                  "--samples", "4", "--seed", "3", "--run-dir", str(run), *FAST]) == 0
     compare_defaults = rounds_from_args(build_parser().parse_args(["compare", "--graph", str(model_file)]), seed=3)
-    assert quick_closing == [compare_defaults] and compare_defaults.blocks == compare_command.BLOCKS > 1
+    assert quick_closing == [compare_defaults] and compare_defaults.blocks == compare_job.BLOCKS > 1
     compared = json.loads((run / "compare" / "compare.json").read_text())
-    assert compared["rounds"]["blocks"] == compare_command.BLOCKS
+    assert compared["rounds"]["blocks"] == compare_job.BLOCKS
     judged = [r for r in compared["rows"] if r["speedup_vs_fastest_interval"] and r["name"] != compared["fastest"]]
     assert judged and all(
         r["vs_fastest_verdict"] == speedup_verdict(Interval.from_dict(r["speedup_vs_fastest_interval"])) for r in judged)

@@ -1,4 +1,4 @@
-"""`placer train` on a described cluster: the simulated searches around the learner.
+"""The train job on a described cluster: the simulated searches around the learner.
 
 Local search before it (`--warm-start local_search`, `placer.policy.search_warm_start`) and
 after it (`--polish`), every placement they simulate counted in --samples; the run's
@@ -7,7 +7,6 @@ placement.json is the fastest of the phases', and summary.json says which and wh
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -21,40 +20,41 @@ def check_share(share: float) -> float:
     return share
 
 
-def polish_share(args: argparse.Namespace, described: bool) -> float:
-    """The share of --samples (of those local search leaves, after a local search warm start) that
-    polishes the learned placement (`--polish`), in the simulator only."""
-    share = check_share(args.polish if args.polish is not None else (0.5 if described and args.samples else 0.0))
+def polish_share(polish: float | None, samples: int | None, described: bool) -> float:
+    """The share of the samples (of those local search leaves, after a local search warm start) that
+    polishes the learned placement (`polish`; default 0.5 on a described cluster with a sample
+    count), in the simulator only."""
+    share = check_share(polish if polish is not None else (0.5 if described and samples else 0.0))
     if not share:
         return 0.0
     if not described:   # elsewhere the run's figures are real measurements, which a simulated polish cannot claim
         raise PlacerError("--polish polishes in the simulator, so it needs --cluster (every figure simulated); "
                           "drop --polish")
-    if not args.samples:
+    if not samples:
         raise PlacerError("--polish spends a share of a sample count: add --samples N, or --polish 0")
     return share
 
 
-def default_warm_start(args: argparse.Namespace, described: bool) -> str:
-    """--warm-start as given; by default local search on a described cluster with a sample count
-    (the baseline the learner must not be slower than, run as its first phase), else the best
-    baseline placer."""
-    choice = args.warm_start or ("local_search" if described and args.samples else "best_baseline")
-    if choice == "local_search" and not (described and args.samples):
+def default_warm_start(choice: str | None, samples: int | None, described: bool) -> str:
+    """The warm start asked for (`choice`); by default local search on a described cluster with a
+    sample count (the baseline the learner must not be slower than, run as its first phase), else
+    the best baseline placer."""
+    choice = choice or ("local_search" if described and samples else "best_baseline")
+    if choice == "local_search" and not (described and samples):
         raise PlacerError("--warm-start local_search spends --samples in the simulator of a described cluster: "
                           "add --cluster and --samples N, or pick another --warm-start")
     return choice
 
 
-def earlier_polish(args: argparse.Namespace, run_dir: Path) -> dict:
+def earlier_polish(run_dir: Path, resume: bool) -> dict:
     """On --resume, the polish record of the run's summary (an earlier session's polish, finished or
     cut short: it is on record before it starts), read before training rewrites the summary; else nothing."""
     summary = run_dir / "summary.json"
-    return (json.loads(summary.read_text()).get("polish") or {}) if args.resume and summary.is_file() else {}
+    return (json.loads(summary.read_text()).get("polish") or {}) if resume and summary.is_file() else {}
 
 
 def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, left: int | None, seed: int,
-           summary: dict, learner_samples: int, earlier: dict) -> None:
+           summary: dict, learner_samples: int, earlier: dict, report=print) -> None:
     """The learned placement (the learner's at `learner_samples`) polished by local search in the
     simulator (on `costs`: a training step's where the objective is training), with the `left`
     samples local search and the learner left, less what earlier sessions' polishes spent (`earlier`,
@@ -88,7 +88,7 @@ def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, left
         polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": record}
         adopt(summary, run_dir, polished, after, f"{summary['best_source']}, polished by local search")
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
+    report(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
           f"in {info['simulated']} simulated placements" +
           (f" (and {stale} in earlier sessions' polishes, still counted)" if stale else ""))
 
