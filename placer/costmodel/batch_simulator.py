@@ -29,8 +29,9 @@ Not batched, simulated row by row with `Simulator.simulate`: a 1F1B pipelined st
 of steps differs per placement. Contention (`slowdown` above 1) is added per row from the batched
 schedule with the same functions the one-placement pass uses.
 
-This module reads a `placer.costmodel.simulator.Simulator`'s precomputed arrays and does not import
-it: the simulator imports this module (its `SimulatedMeasurer.measure_many` simulates a batch).
+This module reads a `placer.costmodel.simulator.Simulator` through its public view `Simulator.tables`
+(`placer.costmodel.sim_tables`) and does not import it: the simulator imports this module (its
+`SimulatedMeasurer.measure_many` simulates a batch).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from placer.costmodel.contention import contention_extra, overlap_seconds
+from placer.costmodel.sim_tables import SimulatorTables
 from placer.measure.measurement import INVALID, OOM
 from placer.program.walk import walk
 
@@ -64,49 +66,50 @@ class BatchResult:
 
 
 class _Plan:
-    """What the batched pass needs of a simulator that does not depend on the placement."""
+    """The simulator's tables laid out for the batched pass."""
 
-    def __init__(self, sim: Any) -> None:
-        self.n, self.D, self.T = len(sim.op_time), sim._D, len(sim.t_bytes)
+    def __init__(self, tables: SimulatorTables) -> None:
+        self.n, self.D, self.T = len(tables.op_time), tables.devices, len(tables.t_bytes)
         D = self.D
-        self.op_time = np.asarray(sim.op_time, dtype=np.float64).reshape(self.n, D)
-        self.producer = sim._t_producer
-        self.t_bytes = sim._t_bytes
-        self.copy_bytes = sim._t_copy_bytes   # a copy on another device (an updated parameter: its bytes)
-        self.is_output = sim._t_is_output
-        self.out_tensors = sim.out_tensors
+        self.op_time = tables.op_time
+        self.producer = tables.t_producer
+        self.t_bytes = tables.t_bytes
+        self.copy_bytes = tables.t_copy_bytes   # a copy on another device (an updated parameter: its bytes)
+        self.is_output = tables.t_is_output
+        self.out_tensors = tables.out_tensors
         # A copy's pair is src * D + dst. xfer[t * D * D + pair]: seconds to copy tensor t.
-        self.xfer = np.asarray(sim.t_xfer, dtype=np.float64).ravel()
+        self.xfer = tables.t_xfer.ravel()
         # routes[:, pair]: the links the copy occupies, padded with its own first link (a repeated
         # link changes neither the wait nor the update). A copy over an empty route (a cost model's
         # hand-over that occupies no link) neither waits nor holds up another: its column is the
         # spare link `links`, which reads 0 at every copy (the pass resets it after each round), so
         # the copy starts when its producer finishes and its end counts toward nothing. A pair
         # with src == dst never copies.
-        self.links = len(sim.link_names)
-        width = max((len(r) for r in sim.pair_links), default=0) or 1
+        self.links = tables.links
+        width = max((len(r) for r in tables.pair_links), default=0) or 1
         self.routes = np.full((width, D * D), self.links, dtype=np.int64)
-        for pair, route in enumerate(sim.pair_links):
+        for pair, route in enumerate(tables.pair_links):
             if route:
                 self.routes[:, pair] = list(route) + [route[0]] * (width - len(route))
-        self.spare = any(not sim.pair_links[s * D + d] for s in range(D) for d in range(D) if s != d)
+        self.spare = any(not tables.pair_links[s * D + d] for s in range(D) for d in range(D) if s != d)
         # Consumer edges (tensor, reading step) grouped by their rank among the tensor's readers, so
         # within one group no tensor repeats and a vectorised write has no two rows on one cell.
-        rank = np.zeros(len(sim._e_tensor), dtype=np.int64)
+        e_tensor = tables.e_tensor
+        rank = np.zeros(len(e_tensor), dtype=np.int64)
         for k in range(1, len(rank)):
-            rank[k] = rank[k - 1] + 1 if sim._e_tensor[k] == sim._e_tensor[k - 1] else 0
-        self.ranks = [(sim._e_tensor[rank == r], sim._e_consumer[rank == r])
+            rank[k] = rank[k - 1] + 1 if e_tensor[k] == e_tensor[k - 1] else 0
+        self.ranks = [(e_tensor[rank == r], tables.e_consumer[rank == r])
                       for r in range(int(rank.max(initial=-1)) + 1)]
-        self.edge_tensor = sim._e_tensor[np.argsort(rank, kind="stable")]   # the edges in rank order
+        self.edge_tensor = e_tensor[np.argsort(rank, kind="stable")]   # the edges in rank order
         # Resident data read by one step is on that step's device; data read by several, on each
         # of their devices once.
-        readers = np.bincount(sim._r_edge, minlength=len(sim._r_bytes))
-        alone = readers[sim._r_edge] == 1
-        self.lone_bytes, self.lone_reader = sim._r_bytes[sim._r_edge[alone]], sim._r_reader[alone]
+        readers = np.bincount(tables.r_edge, minlength=len(tables.r_bytes))
+        alone = readers[tables.r_edge] == 1
+        self.lone_bytes, self.lone_reader = tables.r_bytes[tables.r_edge[alone]], tables.r_reader[alone]
         shared = np.flatnonzero(readers > 1)
-        self.shared_bytes = sim._r_bytes[shared]
-        self.shared_edge = np.searchsorted(shared, sim._r_edge[~alone])
-        self.shared_reader = sim._r_reader[~alone]
+        self.shared_bytes = tables.r_bytes[shared]
+        self.shared_edge = np.searchsorted(shared, tables.r_edge[~alone])
+        self.shared_reader = tables.r_reader[~alone]
         every = np.concatenate([self.op_time.ravel(), self.xfer])
         self.shortest = float(np.min(every, where=every > 0, initial=np.inf))   # the smallest positive time
         self.rows = int(max(1, min(MAX_ROWS, _CELLS // max(1, self.T * D, self.n))))
@@ -115,10 +118,10 @@ class _Plan:
 _PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _plan(sim: Any) -> _Plan:
-    plan = _PLANS.get(sim)
+def _plan(tables: SimulatorTables) -> _Plan:
+    plan = _PLANS.get(tables)
     if plan is None:
-        plan = _PLANS[sim] = _Plan(sim)
+        plan = _PLANS[tables] = _Plan(tables)
     return plan
 
 
@@ -128,15 +131,16 @@ def simulate_batch(sim: Any, assign: np.ndarray, peaks: bool = True) -> BatchRes
     `peaks=False` the peaks are not worked out (`peak_memory` is None) unless the memory caps
     need them: the step times and failures (out of memory included) stay exact, and that is what
     a search needs."""
-    A = np.asarray(assign, dtype=np.int64).reshape(-1, len(sim.node_names))
-    if sim.program.unrolled is not None:   # 1F1B: each row's own order of the steps
+    tables = sim.tables
+    A = np.asarray(assign, dtype=np.int64).reshape(-1, tables.nodes)
+    if tables.ordered_per_placement:   # 1F1B: each row's own order of the steps
         results = [sim.simulate(tuple(row)) for row in A.tolist()]
         return BatchResult(np.asarray([r.step_time for r in results], dtype=np.float64),
-                           np.asarray([r.peak_memory for r in results], dtype=np.int64).reshape(len(results), sim._D),
+                           np.asarray([r.peak_memory for r in results], dtype=np.int64).reshape(-1, tables.devices),
                            [r.failure for r in results])
-    plan = _plan(sim)
-    A = A[:, sim._step_node]   # each simulated step on its node's device
-    parts = [_simulate_rows(plan, sim, A[i:i + plan.rows], peaks) for i in range(0, len(A), plan.rows)]
+    plan = _plan(tables)
+    A = A[:, tables.step_node]   # each simulated step on its node's device
+    parts = [_simulate_rows(plan, tables, A[i:i + plan.rows], peaks) for i in range(0, len(A), plan.rows)]
     if not parts:
         return BatchResult(np.zeros(0), np.zeros((0, plan.D), dtype=np.int64) if peaks else None, [])
     return BatchResult(np.concatenate([p.step_time for p in parts]),
@@ -144,21 +148,21 @@ def simulate_batch(sim: Any, assign: np.ndarray, peaks: bool = True) -> BatchRes
                        [f for p in parts for f in p.failure])
 
 
-def _simulate_rows(plan: _Plan, sim: Any, A: np.ndarray, peaks: bool) -> BatchResult:
+def _simulate_rows(plan: _Plan, tables: SimulatorTables, A: np.ndarray, peaks: bool) -> BatchResult:
     """One chunk of rows (each a device per simulated step)."""
     B = A.shape[0]
     n, D = plan.n, plan.D
-    caps = np.array([c if c is not None else np.iinfo(np.int64).max for c in sim.mem_caps], dtype=np.int64)
+    caps = np.array([c if c is not None else np.iinfo(np.int64).max for c in tables.mem_caps], dtype=np.int64)
     invalid = np.isinf(plan.op_time[np.arange(n)[None, :], A]).any(axis=1)
     steps = np.ascontiguousarray(np.where(invalid[:, None], 0, A).T)   # (steps, rows); a failed row runs harmlessly
-    schedule = _schedule(plan, sim, steps)
+    schedule = _schedule(plan, tables, steps)
     step = schedule.step
     # Peaks are worked out when asked for, or when some row could be over a cap: no device holds
     # more than everything ever allocated on it.
     top = _peaks(plan, steps, schedule) if peaks or (_bound(plan, steps, schedule) > caps).any() else None
-    if any(s > 1.0 for s in sim.slowdown):
+    if any(s > 1.0 for s in tables.slowdown):
         step = step + np.asarray([contention_extra(overlap_seconds(schedule.start[:, b], schedule.finish[:, b],
-                                                                   steps[:, b], D), sim.slowdown)
+                                                                   steps[:, b], D), tables.slowdown)
                                   for b in range(B)])
     oom = (top > caps[None, :]).any(axis=1) if top is not None else np.zeros(B, dtype=bool)
     failure = [INVALID if bad else OOM if over else None for bad, over in zip(invalid.tolist(), oom.tolist())]
@@ -180,7 +184,7 @@ class _Schedule:
     made: "_Copies"          # the copies, with their start and end
 
 
-def _schedule(plan: _Plan, sim: Any, steps: np.ndarray) -> _Schedule:
+def _schedule(plan: _Plan, tables: SimulatorTables, steps: np.ndarray) -> _Schedule:
     """`Simulator.simulate`'s walk for every row at once."""
     n, B = steps.shape
     D, T = plan.D, plan.T
@@ -242,7 +246,7 @@ def _schedule(plan: _Plan, sim: Any, steps: np.ndarray) -> _Schedule:
             outputs.append(arrival)
         return outputs
 
-    for _ in walk(sim.steps, sim.frees, {}, run_step):
+    for _ in walk(tables.steps, tables.frees, {}, run_step):
         pass
     step = (np.maximum(dev_free.reshape(D, B).max(axis=0), link_free.reshape(-1, B).max(axis=0))   # the spare: 0
             if n else np.zeros(B))

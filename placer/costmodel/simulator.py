@@ -46,6 +46,7 @@ from placer.graph.placement_check import assignment
 from placer.costmodel.batch_simulator import simulate_batch
 from placer.costmodel.contention import contention_extra, overlap_seconds
 from placer.costmodel.protocol import CostModel, own_link
+from placer.costmodel.sim_tables import SimulatorTables
 from placer.measure.measurement import INVALID, OOM, Measurement
 from placer.program.pipeline import Pipeline, tag
 from placer.costmodel.sim_program import inference_program, pipelined_program, training_program
@@ -133,7 +134,8 @@ class Simulator:
     """Predicts the step time and peak memory of a placement given as one device index per node.
 
     Everything that does not depend on the placement (costs, tensor sizes, consumers) is
-    precomputed into flat lists at construction, so a simulation is one tight Python pass.
+    precomputed into flat lists at construction, so a simulation is one tight Python pass; the
+    same facts as read-only arrays are `tables`, all the batched pass reads.
     """
 
     def __init__(self, graph: OpGraph, devices: Sequence[str], cost_model: CostModel,
@@ -158,7 +160,6 @@ class Simulator:
         # The simulated steps: a node's own (inference), or the training step's, each on its node's device.
         self.step_names = [step.name for step in program.steps]
         self.step_node = program.node_of
-        self._step_node = np.asarray(program.node_of, dtype=np.int64)
         D = len(self.devices)
         # Links: a copy between two devices occupies every link of its route (`CostModel.route`), so
         # copies whose routes share one (a PCIe host bridge, a machine's network link) queue there.
@@ -228,24 +229,33 @@ class Simulator:
         for nbytes, step in program.held:
             self.r_bytes.append(nbytes)
             self.r_consumers.append([step])
-        self._D = D
-
-        # The same facts as flat arrays, for the memory pass (numpy over edges, not Python loops).
-        self._r_bytes = np.asarray(self.r_bytes, dtype=np.int64)
-        self._r_edge = np.asarray([r for r, cs in enumerate(self.r_consumers) for _ in cs], dtype=np.int64)
-        self._r_reader = np.asarray([c for cs in self.r_consumers for c in cs], dtype=np.int64)
-        self._t_bytes = np.asarray(self.t_bytes, dtype=np.int64)
-        self._t_copy_bytes = np.asarray(self.t_copy_bytes, dtype=np.int64)
-        self._t_producer = np.asarray(self.t_producer, dtype=np.int64)
-        self._t_is_output = np.asarray(self.t_is_output, dtype=bool)
-        self._e_tensor = np.asarray([t for t, cs in enumerate(self.t_consumers) for _ in cs], dtype=np.int64)
-        self._e_consumer = np.asarray([c for cs in self.t_consumers for c in cs], dtype=np.int64)
+        # The same facts as read-only arrays, for the memory pass (numpy over edges, not Python
+        # loops) and for the batched pass, which reads these and nothing else of the simulator.
+        self.tables = SimulatorTables(
+            devices=D, nodes=len(self.node_names), steps=tuple(self.steps),
+            frees=tuple(tuple(f) for f in self.frees), ordered_per_placement=program.unrolled is not None,
+            step_node=np.asarray(program.node_of, dtype=np.int64),
+            op_time=np.asarray(self.op_time, dtype=np.float64).reshape(len(self.op_time), D),
+            mem_caps=tuple(self.mem_caps), slowdown=tuple(self.slowdown),
+            links=len(self.link_names), pair_links=tuple(self.pair_links),
+            out_tensors=tuple(tuple(ts) for ts in self.out_tensors),
+            t_producer=np.asarray(self.t_producer, dtype=np.int64),
+            t_bytes=np.asarray(self.t_bytes, dtype=np.int64),
+            t_copy_bytes=np.asarray(self.t_copy_bytes, dtype=np.int64),
+            t_is_output=np.asarray(self.t_is_output, dtype=bool),
+            t_xfer=np.asarray(self.t_xfer, dtype=np.float64).reshape(len(self.t_xfer), D * D),
+            e_tensor=np.asarray([t for t, cs in enumerate(self.t_consumers) for _ in cs], dtype=np.int64),
+            e_consumer=np.asarray([c for cs in self.t_consumers for c in cs], dtype=np.int64),
+            r_bytes=np.asarray(self.r_bytes, dtype=np.int64),
+            r_edge=np.asarray([r for r, cs in enumerate(self.r_consumers) for _ in cs], dtype=np.int64),
+            r_reader=np.asarray([c for cs in self.r_consumers for c in cs], dtype=np.int64))
 
     def simulate(self, assign: Sequence[int], overlap: bool = False) -> SimResult:
         """Simulate one step of the placement `assign` (device index of each node, in order); with
         `overlap`, the result also holds each device's seconds of the uncontended schedule shared
         with another busy device (what the contention factors multiply)."""
-        D = self._D
+        tables = self.tables
+        D = tables.devices
         if self.training is not None or self.pipeline is not None:
             assign = [assign[k] for k in self.step_node]   # each step of the program on its node's device
         op_time = self.op_time
@@ -265,8 +275,8 @@ class Simulator:
         # Which devices read each tensor, found with one numpy scatter instead of per-tensor sets.
         a = np.asarray(assign, dtype=np.int64)
         readers = np.zeros((len(self.t_bytes), D), dtype=bool)
-        readers[self._e_tensor, a[self._e_consumer]] = True
-        readers[np.arange(len(self.t_bytes)), a[self._t_producer]] = False
+        readers[tables.e_tensor, a[tables.e_consumer]] = True
+        readers[np.arange(len(self.t_bytes)), a[tables.t_producer]] = False
         remote = _remote_devices(readers)
         never = [math.inf] * D
 
@@ -333,29 +343,30 @@ class Simulator:
     def _peak_memory(self, assign: Sequence[int], start: list[float], finish: list[float],
                      copies: list[tuple[int, int, float, float]], step: float) -> list[int]:
         """Per-device peak of resident data plus live tensors, from allocation/free events."""
-        D, T = self._D, len(self.t_bytes)
+        tables = self.tables
+        D, T = tables.devices, len(self.t_bytes)
         a = np.asarray(assign, dtype=np.int64)
         fin = np.asarray(finish)
         present = np.zeros((len(self.r_bytes), D), dtype=bool)
-        present[self._r_edge, a[self._r_reader]] = True
-        static = self._r_bytes @ present
+        present[tables.r_edge, a[tables.r_reader]] = True
+        static = tables.r_bytes @ present
         # last[t, d]: when the last reader of tensor t on device d finishes (-inf: none there).
         last = np.full((T, D), -np.inf)
-        np.maximum.at(last, (self._e_tensor, a[self._e_consumer]), fin[self._e_consumer])
-        src = a[self._t_producer]
-        free = np.maximum(last[np.arange(T), src], fin[self._t_producer])
-        times = [np.asarray(start)[self._t_producer]]
+        np.maximum.at(last, (tables.e_tensor, a[tables.e_consumer]), fin[tables.e_consumer])
+        src = a[tables.t_producer]
+        free = np.maximum(last[np.arange(T), src], fin[tables.t_producer])
+        times = [np.asarray(start)[tables.t_producer]]
         devs = [src]
-        nbytes = [self._t_bytes]
+        nbytes = [tables.t_bytes]
         if copies:
             c = np.asarray(copies)
             ct, cd = c[:, 0].astype(np.int64), c[:, 1].astype(np.int64)
             np.maximum.at(free, ct, c[:, 3])              # the source copy lives until sent
             times.append(c[:, 2])
             devs.append(cd)
-            nbytes.append(self._t_copy_bytes[ct])
+            nbytes.append(tables.t_copy_bytes[ct])
             copy_free = np.maximum(last[ct, cd], c[:, 3])
-        free = np.where(self._t_is_output, step, free)
+        free = np.where(tables.t_is_output, step, free)
         frees = [free] + ([copy_free] if copies else [])
         times = np.concatenate(times + frees)
         devs = np.concatenate(devs + devs)

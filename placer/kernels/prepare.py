@@ -19,6 +19,10 @@ import torch
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.graph.structure import STANDARD_DOMAINS, deterministic
+from placer.kernels.registry import host_read_inputs
+from placer.program.pipeline import Pipeline
+from placer.program.placed_step import PlacedStep, place_step
+from placer.program.training import TrainingSpec, trained_parameters
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,15 @@ class PreparedGraph:
         """Input positions the node's kernel reads on the host (shapes, axes, ...)."""
         return getattr(self.kernels.get(node_name), "host_inputs", frozenset())
 
+    def place(self, assignment: dict[str, str], devices: list[str], training: TrainingSpec | None = None,
+              pipeline: Pipeline | None = None) -> PlacedStep:
+        """The step of the nodes left to run under `assignment` (node -> device), every constant at
+        its bytes here (`placer.program.placed_step.place_step`)."""
+        constants = {**self.params, **self.folded}
+        constant_bytes = {name: value.numel() * value.element_size() for name, value in constants.items()}
+        return place_step(self.graph, assignment, devices, self.kernels, constant_bytes, training,
+                          host_inputs=host_read_inputs(self.graph), pipeline=pipeline)
+
 
 def torch_dtype(numpy_name: str) -> torch.dtype:
     """Torch dtype of a numpy dtype name ('float32' -> torch.float32)."""
@@ -73,6 +86,16 @@ def prepare(graph: OpGraph, fold: bool = True, variables: Collection[str] = ()) 
     if fold:
         _fold(prepared, set(variables))
     return prepared
+
+
+def training_prepared(graph: OpGraph, prepared: PreparedGraph | None) -> PreparedGraph:
+    """`prepared` when no folded node reads a parameter a training step may update (its value
+    changes every step), else the graph prepared again with those left to run. Every float
+    output's parameters: those of any loss (a loss covers float outputs only)."""
+    trained = set(trained_parameters(graph, host_read_inputs(graph)))
+    if prepared is not None and not any(t in trained for n in prepared.folded_nodes for t in graph.nodes[n].inputs):
+        return prepared
+    return prepare(graph, variables=trained)
 
 
 def _fold(prepared: PreparedGraph, variables: set[str]) -> None:

@@ -11,9 +11,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from placer.devices import Device, device_kind
+from placer.devices import Device, as_devices, device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph, OpNode
+from placer.graph.placement_check import assignment as checked_assignment
 from placer.costmodel.protocol import CostModel
 from placer.costmodel.sim_program import SimProgram
 from placer.costmodel.simulator import Simulator
@@ -181,15 +182,18 @@ def executor_peak_memory(graph: OpGraph, placement: Placement) -> dict[str, int]
 def over_caps(graph: OpGraph, placement: Placement, caps: Caps | None,
               training: TrainingSpec | None = None) -> list[str]:
     """Devices whose `executor_peak_memory` exceeds their cap; with `training`, whose training step
-    the executor accounts over its cap (gradients, saved activations, optimizer state)."""
+    the executor accounts over its cap (gradients, saved activations, optimizer state:
+    `placer.program.placed_step.PlacedStep.memory`), the graph prepared as the executor prepares it."""
     if not caps:
         return []
     if training is None:
         peaks = executor_peak_memory(graph, placement)
     else:
-        from placer.engines.torch.executor import accounted_memory
+        from placer.kernels.prepare import training_prepared
 
-        peaks = {d: e.peak for d, e in accounted_memory(graph, placement, training=training).items()}
+        devices = [d.name for d in as_devices(placement.devices)]
+        step = training_prepared(graph, None).place(checked_assignment(graph, placement, devices), devices, training)
+        peaks = {d: e.peak for d, e in step.memory().items()}
     return [d for d, cap in caps.items() if d in peaks and peaks[d] > cap]
 
 

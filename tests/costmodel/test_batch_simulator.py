@@ -116,9 +116,10 @@ def test_copies_over_a_shared_bridge_queue_as_in_the_one_placement_pass():
     rows = random_rows(sim, 200, seed=5)
     assert_one_at_a_time(sim, rows)
     # some row sends one tensor to several devices (the case where the copies' order matters)
-    src = rows[:, sim._step_node][:, sim._t_producer]
-    readers = rows[:, sim._e_consumer]
-    remote = {(b, t, d) for b in range(len(rows)) for t, d in zip(sim._e_tensor, readers[b]) if d != src[b, t]}
+    tables = sim.tables
+    src = rows[:, tables.step_node][:, tables.t_producer]
+    readers = rows[:, tables.e_consumer]
+    remote = {(b, t, d) for b in range(len(rows)) for t, d in zip(tables.e_tensor, readers[b]) if d != src[b, t]}
     per_tensor = {}
     for b, t, _ in remote:
         per_tensor[(b, t)] = per_tensor.get((b, t), 0) + 1
@@ -188,7 +189,7 @@ def test_results_do_not_depend_on_the_chunking_or_on_which_sort_orders_the_memor
     monkeypatch.setattr(batch_simulator, "MAX_ROWS", 7)
     monkeypatch.setattr(batch_simulator, "_KEY_LIMIT", 0)   # (device, time) never packed: two sorts
     sim = simulator(graph, "2x2gpu-25gbe")
-    assert batch_simulator._plan(sim).rows == 7
+    assert batch_simulator._plan(sim.tables).rows == 7
     split = assert_one_at_a_time(sim, rows)
     assert split.step_time.tolist() == whole.step_time.tolist()
     assert split.peak_memory.tolist() == whole.peak_memory.tolist()

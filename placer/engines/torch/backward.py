@@ -13,10 +13,8 @@ from collections.abc import Callable
 import torch
 
 from placer.engines.torch.training import apply_update, build_optimizer, loss_term_and_grad
-from placer.graph.opgraph import OpGraph
-from placer.kernels.prepare import PreparedGraph, prepare
-from placer.kernels.registry import host_read_inputs
-from placer.program.training import TrainingSpec, trained_parameters
+from placer.kernels.prepare import PreparedGraph
+from placer.program.training import TrainingSpec
 from placer.program.training_plan import TrainingPlan
 
 StepFn = Callable[[list], list]
@@ -66,16 +64,6 @@ def training_results(plan: TrainingPlan, values: dict[str, torch.Tensor]) -> dic
     loss = sum(values[t].detach().double().cpu() for t in plan.loss_terms)
     return {"loss": torch.as_tensor(loss, dtype=torch.float64),
             **{t: values[t] for t in plan.outputs if t not in plan.loss_terms}}
-
-
-def training_prepared(graph: OpGraph, prepared: PreparedGraph | None) -> PreparedGraph:
-    """`prepared` when no folded node reads a parameter a training step may update (its value
-    changes every step), else the graph prepared again with those left to run. Every float
-    output's parameters: those of any loss (a loss covers float outputs only)."""
-    trained = set(trained_parameters(graph, host_read_inputs(graph)))
-    if prepared is not None and not any(t in trained for n in prepared.folded_nodes for t in graph.nodes[n].inputs):
-        return prepared
-    return prepare(graph, variables=trained)
 
 
 def _forward_fn(kernel, positions: list[tuple[int, ...]]) -> StepFn:

@@ -10,11 +10,10 @@ import numpy as np
 import torch
 
 from placer.devices import Device
-from placer.engines.torch.backward import training_prepared
 from placer.engines.torch.executor import PlacedExecutor, StepProfile
 from placer.graph.opgraph import OpGraph
 from placer.kernels.control import observed
-from placer.kernels.prepare import PreparedGraph, check_feeds, prepare, to_tensor
+from placer.kernels.prepare import PreparedGraph, check_feeds, prepare, to_tensor, training_prepared
 from placer.placement import Placement
 from placer.program.pipeline import Pipeline
 from placer.program.training import TrainingSpec

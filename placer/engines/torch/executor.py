@@ -57,15 +57,14 @@ from placer.graph.placement_check import assignment as checked_assignment
 from placer.engines.affinity import threads_and_cores
 from placer.engines.failures import KernelError, OutOfMemory, format_bytes
 from placer.engines.threads import ClosesOnExit, DeviceThread, DeviceThreads, Job
-from placer.engines.torch.backward import bind_updates, step_functions, training_prepared, training_results
-from placer.program.memory import MemoryEstimate, predict_peak_memory
-from placer.program.pipeline import Pipeline, per_micro_batch, pipelined_plan, placed, tag
-from placer.kernels.prepare import PreparedGraph, check_feeds, prepare
-from placer.kernels.registry import host_read_inputs
-from placer.program.schedule import Schedule, build_schedule
+from placer.engines.torch.backward import bind_updates, step_functions, training_results
+from placer.program.memory import MemoryEstimate
+from placer.program.pipeline import Pipeline, per_micro_batch, tag
+from placer.kernels.prepare import PreparedGraph, check_feeds, prepare, training_prepared
+from placer.program.placed_step import PlacedStep
 from placer.program.training import TrainingSpec
-from placer.program.training_plan import TrainingPlan, copied_as, plan_training
-from placer.program.walk import Step, walk
+from placer.program.training_plan import TrainingPlan
+from placer.program.walk import walk
 from placer.placement import Placement
 
 log = logging.getLogger(__name__)
@@ -248,15 +247,16 @@ class PlacedExecutor(ClosesOnExit):
         self.assignment = checked_assignment(graph, placement, [d.name for d in self.devices])
         self.training = training
         self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
-        self.prepared, self.plan, self.schedule, self._names = _plan(
-            graph, prepared, self.assignment, [d.name for d in self.devices], training, self.pipeline)
+        self.prepared, step = _placed_step(graph, prepared, self.assignment, [d.name for d in self.devices],
+                                           training, self.pipeline)
+        self.plan, self.schedule, self._names = step.plan, step.schedule, step.names
         functions = (self.prepared.kernels if self.plan is None
                      else {**self.prepared.kernels, **step_functions(self.plan, self.prepared, training)})
         # a micro-batch's step runs its per-micro-batch step's callable
         self.step_functions = {**{new: functions[old] for new, old in self._names.items() if old in functions},
                                **functions}
         used = [d for d in self.devices if d.name in set(self.assignment.values())]
-        self.memory = _accounted(graph, self.prepared, self.plan, self.schedule, training, self._names)
+        self.memory = step.memory()
         over = [(d, self.memory[d.name]) for d in used if d.mem_cap is not None and self.memory[d.name].peak > d.mem_cap]
         if over:
             raise OutOfMemory("; ".join(f"{d.name} needs about {format_bytes(m.peak)} (peak at {m.peak_step!r}) "
@@ -385,73 +385,18 @@ def accounted_memory(graph: OpGraph, placement: Placement, devices: Sequence[Dev
     optimizer state; with `pipeline` every micro-batch in flight), without loading or running anything."""
     devs = as_devices(devices if devices is not None else placement.devices)
     assignment = checked_assignment(graph, placement, [d.name for d in devs])
-    pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
-    prepared, plan, schedule, names = _plan(graph, prepared, assignment, [d.name for d in devs], training, pipeline)
-    return _accounted(graph, prepared, plan, schedule, training, names)
+    _, step = _placed_step(graph, prepared, assignment, [d.name for d in devs], training, pipeline)
+    return step.memory()
 
 
-def _plan(graph: OpGraph, prepared: PreparedGraph | None, assignment: dict[str, str], devices: list[str],
-          training: TrainingSpec | None, pipeline: Pipeline | None = None
-          ) -> tuple[PreparedGraph, TrainingPlan | None, Schedule, dict[str, str]]:
-    """What runs where: the prepared graph, the training plan (None for inference), the schedule,
-    and for a pipelined step each micro-batch's name -> its per-micro-batch name."""
-    if training is None:
-        prepared = prepared if prepared is not None else prepare(graph)
-        if pipeline is None:
-            return prepared, None, _forward_schedule(graph, prepared, assignment, devices), {}
-        steps, where, u = placed(_forward_steps(graph, prepared), assignment, [o.name for o in graph.outputs],
-                                 _shared(prepared), pipeline, devices)
-        return prepared, None, _schedule(graph, prepared, steps, where, devices, u.outputs, u.names), u.names
-    prepared = training_prepared(graph, prepared)
-    plan = plan_training(graph, assignment, _forward_steps(graph, prepared), training, host_read_inputs(graph))
-    names: dict[str, str] = {}
-    if pipeline is not None:
-        plan, u = pipelined_plan(plan, pipeline, _shared(prepared), devices)
-        names = u.names
-    return prepared, plan, _schedule(graph, prepared, plan.steps, plan.assignment, devices, plan.outputs, names), names
-
-
-def _shared(prepared: PreparedGraph) -> set[str]:
-    """What every micro-batch reads as it is: parameters and folded constants."""
-    return set(prepared.params) | set(prepared.folded)
-
-
-def _accounted(graph: OpGraph, prepared: PreparedGraph, plan: TrainingPlan | None, schedule: Schedule,
-               training: TrainingSpec | None, names: Mapping[str, str] | None = None) -> dict[str, MemoryEstimate]:
-    """Peak per device from lifetimes; a training step's optimizer state is resident where it updates."""
-    names = names or {}
-
-    def size(name: str) -> int:
-        if plan is not None and name in plan.gradient_of:
-            name = plan.gradient_of[name]   # a gradient is the size of its tensor
-        if prepared.is_constant(name):
-            value = prepared.constant(name)
-            return value.numel() * value.element_size()
-        info = graph.tensors.get(names.get(name, name))
-        return info.nbytes if info is not None else 0
-
-    if plan is None:
-        return predict_peak_memory(schedule, size)
-    return predict_peak_memory(schedule, size, plan.state_bytes(training, size), lambda t: size(copied_as(t)))
-
-
-def _forward_steps(graph: OpGraph, prepared: PreparedGraph) -> list[Step]:
-    """The nodes that run every step (folded ones excluded), in topological order."""
-    return [Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()
-            if n.name in prepared.kernels]
-
-
-def _forward_schedule(graph: OpGraph, prepared: PreparedGraph, assignment: dict[str, str],
-                      devices: list[str]) -> Schedule:
-    return _schedule(graph, prepared, _forward_steps(graph, prepared), assignment, devices,
-                     [o.name for o in graph.outputs])
-
-
-def _schedule(graph: OpGraph, prepared: PreparedGraph, steps: list[Step], assignment: dict[str, str],
-              devices: list[str], outputs: list[str], names: Mapping[str, str] | None = None) -> Schedule:
-    inputs = {i.name for i in graph.inputs}
-    feeds = inputs | {new for new, old in (names or {}).items() if old in inputs}   # each micro-batch's inputs
-    return build_schedule(steps, assignment, devices, _shared(prepared), feeds, outputs)
+def _placed_step(graph: OpGraph, prepared: PreparedGraph | None, assignment: dict[str, str], devices: list[str],
+                 training: TrainingSpec | None, pipeline: Pipeline | None) -> tuple[PreparedGraph, PlacedStep]:
+    """The graph prepared for the step (a training step: `training_prepared`) and the step it places."""
+    if training is not None:
+        prepared = training_prepared(graph, prepared)
+    elif prepared is None:
+        prepared = prepare(graph)
+    return prepared, prepared.place(assignment, devices, training, pipeline)
 
 
 def _host_only_inputs(prepared: PreparedGraph, sched) -> set[str]:
