@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numpy as np
 import pytest
 import torch
 
@@ -99,15 +100,26 @@ def test_resume_refuses_other_settings(tmp_path, items):
         pretrain(tmp_path, items, [], other, updates=2, resume=True, log=lambda _: None)
 
 
+TIE = 1e-5   # relative gap in logits under which two devices tie (see most_likely)
+
+
 def most_likely(policy, episode, initial, actions) -> bool:
-    """Whether every round of every sample puts each group on one of its most likely devices."""
+    """Whether every round of every sample puts each group on one of its most likely devices.
+
+    Identical devices tie only up to float32 rounding: their logits come from other rows of one
+    matrix product, which the kernels may sum in another order (whether they tie exactly depends on
+    the CPU and the library's version: 1-2 ulps apart, ~1e-7 of the logit, with torch 2.13 here), and
+    the sharp policy samples either of them. So a device within TIE of the best, relatively, is one
+    of the most likely; the other devices of these items are at least 1e-3 below (e^-50 and less
+    once scaled by 1e6: never sampled), whichever process computes the logits."""
     x = episode.tensors
     with torch.no_grad():
         encoded, previous = policy.encode(x), torch.from_numpy(initial)
         for r in range(actions.shape[1]):
             logits = policy.logits(x, encoded, previous)
             previous = torch.from_numpy(actions[:, r])
-            if not (logits.gather(2, previous[..., None]).squeeze(2) == logits.max(dim=2).values).all():
+            chosen, best = logits.gather(2, previous[..., None]).squeeze(2), logits.max(dim=2).values
+            if not (best - chosen <= TIE * best.abs()).all():
                 return False
     return True
 
@@ -119,8 +131,8 @@ def test_rollouts_on_ray_workers_train_too(tmp_path, items):
     from placer.policy.gnn.model import GraphPlacementPolicy
     from placer.policy.gnn.rollouts import RayRollouts
 
-    # a policy whose samples are its most likely devices (logits scaled 1e6; identical devices tie):
-    # the workers' rollouts show whether they sample with the weights they are sent
+    # a policy whose samples are its most likely devices (logits scaled 1e6; identical devices tie,
+    # up to rounding): the workers' rollouts show whether they sample with the weights they are sent
     torch.manual_seed(1)
     sharp = GraphPlacementPolicy(CONFIG.policy)
     with torch.no_grad():
@@ -137,7 +149,9 @@ def test_rollouts_on_ray_workers_train_too(tmp_path, items):
     for episode, r in zip(episodes, got):   # each item's rollout back in its place
         assert (r.initial == initial_placements(episode, CONFIG.learn.samples)).all(), episode.name
         assert most_likely(sharp, episode, r.initial, r.actions), episode.name
-        assert (r.costs == costs_of(episode, r.actions, CONFIG.learn.failure_ratio)).all(), episode.name
+        # simulated in the worker's process and in this one: equal up to rounding
+        np.testing.assert_allclose(r.costs, costs_of(episode, r.actions, CONFIG.learn.failure_ratio), rtol=1e-12,
+                                   atol=0, err_msg=episode.name)
 
 
 def test_the_command_refuses_bad_options_in_one_line(tmp_path, capsys):
