@@ -28,7 +28,8 @@ import numpy as np
 from placer.corpus import held_out_items
 from placer.policy.gnn.checkpoint import PRETRAINED, load_policy
 from placer.policy.gnn.episode import Episode, group_majority, make_episode
-from placer.policy.gnn.placing import SAMPLED_CHAINS, place_episode
+from placer.jobs.place import SAMPLED_CHAINS
+from placer.policy.gnn.placing import place_episode
 
 
 def group_devices(episode: Episode, placement) -> np.ndarray:

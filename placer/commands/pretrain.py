@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
+from dataclasses import replace
 from pathlib import Path
 
-from placer.errors import PlacerError
+from placer.commands.common import check_writable
 
 
 def register(subparsers) -> None:
@@ -47,67 +47,34 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _run_dir(args: argparse.Namespace) -> Path:
-    from placer.commands.common import check_writable
-    from placer.policy.gnn.pretrain import CHECKPOINT
-
-    if args.run_dir is None:
-        if args.resume:
-            raise PlacerError("--resume needs the --run-dir of the run to continue")
-        return check_writable(Path("runs") / f"pretrain-{time.strftime('%Y%m%d-%H%M%S')}", "--run-dir", folder=True)
-    run_dir = Path(args.run_dir)
-    if not args.resume and (run_dir / CHECKPOINT).exists():
-        raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
-    if args.resume and not (run_dir / CHECKPOINT).exists():
-        raise PlacerError(f"{run_dir} holds no {CHECKPOINT} to resume; drop --resume to start a run there")
-    return check_writable(run_dir, "--run-dir", folder=True)
-
-
-def run(args: argparse.Namespace) -> int:
+def settings_from_args(args: argparse.Namespace):
+    """The `PretrainSettings` of the command line."""
     from placer.commands.train import parse_budget
+    from placer.jobs.pretrain import PretrainSettings
     from placer.policy.gnn.learn import LearnConfig
     from placer.policy.gnn.model import PolicyConfig
     from placer.policy.gnn.pretrain import PretrainConfig
-    from placer.policy.run_lock import hold_run_folder
 
-    for name in ("items_per_update", "samples", "hidden", "layers", "rounds"):
-        if getattr(args, name) < 1:
-            raise PlacerError(f"--{name.replace('_', '-')} must be at least 1")
-    if args.workers < 0:
-        raise PlacerError("--workers must be 0 (in this process) or more")
-    if args.updates is not None and args.updates < 1:
-        raise PlacerError("--updates must be at least 1")
-    budget_s = parse_budget(args.budget) if args.budget else None
-    if budget_s is None and args.updates is None:
-        raise PlacerError("give a --budget (like 10m) or --updates N")
     heads = 2 if args.hidden % 2 == 0 else 1
     policy = PolicyConfig(hidden=args.hidden, layers=args.layers, heads=heads, rounds=args.rounds)
     config = PretrainConfig(items_per_update=args.items_per_update, seed=args.seed, policy=policy,
                             learn=LearnConfig(samples=args.samples, lr=args.lr))
-    run_dir = _run_dir(args)
-    with hold_run_folder(run_dir, "placer pretrain"):
-        return _pretrain(args, run_dir, config, budget_s)
-
-
-def _pretrain(args: argparse.Namespace, run_dir: Path, config, budget_s: float | None) -> int:
-    """The pre-training job in the locked `run_dir`, and its figures."""
-    from placer.corpus import held_out_items, training_items
-    from placer.policy.gnn.pretrain import pretrain
-
-    started = time.monotonic()
-    items = list(training_items(args.seed, args.corpus))
-    held_out = held_out_items(args.seed, args.corpus)
-    print(f"corpus ({args.corpus}): {len(items)} training items, {len(held_out)} held out, built in "
-          f"{time.monotonic() - started:.0f} s; run folder {run_dir}")
-    rollouts = None
-    if args.workers:
-        from placer.policy.gnn.rollouts import RayRollouts
-
-        rollouts = RayRollouts(args.workers, args.ray_address)
     # the command line, recorded beside the policy (not when called from Python)
     command = "placer " + shlex.join(sys.argv[1:]) if Path(sys.argv[0]).name in ("placer", "cli.py") else None
-    result = pretrain(run_dir, items, held_out, config, budget_s=budget_s, updates=args.updates, resume=args.resume,
-                      rollouts=rollouts, run_info={"corpus": args.corpus, "command": command})
+    return PretrainSettings(config, parse_budget(args.budget) if args.budget else None, args.updates, args.corpus,
+                            None if args.run_dir is None else Path(args.run_dir), args.resume, args.workers,
+                            args.ray_address, command)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Pre-train (`placer.jobs.pretrain`); print the held-out items' figures."""
+    from placer.jobs.pretrain import pretrain, run_folder
+
+    settings = settings_from_args(args)
+    # fixed here, checked before any work: the default folder is named by the time
+    settings = replace(settings, run_dir=check_writable(run_folder(settings), "--run-dir", folder=True))
+    pretrained = pretrain(settings)
+    result, run_dir = pretrained.result, pretrained.run_dir
     print(f"{result.updates} updates, {result.samples} sampled placements in {result.seconds:.0f} s")
     print("held out, placed zero-shot: simulated step time over the best list heuristic's, over the best baseline's "
           "(local search included), and from nothing alone over the heuristic's")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
@@ -150,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
 
     refuse_ignored_on_cluster(args)
     settings = settings_from_args(args)
-    check_writable(run_folder(settings), "--run-dir", folder=True)   # before any work
+    # the folder named once (a default one carries the time), and tried before any work
+    settings = replace(settings, run_dir=check_writable(run_folder(settings), "--run-dir", folder=True))
     outcome = train(settings)
     if outcome.summary:
         if outcome.learner == "seq2seq":

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from placer.errors import PlacerError
 from placer.jobs import searches
+from placer.jobs.place import SAMPLED_CHAINS
 from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, RewardPlan
@@ -412,7 +413,6 @@ def _graph_policy(settings: TrainSettings, run_dir: Path, report: Report) -> Tra
     from placer.policy.gnn.episode import make_episode
     from placer.policy.gnn.finetune import finetune, start_chains
     from placer.policy.gnn.learn import LearnConfig
-    from placer.policy.gnn.placing import SAMPLED_CHAINS
     from placer.policy.gnn.rewards import MeasuredRewards, SimulatedRewards
 
     reward = settings.reward or "simulated"

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from placer.cli import main
-from placer.commands.place import SAMPLED_CHAINS
 from placer.costmodel.roofline import cluster_measurer
 from placer.hardware import load_cluster
 from placer.kernels.loading import load_graph
 from placer.placement import Placement
 from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig, load_policy, save_policy
 from placer.policy.gnn.episode import make_episode
+from placer.jobs.place import SAMPLED_CHAINS
 from placer.policy.gnn.placing import place_episode
 from testgraphs import unseen_op_model
 

@@ -2,7 +2,7 @@
 
 Two chains of rounds run: one from nothing, one improving the best list heuristic's placement on
 the groups (when the episode has one), each round the policy's most likely placement. `placer
-place` adds chains sampled from the policy (`SAMPLED_CHAINS` by default),
+place` adds chains sampled from the policy (`placer.jobs.place.SAMPLED_CHAINS` by default),
 from nothing and from every list heuristic's and METIS's placement (a multi-start improvement
 search whose every step is the policy's), all scored in one batch of the simulator. Every one is
 the policy's own placement, chosen by its simulated step time (a start is no candidate itself,
@@ -31,10 +31,6 @@ from placer.policy.gnn.learn import initial_placements
 # 192 chains: mean 1.024, worst 1.078 of the best baseline; from nothing and the best heuristic
 # alone (64 chains) 1.057 and 1.246; the same chains from uniform logits 1.228 and 1.769.
 STAY_BONUSES = (0.0, 2.0, 4.0)
-# Chains `placer place` samples beside the most likely ones: 192 score on Inception-v3 and a DGX-1
-# in about a second (sampling many and keeping the best is how neural combinatorial optimisation
-# decodes, e.g. Kool et al. 2019); 256 found no more on the held-out problems
-SAMPLED_CHAINS = 192
 
 
 def greedy_chains(episode: Episode) -> int:

@@ -1,0 +1,101 @@
+"""The pretrain job: train the graph policy across the corpus on the simulator.
+
+`pretrain(PretrainSettings(updates=100))` is what `placer pretrain` runs: the corpus's training
+items are built, the learner (`placer.policy.gnn.pretrain`, its hyperparameters `PretrainConfig`)
+trains in the run folder, locked while the job writes there, and places each held-out item
+zero-shot at the end.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from placer.errors import PlacerError
+from placer.jobs.settings import check_seed
+from placer.policy.gnn.pretrain import CHECKPOINT, PretrainConfig, PretrainResult
+
+
+@dataclass(frozen=True)
+class PretrainSettings:
+    """A pre-training run: the learner's `config`, how long (`budget_s` seconds or `updates` in all,
+    a resumed run counting those before), the `corpus` ("small" or "full"), the `run_dir` (None:
+    runs/pretrain-<date>-<time>) and whether to `resume` it, Ray `workers` (0: in this process) at
+    `ray_address` (None: a local Ray), and the `command` line recorded beside the policy. Refused
+    in one line on construction where it cannot run."""
+
+    config: PretrainConfig = field(default_factory=PretrainConfig)
+    budget_s: float | None = None
+    updates: int | None = None
+    corpus: str = "full"
+    run_dir: Path | None = None
+    resume: bool = False
+    workers: int = 0
+    ray_address: str | None = None
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        check_seed(self.config.seed)
+        c = self.config
+        for option, value in (("items-per-update", c.items_per_update), ("samples", c.learn.samples),
+                              ("hidden", c.policy.hidden), ("layers", c.policy.layers), ("rounds", c.policy.rounds)):
+            if value < 1:
+                raise PlacerError(f"--{option} must be at least 1")
+        if self.workers < 0:
+            raise PlacerError("--workers must be 0 (in this process) or more")
+        if self.updates is not None and self.updates < 1:
+            raise PlacerError("--updates must be at least 1")
+        if self.budget_s is None and self.updates is None:
+            raise PlacerError("give a --budget (like 10m) or --updates N")
+        if self.run_dir is None and self.resume:
+            raise PlacerError("--resume needs the --run-dir of the run to continue")
+
+
+@dataclass(frozen=True)
+class PretrainRun:
+    """The run folder (policy.pt, checkpoint.pt, summary.json, curves) and what the learner did:
+    its updates, samples, seconds and each held-out item's figures."""
+
+    run_dir: Path
+    result: PretrainResult
+
+
+def run_folder(settings: PretrainSettings) -> Path:
+    """The run folder, refused in one line before any work when it cannot be what is asked: a new
+    run into a folder holding one, or a resume where there is none."""
+    if settings.run_dir is None:
+        return Path("runs") / f"pretrain-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(settings.run_dir)
+    if not settings.resume and (run_dir / CHECKPOINT).exists():
+        raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
+    if settings.resume and not (run_dir / CHECKPOINT).exists():
+        raise PlacerError(f"{run_dir} holds no {CHECKPOINT} to resume; drop --resume to start a run there")
+    return run_dir
+
+
+def pretrain(settings: PretrainSettings, log: Callable[[str], None] = print) -> PretrainRun:
+    """Build the corpus and pre-train in the locked run folder; `log` gets the corpus's line and the
+    learner's progress."""
+    from placer.corpus import held_out_items, training_items
+    from placer.policy.gnn.pretrain import pretrain as learn
+    from placer.policy.run_lock import hold_run_folder
+
+    run_dir = run_folder(settings)
+    with hold_run_folder(run_dir, "placer pretrain"):
+        started = time.monotonic()
+        seed = settings.config.seed
+        items = list(training_items(seed, settings.corpus))
+        held_out = held_out_items(seed, settings.corpus)
+        log(f"corpus ({settings.corpus}): {len(items)} training items, {len(held_out)} held out, built in "
+            f"{time.monotonic() - started:.0f} s; run folder {run_dir}")
+        rollouts = None
+        if settings.workers:
+            from placer.policy.gnn.rollouts import RayRollouts
+
+            rollouts = RayRollouts(settings.workers, settings.ray_address)
+        result = learn(run_dir, items, held_out, settings.config, budget_s=settings.budget_s, updates=settings.updates,
+                       resume=settings.resume, rollouts=rollouts,
+                       run_info={"corpus": settings.corpus, "command": settings.command}, log=log)
+    return PretrainRun(run_dir, result)
