@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench import save_json  # noqa: E402
 from paper_setting import LIST_HEURISTICS, learn as per_graph_learn  # noqa: E402
-from placer.jobs.compare import run_summary, simulated_comparison  # noqa: E402
+from placer.jobs.compare import simulated_comparison  # noqa: E402
 from placer.corpus import held_out_items  # noqa: E402
 from placer.costmodel.roofline import cluster_measurer  # noqa: E402
 from placer.devices import as_devices  # noqa: E402
@@ -44,7 +44,8 @@ from placer.policy.gnn.episode import make_episode  # noqa: E402
 from placer.policy.gnn.finetune import DEFAULT_POLISH, finetune, start_chains  # noqa: E402
 from placer.policy.gnn.learn import LearnConfig  # noqa: E402
 from placer.policy.gnn.model import GraphPlacementPolicy  # noqa: E402
-from placer.policy.gnn.placing import SAMPLED_CHAINS, place_episode  # noqa: E402
+from placer.jobs.place import SAMPLED_CHAINS  # noqa: E402
+from placer.policy.gnn.placing import place_episode  # noqa: E402
 
 
 def baselines(item, samples: int, seed: int) -> dict:
@@ -105,16 +106,16 @@ def learning(policy, item, samples: int, seed: int, folder: Path) -> dict:
 
 # the per-graph learner without its local search: REINFORCE from the best baseline's placement, no
 # polish (the learner the issue's "5x fewer samples" was written against, before local search led it)
-REINFORCE_ONLY = ("--warm-start", "best_baseline", "--polish", "0")
+REINFORCE_ONLY = {"learning": {"warm_start": "best_baseline"}, "polish": 0.0}
 
 
-def per_graph(item, samples: int, seed: int, folder: Path, extra: tuple[str, ...] = ()) -> dict:
-    """The per-graph seq2seq learner (placer train --cluster C --reward simulated, and `extra`) on the item."""
+def per_graph(item, samples: int, seed: int, folder: Path, options: dict | None = None) -> dict:
+    """The per-graph seq2seq learner (the train job on the cluster, rewards simulated, with `options`) on the item."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "graph.onnx"
     onnx.save(item.graph.model, path)
-    seconds = per_graph_learn(path, item.cluster.name, samples, seed, folder / "run", "inference", extra)
-    summary = run_summary(folder / "run")
+    seconds, summary = per_graph_learn(path, item.cluster.name, samples, seed, folder / "run", "inference",
+                                       **(options or {}))
     return {"ms": summary["best_step_time"] * 1e3, "samples": summary["samples"], "seconds": seconds}
 
 

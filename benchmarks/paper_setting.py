@@ -18,9 +18,6 @@ for reference: its figures are real TensorFlow steps on its machine, not compara
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import sys
 import tempfile
 import time
@@ -29,8 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench import save_json, zoo_path  # noqa: E402
-from placer.cli import main as placer_main  # noqa: E402
 from placer.jobs.compare import simulated_comparison  # noqa: E402
+from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings  # noqa: E402
+from placer.jobs.train import TrainSettings, train  # noqa: E402
 from placer.devices import as_devices  # noqa: E402
 from placer.hardware import load_cluster  # noqa: E402
 from placer.kernels.loading import load_graph  # noqa: E402
@@ -49,17 +47,17 @@ PAPER = {"inception_v3": "RL about 20% under the human expert with 4 GPUs",
 
 
 def learn(graph_path: Path, cluster: str, samples: int, seed: int, run_dir: Path, objective: str,
-          extra: tuple[str, ...] = ()) -> float:
-    """Train placer's learner on the cluster's simulated costs (`extra`: more train options); the seconds it took."""
+          **options) -> tuple[float, dict]:
+    """Train placer's learner on the cluster's simulated costs (the train job, `options`: more of its
+    settings); the seconds it took and the run's summary."""
     start = time.perf_counter()
-    quiet = io.StringIO()
-    with contextlib.redirect_stdout(quiet):
-        code = placer_main(["train", "--graph", str(graph_path), "--cluster", cluster, "--reward", "simulated",
-                            "--objective", objective, "--samples", str(samples), "--seed", str(seed),
-                            "--run-dir", str(run_dir), "--no-compare", "--no-progress", *extra])
-    if code != 0:
-        raise SystemExit(f"placer train failed on {graph_path.name} / {cluster}:\n{quiet.getvalue()}")
-    return time.perf_counter() - start
+    settings = TrainSettings(ModelSettings(str(graph_path)), HardwareSettings(cluster=cluster),
+                             StepSettings(objective=objective), samples=samples, seed=seed, run_dir=run_dir,
+                             reward="simulated", closing_comparison=False, **options)
+    outcome = train(settings, report=lambda line: None)
+    if outcome.interrupted or outcome.summary.get("best_step_time") is None:
+        raise SystemExit(f"placer train found no placement on {graph_path.name} / {cluster}")
+    return time.perf_counter() - start, outcome.summary
 
 
 def one(model: str, cluster_name: str, samples: int, seed: int, objective: str) -> dict:
@@ -71,8 +69,7 @@ def one(model: str, cluster_name: str, samples: int, seed: int, objective: str) 
     training = TrainingSpec() if objective == "training" else None
     with tempfile.TemporaryDirectory(prefix="placer-paper-") as folder:
         run_dir = Path(folder) / "run"
-        learn_s = learn(path, cluster_name, samples, seed, run_dir, objective)
-        summary = json.loads((run_dir / "summary.json").read_text())
+        learn_s, summary = learn(path, cluster_name, samples, seed, run_dir, objective)
         comparison = simulated_comparison(graph, devices, cluster, list(PLACERS), run_dir, None, seed,
                                           training=training)
     rows = {r.name: r for r in comparison.rows if r.step_time is not None}

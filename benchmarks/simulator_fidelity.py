@@ -96,23 +96,17 @@ def varied_placements(graph, devices, cost, seed: int = 0, n_random: int = 12, n
 
 
 def roofline_of_this_machine(graph, devices, op_times):
-    """The roofline model of this machine: `placer cluster describe-local` on `devices` (measured
-    now), its efficiencies fitted to the profile's per-node times."""
+    """The roofline model of this machine: the describe-local job (`placer cluster describe-local`)
+    on `devices` (measured now), its efficiencies fitted to the profile's per-node times."""
     import tempfile
 
-    from placer.cli import main as placer_main
     from placer.costmodel.roofline import RooflineCostModel, fit_efficiency
-    from placer.hardware import load_cluster
+    from placer.jobs.describe_local import DescribeLocalSettings, describe_local
 
     with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "local.toml"
-        with contextlib.redirect_stdout(sys.stderr):
-            code = placer_main(["cluster", "describe-local", "-o", str(path),
-                                "--devices", ",".join(str(d) for d in devices)])
-        if code != 0:
-            raise SystemExit("placer cluster describe-local failed")
-        cluster = load_cluster(str(path))
-    return RooflineCostModel(cluster, graph, fit_efficiency(graph, cluster, op_times))
+        described = describe_local(DescribeLocalSettings(Path(folder) / "local.toml",
+                                                         ",".join(str(d) for d in devices)))
+    return RooflineCostModel(described.cluster, graph, fit_efficiency(graph, described.cluster, op_times))
 
 
 def spearman(a: list[float], b: list[float]) -> float:
