@@ -68,6 +68,14 @@ class CompareRow:
         return m.step_time if m is not None and m.ok else None
 
     @property
+    def proven_gap(self) -> float | None:
+        """The exact solver's proven gap, (objective - bound) / objective in its model (0: optimal
+        there); None for every other row, or where it proved no bound."""
+        if self.placer != "exact" or self.placement is None:
+            return None
+        return self.placement.extra.get("placer", {}).get("gap")
+
+    @property
     def status(self) -> str:
         if self.refused:
             return f"refused: {self.refused}"
@@ -88,7 +96,7 @@ class CompareRow:
                 "vs_fastest_verdict": self.vs_fastest_verdict,
                 "tied_with_fastest": self.tied_with_fastest, "note": self.note,
                 "ratio_to_lower_bound": self.ratio_to_lower_bound,
-                "predicted_step_time_s": self.predicted_step_time,
+                "predicted_step_time_s": self.predicted_step_time, "proven_gap": self.proven_gap,
                 "peak_memory": dict(m.peak_memory) if m is not None else {},
                 "device_counts": self.placement.device_counts() if self.placement is not None else {},
                 "status": self.status, "measurement": m.to_dict() if m is not None else None}

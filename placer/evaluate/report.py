@@ -22,9 +22,11 @@ def format_table(comparison: Comparison) -> str:
     devices = comparison.devices
     has_whole = comparison.row("whole_machine") is not None and comparison.row("whole_machine").step_time
     pipelined = comparison.micro_batches > 1
+    gaps = any(r.proven_gap is not None for r in comparison.rows)   # the exact solver's, when it proved one
     head = ["placement", "step ms [95%]"] + (["micro-batches/s"] if pipelined else []) + ["vs best 1-dev [95%]"] + \
            (["vs whole machine"] if has_whole else []) + \
-           ["vs fastest", "/ bound", "predicted"] + [f"peak {d} MiB" for d in devices] + ["find s", "caps", "status"]
+           ["vs fastest", "/ bound", "predicted"] + (["proven gap"] if gaps else []) + \
+           [f"peak {d} MiB" for d in devices] + ["find s", "caps", "status"]
     lines = []
     for r in comparison.rows:
         m = r.measurement
@@ -35,7 +37,8 @@ def format_table(comparison: Comparison) -> str:
                                                 else r.vs_fastest_verdict or "")
         lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None)] +
                      ([_num(comparison.throughput(r), 1, 1)] if pipelined else []) + [format_interval(r.vs_best_single)] + ([format_interval(r.vs_whole_machine)] if has_whole else []) +
-                     [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] + peaks +
+                     [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] +
+                     ([_num(r.proven_gap, 100, 1, "%")] if gaps else []) + peaks +
                      [_num(r.find_time_s, 1, 3), caps, _short(r.status)])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     fmt = lambda cells: "  ".join(str(c).ljust(w) if i in (0, len(cells) - 1) else str(c).rjust(w)  # noqa: E731
@@ -133,7 +136,7 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, plot: bool = True
     columns = ["name", "placer", "step_time_s", "spread_s", "speedup_vs_best_single", "vs_fastest_verdict",
                "tied_with_fastest",
                "ratio_to_lower_bound",
-               "predicted_step_time_s"] + [f"peak_memory_{d}" for d in comparison.devices] + \
+               "predicted_step_time_s", "proven_gap"] + [f"peak_memory_{d}" for d in comparison.devices] + \
               ["find_time_s", "respects_memory", "status"]
     with paths[1].open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)

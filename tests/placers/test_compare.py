@@ -222,3 +222,17 @@ def test_a_control_that_disagrees_with_its_twin_is_reported_as_noise(dag):
     notes = " | ".join(result.notes)
     assert "noisy measurement: the control and single:cpu:0" in notes and "OMP_WAIT_POLICY=PASSIVE" in notes
     assert "stopped at the cap of 8 rounds" in notes
+
+
+def test_the_exact_rows_proven_gap_is_in_the_table_the_json_and_the_csv(dag, tmp_path):
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
+    rows = baseline_rows(dag, DEVICES, cost, {}, ["m_etf", "exact"])
+    result = compare(dag, DEVICES, SimulatedMeasurer(dag, DEVICES, cost), cost, rows)
+    gap = result.row("exact").placement.extra["placer"]["gap"]
+    assert gap is not None and result.row("exact").proven_gap == gap and result.row("m_etf").proven_gap is None
+    assert "proven gap" in format_table(result).splitlines()[0]
+    write_outputs(result, tmp_path, plot=False)
+    saved = {r["name"]: r for r in json.loads((tmp_path / "compare.json").read_text())["rows"]}
+    assert saved["exact"]["proven_gap"] == gap
+    with (tmp_path / "compare.csv").open() as f:
+        assert {r["name"]: r["proven_gap"] for r in csv.DictReader(f)}["exact"] == str(gap)

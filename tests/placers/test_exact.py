@@ -57,16 +57,18 @@ def model_optimum(problem, assignments):
 def test_exact_is_optimal_in_its_model_on_a_tiny_graph_against_brute_force(tiny, hetero):
     p = exact(tiny, TRIO, hetero)
     info = p.extra["placer"]
-    assert info["groups"] == len(tiny.nodes) and info["status"] == "OPTIMAL" and info["gap"] == 0.0
+    assert info["groups"] == len(tiny.nodes) and info["status"] == "OPTIMAL"
     problem = build_problem(tiny, TRIO, hetero, [[n] for n in tiny.nodes])
     problem.unit = info["tick_s"]
     best = model_optimum(problem, itertools.product(range(3), repeat=len(tiny.nodes)))
-    assert info["objective"] == pytest.approx(best * problem.unit, rel=1e-12)
-    assert info["bound"] == pytest.approx(info["objective"], rel=1e-12)
-    # the placement returned reaches the optimum in some order
-    assert model_optimum(problem, [[TRIO.index(p.nodes[n]) for n in tiny.nodes]]) == best
-    assert info["objective"] < info["hint_objective"]   # the list heuristic was not optimal here
-    assert len(set(p.nodes.values())) > 1
+    assert info["solver_objective"] == pytest.approx(best * problem.unit, rel=1e-12)
+    assert info["bound"] == pytest.approx(info["solver_objective"], rel=1e-12)
+    assert info["solver_objective"] < info["hint_objective"]   # the list heuristic was not optimal in the model
+    if info["used"] == "solver":   # the placement returned reaches the optimum in some order
+        assert info["gap"] == 0.0 and info["objective"] == info["solver_objective"]
+        assert model_optimum(problem, [[TRIO.index(p.nodes[n]) for n in tiny.nodes]]) == best
+    else:   # the model's optimum simulates slower than the hint, which stands
+        assert info["simulated_step_time"] == info["hint_step_time"] < info["solver_step_time"]
 
 
 def test_exact_returns_within_its_time_limit_with_a_gap():
@@ -173,7 +175,7 @@ def test_exact_models_the_training_step_in_phases(ladder):
     problem = build_problem(ladder, devices, cost, [[n] for n in ladder.nodes])
     # a forward task per node, a backward one per node, an update per weight's owner
     assert info["tasks"] == len(problem.tasks) == 2 * len(ladder.nodes) + 5
-    assert info["status"] == "OPTIMAL" and info["gap"] == 0.0
+    assert info["status"] == "OPTIMAL" and (info["gap"] == 0.0 or info["used"] == "hint")
     # a step of everything on one device costs in the model what its steps add up to
     one = problem.schedule([0] * len(ladder.nodes), seconds=True)[2]
     assert one == pytest.approx(sum(cost.op_time(n, "cpu:0") for n in ladder.nodes.values()))
@@ -225,3 +227,16 @@ def test_ctrl_c_after_a_solve_still_raises_keyboard_interrupt(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": path})
     assert (done.returncode, done.stdout.strip()) == (0, "KeyboardInterrupt"), done.stderr[-500:]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_exact_row_never_simulates_slower_than_the_heuristic_it_is_hinted_with(seed):
+    """The solver's best over the model's coarse groups simulated slower than its hint on each of
+    these graphs (5-34%): the hint is then returned, with the model's proven gap for it."""
+    dag = random_dag(40, seed=seed)
+    devices = ["cpu:0", "cuda:1", "cuda:2"]
+    cost = AnalyticCostModel(devices, speeds={"cpu:0": 1e11, "cuda:1": 1e12, "cuda:2": 5e11})
+    info = exact(dag, devices, cost, work_limit=0.25).extra["placer"]
+    assert info["simulated_step_time"] <= info["hint_step_time"]
+    if info["used"] == "hint" and info["bound"] is not None:
+        assert info["gap"] == pytest.approx((info["hint_objective"] - info["bound"]) / info["hint_objective"])
