@@ -41,7 +41,8 @@ from placer.errors import PlacerError  # noqa: E402
 from placer.placers import PLACERS  # noqa: E402
 from placer.policy.gnn.checkpoint import PRETRAINED, load_policy  # noqa: E402
 from placer.policy.gnn.episode import make_episode  # noqa: E402
-from placer.policy.gnn.finetune import DEFAULT_POLISH, finetune, start_chains  # noqa: E402
+from placer.policy.budget import GRAPH_POLICY_POLISH  # noqa: E402
+from placer.policy.gnn.finetune import finetune, start_chains  # noqa: E402
 from placer.policy.gnn.learn import LearnConfig  # noqa: E402
 from placer.policy.gnn.model import GraphPlacementPolicy  # noqa: E402
 from placer.jobs.place import SAMPLED_CHAINS  # noqa: E402
@@ -99,7 +100,7 @@ def learning(policy, item, samples: int, seed: int, folder: Path) -> dict:
     start = time.perf_counter()
     result = finetune(policy, make_episode(item.graph, item.cluster), folder, LearnConfig(), samples=samples,
                       chains=start_chains(samples, policy.config.rounds, "simulated", SAMPLED_CHAINS),
-                      polish=DEFAULT_POLISH, seed=seed, log=lambda text: None)
+                      polish=GRAPH_POLICY_POLISH, seed=seed, log=lambda text: None)
     return {"ms": result.best_step_time * 1e3, "samples": result.samples, "seconds": time.perf_counter() - start,
             "curve": [(c["samples"], c["best_step_time"] * 1e3) for c in result.summary["curve"]]}
 

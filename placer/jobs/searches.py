@@ -13,28 +13,6 @@ from pathlib import Path
 from placer.errors import PlacerError
 
 
-def check_share(share: float) -> float:
-    """--polish as given, refused in one line outside [0, 1)."""
-    if not 0.0 <= share < 1.0:
-        raise PlacerError(f"--polish must be a share of the samples in [0, 1), not {share}")
-    return share
-
-
-def polish_share(polish: float | None, samples: int | None, described: bool) -> float:
-    """The share of the samples (of those local search leaves, after a local search warm start) that
-    polishes the learned placement (`polish`; default 0.5 on a described cluster with a sample
-    count), in the simulator only."""
-    share = check_share(polish if polish is not None else (0.5 if described and samples else 0.0))
-    if not share:
-        return 0.0
-    if not described:   # elsewhere the run's figures are real measurements, which a simulated polish cannot claim
-        raise PlacerError("--polish polishes in the simulator, so it needs --cluster (every figure simulated); "
-                          "drop --polish")
-    if not samples:
-        raise PlacerError("--polish spends a share of a sample count: add --samples N, or --polish 0")
-    return share
-
-
 def default_warm_start(choice: str | None, samples: int | None, described: bool) -> str:
     """The warm start asked for (`choice`); by default local search on a described cluster with a
     sample count (the baseline the learner must not be slower than, run as its first phase), else

@@ -21,6 +21,7 @@ from placer.errors import PlacerError
 from placer.jobs import searches
 from placer.jobs.place import SAMPLED_CHAINS
 from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
+from placer.policy.budget import GRAPH_POLICY_POLISH, SEQ2SEQ_POLISH, polish_share
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, RewardPlan
 
@@ -125,7 +126,7 @@ def _check_seq2seq(settings: TrainSettings):
     hp = _hyperparameters(settings, described)
     if hp.samples_per_update < 1 or hp.hidden_size < 1:
         raise PlacerError("--samples-per-update and --hidden-size must be at least 1")
-    searches.polish_share(settings.polish, settings.samples, described)
+    polish_share(settings.polish, settings.samples, described, SEQ2SEQ_POLISH)
     if described and (reward != "simulated" or settings.workers):
         settings.hardware.refuse_real("--reward " + reward if reward != "simulated" else "--workers")
     if settings.workers is not None and reward == "simulated":
@@ -158,6 +159,7 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report) -> TrainOut
     from placer.measure.measurer import MeasureProtocol, measurer_for
     from placer.placers import caps_from_devices
     from placer.placers.local_search import SearchInterrupted
+    from placer.policy.budget import learner_share
     from placer.policy.checkpoint import FILENAME as CHECKPOINT
     from placer.policy.run_start import RunStart
     from placer.policy.search_warm_start import reinforce_share, search_warm_start
@@ -169,7 +171,7 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report) -> TrainOut
     described = hardware.simulated_only   # a cluster this machine is not: every figure simulated
     plan = RewardPlan(settings.reward or "hybrid", settings.real_fraction)
     hp = _hyperparameters(settings, described)
-    polish = searches.polish_share(settings.polish, settings.samples, described)
+    polish = polish_share(settings.polish, settings.samples, described, SEQ2SEQ_POLISH)
     graph = settings.model.graph_only()
     devices = hardware.device_list()
     training = step.training_spec(graph)
@@ -206,7 +208,7 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report) -> TrainOut
     simulator = None if plan.reward == "real" else confirm if described else \
         SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     warm = searched = None
-    learn_samples = settings.samples - int(settings.samples * polish) if polish else settings.samples
+    learn_samples = learner_share(settings.samples, polish) if polish else settings.samples
     names, caps = [d.name for d in devices], caps_from_devices(devices)
     # the baselines it starts from see a training step's costs per node on the training objective
     # (and the polish's moves too: built once for both)
@@ -367,20 +369,6 @@ def policy_path(value: str) -> Path:
     return Path(value)
 
 
-def graph_policy_polish(polish: float | None, reward: str, samples: int | None) -> float:
-    """The share of the samples the zero-shot start (and the greedy chains at the end) leave that
-    polishes the fine-tune's best placement: by default `DEFAULT_POLISH` (0.75) with simulated
-    rewards and a sample count, else none; refused in one line where it cannot run."""
-    from placer.policy.gnn.finetune import DEFAULT_POLISH
-
-    if polish is None:
-        return DEFAULT_POLISH if reward == "simulated" and samples else 0.0
-    if searches.check_share(polish) and (reward != "simulated" or not samples):
-        raise PlacerError("--polish moves in the simulator within a sample count: it needs --reward simulated and "
-                          "--samples N; drop --polish")
-    return polish
-
-
 def _check_graph_policy(settings: TrainSettings):
     """The graph policy's settings checked before any work; the function that runs it."""
     policy_path(settings.policy)
@@ -402,7 +390,7 @@ def _check_graph_policy(settings: TrainSettings):
     if reward == "real":
         settings.hardware.refuse_real("--reward real")   # the same refusal as seq2seq's, on hardware this machine is not
         settings.step.check_engine()
-    graph_policy_polish(settings.polish, reward, settings.samples)
+    polish_share(settings.polish, settings.samples, reward == "simulated", GRAPH_POLICY_POLISH)
     return _graph_policy
 
 
@@ -432,7 +420,8 @@ def _graph_policy(settings: TrainSettings, run_dir: Path, report: Report) -> Tra
     result = finetune(policy, episode, run_dir, LearnConfig(), rewards=rewards, samples=settings.samples,
                       budget_s=settings.budget_s, seed=settings.seed, resume=settings.resume, identity=identity,
                       chains=start_chains(settings.samples, policy.config.rounds, rewards.reward, SAMPLED_CHAINS),
-                      polish=graph_policy_polish(settings.polish, rewards.reward, settings.samples),
+                      polish=polish_share(settings.polish, settings.samples, rewards.reward == "simulated",
+                                          GRAPH_POLICY_POLISH),
                       run_info={"graph": graph.source, "cluster": cluster.name, "policy": str(path),
                                 "pretrained_info": {k: info[k] for k in ("corpus", "command") if k in info}},
                       log=report)

@@ -19,6 +19,7 @@ from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps
+from placer.policy.budget import learner_share
 from placer.policy.warm_start import WarmStart, warm_start_from
 
 SOURCE = "local_search"
@@ -81,7 +82,7 @@ def reinforce_share(left: int, polish: float, per_update: int, devices: int, res
     stops where the next of those would not fit, and the rest goes to the polish. One smaller
     update when a whole one does not fit (at least 2 samples: a batch's advantages need two
     rewards), unless `resumed` (a resumed run keeps its update size)."""
-    target = left - int(left * polish)
+    target = learner_share(left, polish)
     room = target - devices   # for the updates, each with its greedy placement
     if room >= per_update + 1 or resumed:
         return target, per_update

@@ -49,6 +49,11 @@ CASES = [
     # a learner's option the chosen learner does not read
     (["train", "--graph", "{small}", "--cluster", "2xt4-pcie", "--policy", "pretrained", "--lr", "0.1"],
      "error: --lr: the seq2seq learner's options, which the graph policy does not read"),
+    # a polish in the simulator where the figures are measured, or without a sample count
+    (["train", "--graph", "{small}", "--samples", "8", "--polish", "0.5"],
+     "error: --polish moves in the simulator, so every figure must be simulated"),
+    (["train", "--graph", "{small}", "--cluster", "2xt4-pcie", "--reward", "simulated", "--budget", "5s",
+      "--polish", "0.5"], "error: --polish spends a share of a sample count: add --samples N"),
     # --resume with nothing to resume
     (["train", "--graph", "{small}", "--run-dir", "run", "--resume", "--samples", "4"],
      "error: no checkpoint in run to resume from"),

@@ -65,7 +65,7 @@ def test_fine_tuning_refuses_what_it_cannot_do_in_one_line(tmp_path, model, poli
     assert "--polish must be a share" in capsys.readouterr().err
     assert main(["train", "--graph", str(model), "--budget", "5s", "--run-dir", str(tmp_path / "r2"),
                  "--policy", str(policy_file), "--cluster", "2xt4-pcie", "--polish", "0.5"]) == 2
-    assert "needs --reward simulated and --samples N" in capsys.readouterr().err
+    assert "--polish spends a share of a sample count: add --samples N" in capsys.readouterr().err
     assert main(base + ["--policy", "lstm", "--cluster", "2xt4-pcie"]) == 2
     assert "seq2seq, pretrained or a graph policy file" in capsys.readouterr().err
     assert main(base + ["--policy", str(policy_file), "--cluster", "2xt4-pcie", "--reward", "hybrid"]) == 2

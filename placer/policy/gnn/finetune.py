@@ -2,7 +2,7 @@
 
 The same REINFORCE step as pre-training (`learn.update`) on one episode, until a number of sampled
 placements or a time budget is spent; with simulated rewards and a sample count, the last share of
-the samples (`DEFAULT_POLISH`) then polishes the best placement with local search's moves
+the samples (`placer.policy.budget.GRAPH_POLICY_POLISH`) then polishes the best placement with local search's moves
 (`polish_best`), and every simulated placement counts in the samples. Step times are simulated
 on the cluster's description, or measured on its devices when the cluster is this machine
 (`rewards.py`). The run folder gets
@@ -31,6 +31,7 @@ import torch
 
 from placer.errors import PlacerError
 from placer.placement import Placement
+from placer.policy.budget import learner_share
 from placer.policy.checkpoint import load_checkpoint, save_checkpoint
 from placer.policy.gnn.checkpoint import save_policy
 from placer.policy.gnn.closing import closing_figures, closing_placements, fastest_placement, measure_closing
@@ -43,12 +44,6 @@ from placer.interrupts import deferred_interrupt
 from placer.policy.session import CHECKPOINT_INTERVAL_S
 
 LEARNER = "graph policy"   # in the checkpoint: a seq2seq run's is not resumed here, nor this one there
-# the share of the samples the start leaves that polishes the best placement (simulated rewards):
-# on one graph a few hundred REINFORCE samples barely move the policy, and local search's moves from
-# its placement pay more (the 14 held-out problems of benchmarks/generalisation.py at 500 samples,
-# mean over local search at 500 with 64 moves per batch: 0.5 1.013, 0.75 1.005, 0.9 1.001; a quarter
-# is kept for learning)
-DEFAULT_POLISH = 0.75
 
 
 @dataclass
@@ -151,7 +146,8 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
     started -= state.seconds
     interrupted = False
     # REINFORCE's share ends where the polish's begins (worked out again on resume, from this --samples)
-    until = end - int(max(0, end - state.start_samples) * state.polish_share) if end is not None else None
+    until = min(end, state.start_samples + learner_share(max(0, end - state.start_samples), state.polish_share)) \
+        if end is not None else None
     try:
         while (until is None or state.samples < until) and \
                 (budget_s is None or time.monotonic() - started < budget_s):
