@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -14,8 +14,6 @@ import torch
 from graphs.export import OPSET, export
 from graphs.registry import MODELS, get, make_options
 from placer.errors import PlacerError
-
-log = logging.getLogger(__name__)
 
 # Bump when a zoo model's definition changes, so caches made by older code are not reused.
 ZOO_VERSION = 1
@@ -59,7 +57,8 @@ def resolve(graph_arg: str | os.PathLike) -> Path:
         raise PlacerError(f"{graph_arg} does not exist; give an ONNX file or a zoo model: {zoo}")
     target = cached_path(get(name).name)
     if not target.is_file():
-        log.warning("exporting zoo model %s to %s (first use)", name, target)
+        # progress, not a warning: the first use of a zoo model waits seconds for its export
+        print(f"exporting zoo model {name} to {target} (first use)", file=sys.stderr, flush=True)
         try:
             export(name, target)
         except OSError as exc:

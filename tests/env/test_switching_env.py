@@ -145,14 +145,14 @@ def test_switching_needs_padded_spaces_and_no_given_measurer(small, large):
         given.reset(options={"graph": large})
 
 
-def test_the_readmes_corpus_snippet_runs_as_written():
+def test_the_docs_corpus_snippet_runs_as_written():
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    snippet = next(b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "max_groups=" in b)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    snippet = next(b for b in re.findall(r"```python\n(.*?)```", page, flags=re.S) if "max_groups=" in b)
     namespace: dict = {}
-    exec(snippet, namespace)   # noqa: S102 - the README's own code
+    exec(snippet, namespace)   # noqa: S102 - the page's own code
     env = namespace["env"]
     assert namespace["terminated"] and math.isfinite(namespace["reward"])
     assert namespace["info"]["measurement"]["ok"]   # the action kept to the real devices

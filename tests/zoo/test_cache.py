@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from pathlib import Path
 
 import onnx
 import pytest
@@ -40,6 +42,20 @@ def test_the_cached_export_is_reused(cache, monkeypatch):
     monkeypatch.setattr(graphs.cache, "export", lambda *a, **k: pytest.fail("exported again"))
     assert graphs.resolve("inception_v3.onnx") == first
     assert graphs.resolve("inception_v3") == first  # the bare name works too
+
+
+def test_the_first_use_export_is_a_progress_line_not_a_warning(tmp_path, monkeypatch, capsys, caplog):
+    def fake_export(name, target):
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).write_bytes(b"an export")
+
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path))
+    monkeypatch.setattr(graphs.cache, "export", fake_export)
+    with caplog.at_level(logging.DEBUG):
+        path = graphs.resolve("rnnlm.onnx")
+        graphs.resolve("rnnlm.onnx")   # cached: says nothing
+    assert capsys.readouterr().err == f"exporting zoo model rnnlm to {path} (first use)\n"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_the_cache_follows_placer_cache(tmp_path, monkeypatch):
