@@ -6,13 +6,17 @@ import argparse
 import json
 from collections import Counter
 
-from placer.commands.common import check_writable
+from placer.commands.common import check_writable, print_table
+
+
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "list, show or describe the hardware clusters placements are made for"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `placer cluster` with its `list`, `show` and `describe-local` actions."""
     parser = subparsers.add_parser(
-        "cluster", help="list, show or describe the hardware clusters placements are made for",
+        "cluster", help=HELP,
         description="Clusters: devices with their datasheet figures and the links between them, from the "
                     "catalogue or a TOML file (format: placer/hardware/catalogue/README.md).")
     actions = parser.add_subparsers(dest="cluster_action", required=True, metavar="ACTION")
@@ -49,23 +53,17 @@ def _model_counts(cluster) -> str:
     return ", ".join(f"{n}x {key}" for key, n in counts.items())
 
 
-def _table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    for row in [header, *rows]:
-        print(("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1]).rstrip())
-
-
 def _list(args: argparse.Namespace) -> int:
-    from placer.hardware import catalogue_names, load_cluster
+    from placer.jobs.cluster import list_clusters
 
-    clusters = [load_cluster(name) for name in catalogue_names()]
+    clusters = list_clusters()
     if args.json:
         print(json.dumps([{"name": c.name, "devices": len(c.devices),
                            "models": dict(Counter(d.model.key for d in c.devices)),
                            "description": c.description} for c in clusters], indent=2))
         return 0
-    _table([(c.name, str(len(c.devices)), _model_counts(c), c.description) for c in clusters],
-           ("NAME", "DEVICES", "MODELS", "DESCRIPTION"))
+    print_table([(c.name, str(len(c.devices)), _model_counts(c), c.description) for c in clusters],
+                ("NAME", "DEVICES", "MODELS", "DESCRIPTION"))
     return 0
 
 
@@ -74,9 +72,10 @@ def _tflops(rates: dict[str, float]) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from placer.hardware import load_cluster
+    from placer.jobs.cluster import cluster_routes
 
-    cluster = load_cluster(args.cluster)
+    shown = cluster_routes(args.cluster)
+    cluster = shown.cluster
     if args.json:
         print(json.dumps(cluster.to_dict(), indent=2))
         return 0
@@ -84,48 +83,27 @@ def _show(args: argparse.Namespace) -> int:
     if cluster.source:
         print(f"source: {cluster.source}")
     print(f"\ndevices ({len(cluster.devices)}):")
-    _table([(d.name, d.machine, d.model.key, _tflops(d.model.peak_flops), _tflops(d.model.tensor_flops),
-             f"{d.model.memory_bandwidth_Bps / 1e9:g}", f"{d.model.memory_bytes / 2**30:g}",
-             f"{d.model.launch_overhead_s * 1e6:g}") for d in cluster.devices],
-           ("DEVICE", "MACHINE", "MODEL", "TFLOPS", "TENSOR TFLOPS", "GB/s", "GiB", "LAUNCH us"))
+    print_table([(d.name, d.machine, d.model.key, _tflops(d.model.peak_flops), _tflops(d.model.tensor_flops),
+                  f"{d.model.memory_bandwidth_Bps / 1e9:g}", f"{d.model.memory_bytes / 2**30:g}",
+                  f"{d.model.launch_overhead_s * 1e6:g}") for d in cluster.devices],
+                ("DEVICE", "MACHINE", "MODEL", "TFLOPS", "TENSOR TFLOPS", "GB/s", "GiB", "LAUNCH us"))
     print("\nmodels:")
-    seen = {}
-    for d in cluster.devices:
-        seen.setdefault(d.model.key, d.model)
-    for key, model in seen.items():
+    for key, model in {d.model.key: d.model for d in cluster.devices}.items():
         print(f"  {key}: {model.name} ({model.kind}). source: {model.source}")
     if cluster.hosts:
         print(f"\nhosts (no ops run there): {', '.join(cluster.hosts)}")
     print(f"\nlinks ({len(cluster.links)}):")
-    _table([(link.name, ", ".join(link.members) + (" (shared bus)" if len(link.members) > 2 else ""),
-             f"{link.bandwidth_Bps / 1e9:g}", f"{link.latency_s * 1e6:g}", link.source) for link in cluster.links],
-           ("LINK", "MEMBERS", "GB/s", "us", "SOURCE"))
-    _routes(cluster)
-    return 0
-
-
-def _routes(cluster) -> None:
-    """Every pair of devices: its route, whether direct, and the links several pairs' routes share."""
-    from placer.hardware import route_figures
-
-    names = cluster.device_names
-    pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-    users: Counter[str] = Counter()
-    rows = []
-    for a, b in pairs:
-        route = cluster.route(a, b)
-        users.update(link.name for link in route)
-        latency, bandwidth = route_figures(route)
-        how = "direct" if len(route) == 1 and len(route[0].members) == 2 else \
-            "shared bus" if len(route) == 1 else f"{len(route)} links"
-        rows.append((f"{a} <-> {b}", how, " > ".join(link.name for link in route),
-                     f"{bandwidth / 1e9:g} GB/s, {latency * 1e6:g} us"))
-    print(f"\nroutes ({len(pairs)} pairs; a copy passes through hosts and CPU devices, never through a GPU):")
-    _table(rows, ("PAIR", "HOW", "LINKS", "SLOWEST LINK, LATENCY"))
-    shared = [(name, n) for name, n in users.most_common() if n > 1]
-    if shared:
+    print_table([(link.name, ", ".join(link.members) + (" (shared bus)" if len(link.members) > 2 else ""),
+                  f"{link.bandwidth_Bps / 1e9:g}", f"{link.latency_s * 1e6:g}", link.source) for link in cluster.links],
+                ("LINK", "MEMBERS", "GB/s", "us", "SOURCE"))
+    print(f"\nroutes ({len(shown.routes)} pairs; a copy passes through hosts and CPU devices, never through a GPU):")
+    print_table([(f"{r.source} <-> {r.target}", r.how, " > ".join(link.name for link in r.links),
+                  f"{r.bandwidth_Bps / 1e9:g} GB/s, {r.latency_s * 1e6:g} us") for r in shown.routes],
+                ("PAIR", "HOW", "LINKS", "SLOWEST LINK, LATENCY"))
+    if shown.shared_links:
         print("links on several pairs' routes (copies at once share them): "
-              + ", ".join(f"{name} ({n} pairs)" for name, n in shared))
+              + ", ".join(f"{name} ({n} pairs)" for name, n in shown.shared_links))
+    return 0
 
 
 # --- describe-local --------------------------------------------------------------------------------

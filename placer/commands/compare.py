@@ -11,15 +11,18 @@ from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_a
                                    add_pipeline_args, add_rounds_args, check_writable, hardware_settings,
                                    ignored_on_cluster, model_settings, refuse_ignored_on_cluster, rounds_from_args,
                                    step_settings)
-from placer.jobs.compare import BLOCKS, DEFAULT_SAMPLES, CompareSettings
+
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "measure every baseline placer (and a learned placement) side by side"
 
 
 def register(subparsers) -> None:
     """Add the `compare` sub-command."""
+    from placer.jobs.compare import BLOCKS, DEFAULT_SAMPLES
     from placer.placers import PLACERS
 
     parser = subparsers.add_parser(
-        "compare", help="measure every baseline placer (and a learned placement) side by side",
+        "compare", help=HELP,
         description="Profile the graph on the devices (cached), run every baseline placer, measure each "
                     "placement for real in interleaved rounds (every round runs every placement once, shuffled), "
                     "in --blocks blocks (every placement built afresh in each, so that the intervals hold the "
@@ -70,8 +73,10 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def compare_settings(args: argparse.Namespace) -> CompareSettings:
-    """The arguments as the job takes them."""
+def compare_settings(args: argparse.Namespace):
+    """The arguments as the job takes them (a `CompareSettings`)."""
+    from placer.jobs.compare import CompareSettings
+
     return CompareSettings(model_settings(args), hardware_settings(args), step_settings(args),
                            placers=tuple(p.strip() for p in args.placers.split(",") if p.strip()),
                            include_rl=args.include_rl, include_placement=tuple(args.include_placement),

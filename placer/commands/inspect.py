@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from placer.commands.common import add_graph_args, load_graph_from_args
+from placer.commands.common import add_graph_args, model_settings
+
+
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "summarise an ONNX model: nodes, ops, parameters, FLOPs, critical path"
 
 
 def register(subparsers) -> None:
     """Add the `inspect` sub-command."""
     parser = subparsers.add_parser(
-        "inspect", help="summarise an ONNX model: nodes, ops, parameters, FLOPs, critical path",
+        "inspect", help=HELP,
         description="Load an ONNX model (binding dynamic dimensions with --input-shape), infer every "
                     "shape, and report its nodes, op histogram, parameters, FLOPs, activation bytes, "
                     "critical path and inputs. --json lists every node and the graph hash placements use.")
@@ -25,31 +29,20 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the summary (or its JSON form) of --graph."""
+    """Print the summary (or its JSON form) of --graph (`placer.jobs.inspect`)."""
     from placer.graph.summary import format_summary, summarize, to_json
+    from placer.jobs.inspect import InspectSettings, inspect
 
-    graph = load_graph_from_args(args)
-    profiled = _profiled_control_flow(args.profile, graph) if args.profile else None
+    result = inspect(InspectSettings(model_settings(args), args.profile))
+    profiled = result.profiled_control_flow
     if args.json:
-        print(json.dumps({**to_json(graph), **({"profiled_control_flow": profiled} if profiled is not None else {})},
-                         indent=1))
+        print(json.dumps({**to_json(result.graph), **({"profiled_control_flow": profiled} if profiled is not None
+                                                      else {})}, indent=1))
         return 0
-    print(format_summary(summarize(graph)))
+    print(format_summary(summarize(result.graph)))
     if profiled is not None:
         print(f"control flow when profiled ({args.profile}):" if profiled else
               f"control flow when profiled ({args.profile}): none ran")
         for node, runs in profiled.items():
             print(f"  {node}: " + ", ".join(f"{what} ({n} run{'' if n == 1 else 's'})" for what, n in runs.items()))
     return 0
-
-
-def _profiled_control_flow(path: str, graph) -> dict[str, dict[str, int]]:
-    """What the profile at `path` records each control-flow node did, checked to be of `graph`."""
-    from placer.errors import PlacerError
-    from placer.costmodel.profile import Profile
-
-    profile = Profile.load(path)
-    if profile.graph_sha256 not in (None, graph.sha256):
-        raise PlacerError(f"profile {path} is of another graph (sha256 {profile.graph_sha256[:12]}...); "
-                          f"give a profile of {graph.source or 'this graph'} (placer measure --profile)")
-    return profile.control_flow

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
-                                    add_pipeline_args, add_placement_args)
+                                    add_pipeline_args, add_placement_args, hardware_settings, model_settings,
+                                    placement_settings, step_settings)
+
+
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "measure the step time of a placement on the real devices"
 
 
 def register(subparsers) -> None:
     """Add the `measure` sub-command."""
     parser = subparsers.add_parser(
-        "measure", help="measure the step time of a placement on the real devices",
+        "measure", help=HELP,
         description="Run the model under a placement (--placement, --device, or the one `placer apply` "
                     "stored in the file; else everything on the CPU): warm-up runs, then timed runs. "
                     "Prints the median step time, its spread (interquartile range) and each device's "
@@ -39,62 +43,35 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Measure the placement named by the arguments; 0 when it ran, 1 when it failed."""
-    from placer.commands.common import placed_model_from_args
-    from placer.measure.measurer import MeasureProtocol
-    from placer.kernels.prepare import prepare
-    from placer.measure.measurer import measurer_for
+    """Measure the placement (`placer.jobs.measure`) and print the figures; 0 when it ran, 1 when it failed."""
+    from placer.engines.failures import format_bytes
+    from placer.jobs.measure import MeasureSettings, measure
 
-    model = placed_model_from_args(args, {"--profile": args.profile})
-    graph, placement, devices, training, pipeline = (model.graph, model.placement, model.devices,
-                                                     model.training, model.pipeline)
-    protocol = MeasureProtocol(warmup=args.warmup, repeats=args.repeats, timeout_s=args.timeout,
-                               objective=args.objective)
-    # the onnxruntime engine folds what placer's kernels can fold, and runs graphs they cannot bind
-    prepared = prepare(graph) if args.engine == "torch" else None
-    measurer = measurer_for(args.engine, graph, devices, protocol=protocol, seed=args.seed,
-                            prepared=prepared, training=training, pipeline=pipeline)
-    m = measurer.measure(placement)
-    # a pipelined step pushes M micro-batches: what it is worth is micro-batches per second
-    throughput = pipeline.micro_batches / m.step_time if m.ok and m.step_time else None
-    if args.profile:
-        profile_protocol = MeasureProtocol(warmup=1, repeats=max(1, args.repeats), timeout_s=args.timeout,
-                                           objective=args.objective)
-        from placer.costmodel.profiler import profile_graph
-
-        profile = profile_graph(graph, devices, seed=args.seed, prepared=prepared,
-                                protocol=profile_protocol, training=training, engine=args.engine)
-        Path(args.profile).parent.mkdir(parents=True, exist_ok=True)   # check_writable found it can be made
-        profile.save(args.profile)
+    result = measure(MeasureSettings(model_settings(args), placement_settings(args), hardware_settings(args),
+                                     step_settings(args), args.warmup, args.repeats, args.timeout, args.seed,
+                                     args.profile))
+    m, protocol, placed = result.measurement, result.protocol, result.placed
     if args.json:
-        print(json.dumps({"graph": {"source": graph.source, "sha256": graph.sha256},
-                          "placement": placement.device_counts(), **m.to_dict(),
-                          "micro_batches": pipeline.micro_batches, "throughput_per_s": throughput}, indent=1))
+        print(json.dumps(result.to_dict(), indent=1))
+        return 0 if m.ok else 1
+    graph, placement, training, pipeline = placed.graph, placed.placement, placed.training, placed.pipeline
+    counts = ", ".join(f"{d} ({n})" for d, n in placement.device_counts().items())
+    print(f"graph        {graph.source}  (sha256 {graph.sha256[:12]})")
+    print(f"placement    {len(placement.nodes)} nodes on {counts}" +
+          ("  (onnxruntime engine)" if args.engine == "onnxruntime" else ""))
+    if training is not None:
+        print(f"objective    training step (loss {training.loss.kind}, "
+              f"{', '.join(f'{k} {v}' for k, v in training.optimizer.to_dict().items())})")
+    if m.ok:
+        print(f"step time    {m.step_time * 1e3:.3f} ms  (IQR {m.spread * 1e3:.3f} ms; median of "
+              f"{protocol.repeats} runs after {protocol.warmup} warm-up)")
+        if pipeline.pipelined:
+            order = f", {pipeline.schedule}" if training is not None else ""
+            print(f"throughput   {result.throughput:.2f} micro-batches/s  ({pipeline.micro_batches} per step{order})")
     else:
-        counts = ", ".join(f"{d} ({n})" for d, n in placement.device_counts().items())
-        print(f"graph        {graph.source}  (sha256 {graph.sha256[:12]})")
-        print(f"placement    {len(placement.nodes)} nodes on {counts}" +
-              ("  (onnxruntime engine)" if args.engine == "onnxruntime" else ""))
-        if training is not None:
-            print(f"objective    training step (loss {training.loss.kind}, "
-                  f"{', '.join(f'{k} {v}' for k, v in training.optimizer.to_dict().items())})")
-        if m.ok:
-            print(f"step time    {m.step_time * 1e3:.3f} ms  (IQR {m.spread * 1e3:.3f} ms; median of "
-                  f"{protocol.repeats} runs after {protocol.warmup} warm-up)")
-            if pipeline.pipelined:
-                order = f", {pipeline.schedule}" if training is not None else ""
-                print(f"throughput   {throughput:.2f} micro-batches/s  ({pipeline.micro_batches} per step{order})")
-        else:
-            print(f"failed       {m.failure}: {m.reason}")
-        if m.peak_memory:
-            print("peak memory  " + ", ".join(f"{d} {_mib(b)}" for d, b in m.peak_memory.items()))
-        if args.profile:
-            print(f"profile      written to {args.profile}")
+        print(f"failed       {m.failure}: {m.reason}")
+    if m.peak_memory:
+        print("peak memory  " + ", ".join(f"{d} {format_bytes(b)}" for d, b in m.peak_memory.items()))
+    if result.profile:
+        print(f"profile      written to {result.profile}")
     return 0 if m.ok else 1
-
-
-def _mib(n: int) -> str:
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"

@@ -8,10 +8,14 @@ from placer.commands.common import add_cluster_arg, add_graph_args
 from placer.jobs.place import SAMPLED_CHAINS
 
 
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "place a model zero-shot with the pre-trained graph policy (no training)"
+
+
 def register(subparsers) -> None:
     """Add the `place` sub-command."""
     parser = subparsers.add_parser(
-        "place", help="place a model zero-shot with the pre-trained graph policy (no training)",
+        "place", help=HELP,
         description="Place every op of the model on the cluster's devices with the graph policy shipped with placer "
                     "(or --policy FILE from placer pretrain): no training, no measurement. Prints the placement's "
                     "simulated step time beside the lower bound (as compare --cluster's) and the best list "

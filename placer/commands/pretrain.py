@@ -11,10 +11,14 @@ from pathlib import Path
 from placer.commands.common import check_writable
 
 
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "pre-train the graph policy across the corpus of graphs and clusters (simulated)"
+
+
 def register(subparsers) -> None:
     """Add the `pretrain` sub-command."""
     parser = subparsers.add_parser(
-        "pretrain", help="pre-train the graph policy across the corpus of graphs and clusters (simulated)",
+        "pretrain", help=HELP,
         description="Train the graph policy (placer/policy/gnn) with REINFORCE across the corpus's training items "
                     "(placer/corpus: zoo families, random DAGs, catalogue and sampled clusters; the held-out families "
                     "and clusters never), every reward simulated with the clusters' roofline costs. The run folder "

@@ -4,16 +4,21 @@ outside that a placement computes the same thing as any other."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import sys
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
-                                    add_pipeline_args, add_placement_args)
+                                    add_pipeline_args, add_placement_args, hardware_settings, model_settings,
+                                    placement_settings, step_settings)
+
+
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "run the model once under a placement and save its outputs"
 
 
 def register(subparsers) -> None:
     """Add the `run` sub-command."""
     parser = subparsers.add_parser(
-        "run", help="run the model once under a placement and save its outputs",
+        "run", help=HELP,
         description="Run one step of the model under a placement (--placement, --device, or the one "
                     "stored in the file; else everything on the CPU). Inputs come from --inputs, the "
                     "missing ones random from --seed (zeros for integer inputs); outputs go to --outputs. "
@@ -36,43 +41,18 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run once and print each output's shape, dtype and a checksum; 1 when the step fails."""
-    import sys
-
+    """Run once (`placer.jobs.run`) and print each output's shape, dtype and a checksum; 1 when the step fails."""
     import numpy as np
 
-    from placer.commands.common import placed_model_from_args
-    from placer.engines.failures import ExecutionFailure
-    from placer.engines.torch.executor import PlacedExecutor
-    from placer.graph.feeds import generated_inputs, generated_note, step_feeds
+    from placer.jobs.run import RunSettings, run as run_step
 
-    model = placed_model_from_args(args, {"--outputs": args.outputs})
-    graph, placement, devices, training, pipeline = (model.graph, model.placement, model.devices,
-                                                     model.training, model.pipeline)
-    feeds = step_feeds(graph, args.seed)   # --inputs, the rest random from --seed
-    if pipeline.pipelined:
-        # micro-batch k: random inputs from seed + k, then --inputs' `name` (every micro-batch) and `name#k`
-        feeds = [{**step_feeds(graph, args.seed + k), **model.micro_batch_inputs[k]}
-                 for k in range(pipeline.micro_batches)]
-    try:
-        if args.engine == "onnxruntime":
-            # the engine placer.engines.onnxruntime.load runs split models with: the partitions' sessions at once
-            from placer.engines.onnxruntime.placed import OrtPlacement
-
-            with OrtPlacement(graph, placement, devices, pipeline=pipeline) as placed:
-                outputs = placed.run_arrays(feeds, timeout_s=args.timeout)
-        else:
-            with PlacedExecutor(graph, placement, devices, training=training, pipeline=pipeline) as executor:
-                outputs = {k: v.detach().cpu().numpy() for k, v in executor.run(feeds, timeout_s=args.timeout).items()}
-    except ExecutionFailure as exc:
-        generated = [n for n in generated_inputs(graph) if any(n not in own for own in model.micro_batch_inputs)]
-        print(f"failed ({exc.failure}): {exc}{generated_note(generated) if exc.failure == 'kernel_error' else ''}",
-              file=sys.stderr)
+    result = run_step(RunSettings(model_settings(args), placement_settings(args), hardware_settings(args),
+                                  step_settings(args), args.outputs, args.seed, args.timeout))
+    if result.failure:
+        print(f"failed ({result.failure}): {result.reason}", file=sys.stderr)
         return 1
-    for name, value in outputs.items():
+    for name, value in result.outputs.items():
         print(f"{name}  {value.dtype} {list(value.shape)}  sum {float(value.astype(np.float64).sum()):.6g}")
     if args.outputs:
-        Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)   # check_writable found it can be made
-        np.savez(args.outputs, **outputs)
         print(f"outputs written to {args.outputs}")
     return 0

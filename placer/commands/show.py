@@ -6,13 +6,17 @@ import argparse
 import json
 
 from placer.commands.common import (add_cluster_arg, add_graph_args, add_objective_args, add_placement_args,
-                                    check_writable, cluster_from_args, placement_on_cluster)
+                                    model_settings, placement_settings, step_settings)
+
+
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "summarise and draw a placement (the one stored in the model, or --placement)"
 
 
 def register(subparsers) -> None:
     """Add `placer show` to the CLI."""
     parser = subparsers.add_parser(
-        "show", help="summarise and draw a placement (the one stored in the model, or --placement)",
+        "show", help=HELP,
         description="Per device: nodes, FLOPs, parameter bytes, bytes sent to and received from other "
                     "devices, and the peak memory the executor accounts for a step (with --objective "
                     "training: with gradients, saved activations and optimizer state); with -o, a picture "
@@ -30,80 +34,30 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the per-device summary (or JSON) and draw the picture with -o."""
-    from placer.annotate.read import read_placement
-    from placer.annotate.resolve import parse_device_map, resolve_placement
-    from placer.annotate.summary import cross_device_bytes, summarize
-    from placer.commands.common import load_graph_from_args, training_spec_from_args
-    from placer.errors import PlacerError
-    from placer.engines.torch.executor import accounted_memory
-    from placer.placement import Placement
+    """Print the per-device summary (or JSON) of the placement (`placer.jobs.show`)."""
+    from placer.jobs.show import ShowSettings, show
 
-    if args.output:
-        check_writable(args.output, "-o")
-    cluster = cluster_from_args(args)
-    graph = load_graph_from_args(args)
-    if args.placement:
-        placement, origin = Placement.load(args.placement), args.placement
-    elif args.device:
-        placement, origin = Placement.single_device(list(graph.nodes), args.device, graph.sha256), "--device"
-    else:
-        placement, origin = read_placement(graph.model), "stored in the model"
-        if placement is None:
-            raise PlacerError(f"{args.graph} holds no placement; write one with placer apply, "
-                              "or give --placement P.json")
-    placement = resolve_placement(graph, placement, parse_device_map(args.map), check_devices=False)
-    if cluster is not None:
-        placement = placement_on_cluster(cluster, placement)
-    rows = summarize(graph, placement)
-    crossing = cross_device_bytes(graph, placement)
-    training = training_spec_from_args(args, graph)
-    memory = {d: m.peak for d, m in accounted_memory(graph, placement, training=training).items()}
-    predicted = _predict(graph, placement, cluster, training) if cluster is not None else None
-    picture = None
-    if args.output:
-        from placer.annotate.draw import draw_placement
-
-        picture = draw_placement(graph, placement, args.output)
-
+    r = show(ShowSettings(model_settings(args), placement_settings(args), args.cluster, step_settings(args),
+                          args.output))
     if args.json:
-        print(json.dumps({"graph": args.graph, "sha256": graph.sha256, "placement": origin,
-                          "devices": [{**r.to_dict(), "peak_memory": memory.get(r.device, 0)} for r in rows],
-                          "objective": args.objective, "bytes_crossing": crossing,
-                          "picture": str(picture) if picture else None,
-                          **(_predicted_json(cluster, predicted) if predicted is not None else {})}, indent=2))
+        print(json.dumps(r.to_dict(), indent=2))
         return 0
-    print(f"{args.graph}: {len(graph.nodes)} nodes on {len(placement.devices)} devices (placement {origin})")
-    header = (f"{'device':<10} {'nodes':>6} {'FLOPs':>9} {'params':>10} {'sent':>10} {'received':>10} "
-              f"{'peak memory':>12}")
-    print(header)
-    for r in rows:
-        print(f"{r.device:<10} {r.nodes:>6} {_count(r.flops):>9} {_size(r.param_bytes):>10} "
-              f"{_size(r.bytes_sent):>10} {_size(r.bytes_received):>10} {_size(memory.get(r.device, 0)):>12}")
-    if training is not None:
-        print(f"peak memory of a training step (loss {training.loss.kind}, {training.optimizer.name}): "
+    print(f"{args.graph}: {len(r.graph.nodes)} nodes on {len(r.placement.devices)} devices "
+          f"(placement {r.settings.placement.origin})")
+    print(f"{'device':<10} {'nodes':>6} {'FLOPs':>9} {'params':>10} {'sent':>10} {'received':>10} "
+          f"{'peak memory':>12}")
+    for row in r.rows:
+        print(f"{row.device:<10} {row.nodes:>6} {_count(row.flops):>9} {_size(row.param_bytes):>10} "
+              f"{_size(row.bytes_sent):>10} {_size(row.bytes_received):>10} {_size(r.memory.get(row.device, 0)):>12}")
+    if r.training is not None:
+        print(f"peak memory of a training step (loss {r.training.loss.kind}, {r.training.optimizer.name}): "
               "gradients, saved activations and optimizer state included")
-    print(f"bytes crossing devices per step: {_size(crossing)}")
-    if predicted is not None:
-        _print_predicted(cluster, predicted, training)
-    if picture:
-        print(f"wrote {picture}")
+    print(f"bytes crossing devices per step: {_size(r.crossing)}")
+    if r.predicted is not None:
+        _print_predicted(r.cluster, r.predicted, r.training)
+    if r.picture:
+        print(f"wrote {r.picture}")
     return 0
-
-
-def _predict(graph, placement, cluster, training):
-    """The placement's step on `cluster`, simulated with the roofline cost model (memory capacities
-    as caps): a `Measurement` whose figures are predictions."""
-    from placer.costmodel.roofline import cluster_measurer
-
-    return cluster_measurer(cluster, graph, training=training).measure(placement)
-
-
-def _predicted_json(cluster, m) -> dict:
-    return {"simulated": True, "cluster": cluster.name,
-            "predicted": {"step_time_s": m.step_time if m.ok else None, "failure": m.failure, "reason": m.reason,
-                          "peak_memory": m.peak_memory,
-                          "memory_capacity": {d.name: d.model.memory_bytes for d in cluster.devices}}}
 
 
 def _print_predicted(cluster, m, training) -> None:

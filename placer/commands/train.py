@@ -19,10 +19,14 @@ DEFAULT_BUDGET = "10m"
 CHOSEN_BY_THE_JOB = {"warm_start": "local_search with --cluster and --samples, else best_baseline"}
 
 
+# the line `placer --help` lists it by (read without registering the command)
+HELP = "learn a fast placement with the seq2seq policy and REINFORCE"
+
+
 def register(subparsers) -> None:
     """Add the `train` sub-command."""
     parser = subparsers.add_parser(
-        "train", help="learn a fast placement with the seq2seq policy and REINFORCE",
+        "train", help=HELP,
         description="Group the model's ops, measure every single-device placement, then sample "
                     "placements from a seq2seq policy, score them (--reward: measured for real, simulated, "
                     "or simulated then real) and improve the policy with REINFORCE until the budget is "

@@ -1,4 +1,5 @@
-"""The settings every job shares: which model, on which hardware, and what one step is.
+"""The settings every job shares: which model, which placement, on which hardware, and what one
+step is.
 
 Frozen dataclasses of plain values (what a user typed), each with the methods that turn it into
 the objects the packages below work on. Nothing here reads an `argparse.Namespace`: the CLI builds
@@ -79,6 +80,15 @@ class HardwareSettings:
             return parse_devices(self.devices)
         return default_devices()
 
+    def devices_for(self, placement) -> list:
+        """The devices to run `placement` on: the cluster's or --devices when given, else the
+        placement's own device list (each CPU device with its share of the cores)."""
+        from placer.devices import parse_devices
+
+        if self.cluster or self.devices:
+            return self.device_list()
+        return parse_devices(list(placement.devices))
+
     @property
     def simulated_only(self) -> bool:
         """Whether the cluster is hardware this machine is not: every figure is then simulated, and
@@ -93,6 +103,63 @@ class HardwareSettings:
                               f"machine does not have; place for it in the simulator instead (placer compare "
                               f"--cluster {self.cluster}, or placer train --cluster {self.cluster} --reward "
                               "simulated), or describe this machine with placer cluster describe-local")
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    """Which placement: a `file` (format placer.placement/1), else every node on one `device`, else
+    the one `placer apply` stored in the model; `device_map` renames its devices ("cuda:1=cuda:0")."""
+
+    file: str | None = None
+    device: str | None = None
+    device_map: tuple[str, ...] = ()
+
+    @property
+    def origin(self) -> str:
+        """Where the placement comes from, in words."""
+        return self.file or ("--device" if self.device else "stored in the model")
+
+    def chosen(self, graph, model=None):
+        """The placement named for `graph`, unchecked: the file, every node on the device, or the
+        one stored in `model` (default: the graph's own); None when the model holds none."""
+        from placer.annotate.read import read_placement
+        from placer.placement import Placement
+
+        if self.file:
+            return Placement.load(self.file)
+        if self.device:
+            return Placement.single_device(list(graph.nodes), self.device, graph.sha256)
+        return read_placement(graph.model if model is None else model)
+
+    def to_run(self, graph):
+        """The placement to run on this machine: the one named, else everything on the plain CPU;
+        checked against `graph` and the devices here."""
+        from placer.annotate.resolve import parse_device_map, resolve_placement
+        from placer.placement import Placement
+
+        placement = self.chosen(graph) or Placement.single_device(list(graph.nodes), "cpu", graph.sha256)
+        return resolve_placement(graph, placement, parse_device_map(self.device_map))
+
+    def to_write(self, graph, cluster, missing: str, model=None):
+        """The placement to write or show, checked against `graph` but not against this machine (a
+        placement for a GPU box can be written anywhere), on `cluster`'s devices when given; the
+        `PlacerError` `missing` when none is named and the model holds none."""
+        import dataclasses
+
+        from placer.annotate.resolve import parse_device_map, resolve_placement
+
+        placement = self.chosen(graph, model)
+        if placement is None:
+            raise PlacerError(missing)
+        placement = resolve_placement(graph, placement, parse_device_map(self.device_map), check_devices=False)
+        if cluster is None:
+            return placement
+        outside = sorted(set(placement.nodes.values()) - set(cluster.device_names))
+        if outside:
+            raise PlacerError(f"the placement puts nodes on {', '.join(outside)}, which cluster {cluster.name!r} does "
+                              f"not have (its devices: {', '.join(cluster.device_names)}); give a placement made for "
+                              f"it (placer train --cluster), or rename a device with --map {outside[0]}=<one of those>")
+        return dataclasses.replace(placement, devices=cluster.device_names)
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,25 @@ def placement_file(tmp_path, diamond_graph):
     return path
 
 
-def test_apply_writes_the_model_and_prints_the_ort_setting(tmp_path, diamond_file, placement_file, capsys):
+def test_apply_writes_the_model_and_on_cpus_alone_prints_no_onnxruntime_option(tmp_path, diamond_file,
+                                                                               placement_file, capsys):
     out = tmp_path / "placed.onnx"
     assert main(["apply", "--graph", str(diamond_file), "--placement", str(placement_file), "-o", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "session.layer_assignment_settings=cpu(=cpu)" in printed
-    assert "cpu:0 7, cpu:1 2" in printed
+    assert printed.splitlines() == [f"wrote {out}: 9 nodes placed (cpu:0 7, cpu:1 2)"]   # no cpu(=cpu) to puzzle over
     assert read_placement(onnx.load(out)).nodes["conv_a"] == "cpu:1"
+
+
+def test_apply_over_gpu_and_cpu_says_how_onnxruntime_sends_each_node_to_its_provider(tmp_path, diamond_file,
+                                                                                     diamond_graph, capsys):
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps(placement_json(diamond_graph, {"conv_a": "cuda:0", "mul": "cuda:0"}, "cpu",
+                                               ["cuda:0", "cpu"])))
+    out = tmp_path / "placed.onnx"
+    assert main(["apply", "--graph", str(diamond_file), "--placement", str(mixed), "-o", str(out)]) == 0
+    hint = capsys.readouterr().out.splitlines()[-1]
+    assert hint == (f"to run {out} in ONNX Runtime with each node on its device's provider, set the session option "
+                    'options.add_session_config_entry("session.layer_assignment_settings", "cuda(=cuda); cpu(=cpu)")')
 
 
 def test_apply_splits_into_a_folder(tmp_path, diamond_file, placement_file, capsys):

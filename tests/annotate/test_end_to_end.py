@@ -3,7 +3,6 @@ read back, run by the placed executor, measured, split and chained in onnxruntim
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -81,7 +80,7 @@ def test_zoo_model_placement_applies_reads_back_runs_measures_splits_and_draws(t
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_stored_gpu_placement_resolves_and_runs_on_this_gpu(tmp_path):
     from placer.annotate.write import apply_placement, save_model
-    from placer.commands.common import placement_from_args
+    from placer.jobs.settings import PlacementSettings
     from placer.placement import Placement
 
     from .conftest import diamond_model, feeds_for, ort_run, placement_json
@@ -90,7 +89,7 @@ def test_stored_gpu_placement_resolves_and_runs_on_this_gpu(tmp_path):
     gpu = Placement.from_dict(placement_json(graph, {"conv_a": "cuda:0", "mul": "cuda:0"}, "cpu", ["cpu", "cuda:0"]))
     path = save_model(apply_placement(diamond_model(), gpu, graph), tmp_path / "placed.onnx")
     placed_graph = load_graph(path)
-    resolved = placement_from_args(argparse.Namespace(placement=None, device=None, map=[]), placed_graph)
+    resolved = PlacementSettings().to_run(placed_graph)
     assert resolved.nodes == gpu.nodes
     feeds = feeds_for(graph)
     with PlacedExecutor(placed_graph, resolved, resolved.devices) as executor:

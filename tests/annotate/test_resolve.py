@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 import torch
 
 from .conftest import diamond_model, placement_json
 from placer.annotate.resolve import parse_device_map, resolve_placement
 from placer.annotate.write import apply_placement, save_model
-from placer.commands.common import placement_from_args
 from placer.errors import PlacerError
 from placer.graph.load import load_graph
+from placer.jobs.settings import PlacementSettings
 from placer.placement import Placement
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA devices")
@@ -95,16 +93,12 @@ def test_writing_annotations_does_not_need_the_devices(diamond_graph):
     assert resolved.nodes["fc"] == "cuda:7"
 
 
-def _args(**kw) -> argparse.Namespace:
-    return argparse.Namespace(**{"placement": None, "device": None, "map": [], **kw})
-
-
 def test_commands_use_the_placement_stored_in_the_file(tmp_path, diamond_graph, two_cpu_placement):
     path = save_model(apply_placement(diamond_model(), two_cpu_placement, diamond_graph), tmp_path / "placed.onnx")
     graph = load_graph(path)
-    assert placement_from_args(_args(), graph).nodes == two_cpu_placement.nodes
+    assert PlacementSettings().to_run(graph).nodes == two_cpu_placement.nodes
     # an explicit choice still wins over the stored one
-    assert set(placement_from_args(_args(device="cpu:1"), graph).nodes.values()) == {"cpu:1"}
+    assert set(PlacementSettings(device="cpu:1").to_run(graph).nodes.values()) == {"cpu:1"}
 
 
 @no_gpu
@@ -113,6 +107,6 @@ def test_stored_gpu_placement_on_a_cpu_machine_needs_a_map(tmp_path, diamond_gra
     path = save_model(apply_placement(diamond_model(), gpu, diamond_graph), tmp_path / "placed.onnx")
     graph = load_graph(path)
     with pytest.raises(PlacerError, match="--map cuda:1=cpu"):
-        placement_from_args(_args(), graph)
-    mapped = placement_from_args(_args(map=["cuda:1=cpu"]), graph)
+        PlacementSettings().to_run(graph)
+    mapped = PlacementSettings(device_map=("cuda:1=cpu",)).to_run(graph)
     assert mapped.devices == ["cpu"] and mapped.nodes["conv_a"] == "cpu"

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from placer.cli import main
-from placer.commands.common import check_writable
+from placer.jobs.paths import check_writable
 from placer.errors import PlacerError
 
 # The arguments up to the path, the last one the option; "MISSING" is a model file that is not there.

@@ -215,7 +215,8 @@ def test_the_closing_comparison_measures_as_compare_does_by_default(model_file, 
     run = tmp_path / "run"
     assert main(["train", "--graph", str(model_file), "--reward", "simulated", "--cost-model", "analytic",
                  "--samples", "4", "--seed", "3", "--run-dir", str(run), *FAST]) == 0
-    compare_defaults = rounds_from_args(build_parser().parse_args(["compare", "--graph", str(model_file)]), seed=3)
+    compare_defaults = rounds_from_args(build_parser("compare").parse_args(["compare", "--graph", str(model_file)]),
+                                        seed=3)
     assert quick_closing == [compare_defaults] and compare_defaults.blocks == compare_job.BLOCKS > 1
     compared = json.loads((run / "compare" / "compare.json").read_text())
     assert compared["rounds"]["blocks"] == compare_job.BLOCKS

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import onnx
 
 import graphs
 from placer.cli import main
+from placer.jobs.zoo import LISTING, ZooEntry
 
 
 def test_list_shows_every_model_with_parameters_and_input_shapes(capsys):
@@ -18,6 +21,13 @@ def test_list_shows_every_model_with_parameters_and_input_shapes(capsys):
     assert "23.8M" in rows["inception_v3"] and "input=1x3x299x299" in rows["inception_v3"]
     assert "src_tokens=16x20 tgt_tokens=16x20" in rows["nmt"]
     assert "124.5M" in rows["transformer"] and "layers=12" in rows["transformer"]
+
+
+def test_the_listing_written_out_is_the_models_own():
+    """`zoo list` reads `LISTING`, so that it loads no torch; a model added or changed shows here."""
+    assert list(LISTING) == [ZooEntry(name, graphs.parameter_count(name), graphs.input_shapes(name),
+                                      dataclasses.asdict(graphs.get(name).options()), graphs.get(name).description)
+                             for name in graphs.names()]
 
 
 def test_export_writes_the_model_with_the_given_options(tmp_path, capsys):

@@ -1,0 +1,81 @@
+"""The apply job: a placement written into an ONNX model, and optionally the model split per device.
+
+`apply(ApplySettings(ModelSettings("model.onnx"), PlacementSettings("p.json"), output="placed.onnx"))`
+is what `placer apply` runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from placer.errors import PlacerError
+from placer.jobs.paths import check_writable
+from placer.jobs.settings import ModelSettings, PlacementSettings
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    """The model and its placement (for a `cluster`, a catalogue name or a TOML file: its devices
+    listed, a node on another refused); the annotated model goes to `output`, one model per device
+    stage into the folder `split`. Refused in one line on construction when neither is given."""
+
+    model: ModelSettings
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+    cluster: str | None = None
+    output: str | Path | None = None
+    split: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        if not self.output and not self.split:
+            raise PlacerError("say where to write: -o PLACED.onnx for the annotated model, --split DIR for "
+                              "per-device models, or both")
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    """The placement written, of `graph`, for `cluster` (None: no cluster); the split's index
+    file and its stages' devices (None: not asked for); the ONNX Runtime session option
+    (`ort_option`, "name=value") that places the annotated model's layers."""
+
+    placement: Any
+    graph: Any
+    cluster: Any
+    split_index: Path | None
+    split_devices: list[str]
+    ort_option: str
+
+
+def apply(settings: ApplySettings) -> ApplyResult:
+    """Check the output paths, resolve the placement against the graph, write the annotated model
+    and/or the split."""
+    import json
+
+    from graphs import resolve
+    from placer.annotate.split import write_split
+    from placer.annotate.write import ORT_SETTING, apply_placement, ort_layer_settings, save_model
+    from placer.graph.load import parse_input_shapes, read_model
+    from placer.hardware import load_cluster
+    from placer.kernels.loading import load_graph
+
+    if settings.output:
+        check_writable(settings.output, "-o")
+    if settings.split:
+        check_writable(settings.split, "--split", folder=True)
+    cluster = load_cluster(settings.cluster) if settings.cluster else None
+    path = resolve(settings.model.graph)
+    original = read_model(path)
+    # --inputs: the shapes they decide
+    graph = load_graph(original, parse_input_shapes(list(settings.model.input_shapes)), settings.model.inputs)
+    graph.source = str(path)
+    placement = settings.placement.to_write(
+        graph, cluster, f"{path} holds no placement; give --placement P.json (from placer train) or --device D",
+        model=original)
+    placed = apply_placement(original, placement, graph)
+    if settings.output:
+        save_model(placed, settings.output)
+    index, devices = None, []
+    if settings.split:
+        index = write_split(placed, placement, graph, settings.split)
+        devices = [stage["device"] for stage in json.loads(index.read_text())["stages"]]
+    return ApplyResult(placement, graph, cluster, index, devices, f"{ORT_SETTING}={ort_layer_settings(placement)}")
