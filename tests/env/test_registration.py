@@ -74,7 +74,12 @@ def test_an_editable_install_beside_a_checkout_folder_named_placer_still_registe
     site = tmp_path / "site"
     zipfile.ZipFile(tmp_path / "wheel" / build.stdout.strip().splitlines()[-1]).extractall(site)
 
-    code = (f"import site; site.addsitedir({str(site)!r})\n"   # the install, as the wheel's .pth files make it
+    # the wheel's install alone: the environment's own install of placer (a path entry or an import
+    # hook, whichever it is) is taken away first, so that only the wheel's mechanism decides
+    code = ("import os, sys\n"
+            "sys.path[:] = [p for p in sys.path if not os.path.isfile(os.path.join(p, 'placer', '__init__.py'))]\n"
+            "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+            f"import site; site.addsitedir({str(site)!r})\n"   # the install, as the wheel's .pth files make it
             "import gymnasium, placer\n"
             "print(placer.__file__)\n"
             "assert 'placer/DevicePlacement-v0' in gymnasium.registry")
