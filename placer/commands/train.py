@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import fields, replace
 from pathlib import Path
 
@@ -149,8 +150,7 @@ def settings_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Train, then print the best placement's step time against the best single device."""
-    from placer.jobs.train import run_folder, train
-    from placer.policy.run_start import FILENAME as START
+    from placer.jobs.train import holds_run, run_folder, train
 
     refuse_ignored_on_cluster(args)
     settings = settings_from_args(args)
@@ -167,8 +167,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         code = 0
     if outcome.interrupted:
-        if (outcome.run_dir / START).exists():
+        if holds_run(outcome.run_dir):
             print(f"interrupted; continue with --resume --run-dir {outcome.run_dir}")
+        else:   # cut before the folder held anything
+            print("interrupted", file=sys.stderr)
         return 130
     return code
 

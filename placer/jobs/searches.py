@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from placer.errors import PlacerError
+from placer.policy.checkpoint import save_summary
 
 
 def default_warm_start(choice: str | None, samples: int | None, described: bool) -> str:
@@ -51,7 +52,7 @@ def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, left
         return
     summary["polish"] = record
     _count(summary, record["samples"])
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    save_summary(run_dir, summary)
     if budget < 1:   # nothing to polish now; what earlier polishes spent stays counted
         return
     learned = Placement.load(run_dir / "placement.json")
@@ -65,7 +66,7 @@ def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, left
     if after < before:
         polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": record}
         adopt(summary, run_dir, polished, after, f"{summary['best_source']}, polished by local search")
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    save_summary(run_dir, summary)
     report(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
           f"in {info['simulated']} simulated placements" +
           (f" (and {stale} in earlier sessions' polishes, still counted)" if stale else ""))
@@ -129,7 +130,7 @@ def finish_searched(searched, summary: dict, reinforce_samples: int, per_update:
     if searched_s is not None and (best is None or searched_s <= best):
         searched.placement.extra = {**searched.placement.extra, "source": "local search (warm start)"}
         adopt(summary, run_dir, searched.placement, searched_s, "local search (warm start)")
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    save_summary(run_dir, summary)
 
 
 def searched_text(searched, reinforce_samples: int, polishing: bool) -> str:

@@ -26,7 +26,6 @@ from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, RewardPlan
 
 DEFAULT_BUDGET_S = 600.0   # training time when neither samples nor seconds are given
-LEARNERS = ("seq2seq", "pretrained")   # or a graph policy's policy.pt
 Report = Callable[[str], None]
 
 
@@ -77,21 +76,25 @@ class TrainOutcome:
     figures: str = "measured"     # the graph policy's: what its figures are, simulated or measured
 
 
-def run_folder(settings: TrainSettings) -> Path:
-    """The run folder, refused in one line before any work when it cannot be what is asked: a new
-    run into a folder holding one, or a resume where there is none."""
+def holds_run(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a run to resume: a learner's checkpoint, or what a run started from."""
     from placer.policy.checkpoint import FILENAME
     from placer.policy.run_start import FILENAME as START
 
+    return (Path(run_dir) / FILENAME).exists() or (Path(run_dir) / START).exists()
+
+
+def run_folder(settings: TrainSettings) -> Path:
+    """The run folder, refused in one line before any work when it cannot be what is asked: a new
+    run into a folder holding one, or a resume where there is none."""
     if settings.run_dir is None:
         if settings.resume:
             raise PlacerError("--resume needs the --run-dir of the run to continue")
         return Path("runs") / f"{Path(settings.model.graph).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir = Path(settings.run_dir)
-    holds_run = (run_dir / FILENAME).exists() or (run_dir / START).exists()
-    if not settings.resume and holds_run:
+    if not settings.resume and holds_run(run_dir):
         raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
-    if settings.resume and not holds_run:
+    if settings.resume and not holds_run(run_dir):
         raise PlacerError(f"no checkpoint in {run_dir} to resume from; drop --resume to start a new run there")
     return run_dir
 
@@ -100,6 +103,7 @@ def train(settings: TrainSettings, report: Report = print) -> TrainOutcome:
     """Run the training job; `report` gets a line for each phase as it starts or ends. Returns the
     outcome with `interrupted` set when Ctrl-C cut it (resume with `resume=True`)."""
     from placer.policy.run_lock import hold_run_folder
+    from placer.policy.run_start import RunStart
 
     check_seed(settings.seed)
     if settings.samples is not None and settings.samples < 1:
@@ -114,6 +118,10 @@ def train(settings: TrainSettings, report: Report = print) -> TrainOutcome:
             return start(settings, run_dir, report)
         except KeyboardInterrupt:   # before the learner began (profiling, local search): the folder keeps it
             return TrainOutcome(run_dir, {}, True, learner)
+        except PlacerError:
+            if not settings.resume:   # refused before learning: the corrected command may start there again
+                RunStart(run_dir).forget_unless_learning()
+            raise
 
 
 # --- the seq2seq learner ---
@@ -132,6 +140,11 @@ def _check_seq2seq(settings: TrainSettings):
     if settings.workers is not None and reward == "simulated":
         raise PlacerError("--workers measures the real samples, and --reward simulated has none; "
                           "use --reward hybrid or real")
+    if settings.ray_address and not settings.workers:
+        raise PlacerError("--ray-address needs --workers N")
+    if settings.resume and settings.refresh_profile:
+        raise PlacerError("--refresh-profile does nothing on --resume: the run learns on its own profile "
+                          "(profile.json in its folder) to the end; drop --refresh-profile")
     if settings.workers and settings.step.micro_batches != 1:
         raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
     settings.step.check_engine()

@@ -6,6 +6,7 @@ that an interrupted save never leaves a half-written checkpoint behind.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,16 @@ def save_atomically(data: dict[str, Any], path: Path) -> Path:
     path = Path(path)
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(data, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def save_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """summary.json in the run folder, written atomically: a resume reads it back (the polish's
+    record), and a Ctrl-C while it is written must leave the previous one whole."""
+    path = Path(run_dir) / "summary.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
     os.replace(tmp, path)
     return path
 

@@ -32,8 +32,7 @@ def hold_run_folder(run_dir: Path, command: str = "placer train") -> Iterator[No
         handle.seek(0)
         holder = handle.read().strip() or "another process"
         handle.close()
-        raise PlacerError(f"{run_dir} is in use by {holder}; wait for it to end, or train into another "
-                          "--run-dir") from None
+        raise PlacerError(f"{run_dir} is in use by {holder}; wait for it to end, or use another --run-dir") from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"{command} (process {os.getpid()})\n")

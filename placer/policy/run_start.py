@@ -49,8 +49,8 @@ class RunStart:
     def resume(cls, run_dir: Path, identity: dict[str, Any]) -> RunStart:
         """The record of the run in `run_dir`, refused when it was started with other options."""
         path = Path(run_dir) / FILENAME
-        if not path.is_file():   # a run from before the record existed: only its checkpoint is known
-            return cls(run_dir, {"format": FORMAT, "identity": identity})
+        if not path.is_file():   # a run from before the record existed: its summary says how local search ran
+            return cls(run_dir, {"format": FORMAT, "identity": identity, **_from_summary(Path(run_dir))})
         try:
             data = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as exc:  # torch raises many types for a damaged file
@@ -66,6 +66,15 @@ class RunStart:
 
     def _save(self) -> None:
         save_atomically(self.data, self.run_dir / FILENAME)
+
+    def forget_unless_learning(self) -> None:
+        """Remove the record and the profile copy of a run that never began learning (no checkpoint:
+        refused before it), so that the folder takes a new run again."""
+        from placer.policy.checkpoint import FILENAME as CHECKPOINT
+
+        if not (self.run_dir / CHECKPOINT).exists():
+            for name in (FILENAME, PROFILE):
+                (self.run_dir / name).unlink(missing_ok=True)
 
     # --- the profile ---
 
@@ -129,3 +138,16 @@ class RunStart:
     def keep_search_progress(self, budget: int, state: dict[str, Any]) -> None:
         self.data["search_progress"] = {"budget": budget, "state": state}
         self._save()
+
+
+def _from_summary(run_dir: Path) -> dict[str, Any]:
+    """What a run folder made before `start.pt` existed kept of its local search in summary.json:
+    its budget (retraced from the start, the same search) and REINFORCE's update size."""
+    import json
+
+    summary = run_dir / "summary.json"
+    searched = (json.loads(summary.read_text()).get("local_search_warm_start") or {}) if summary.is_file() else {}
+    if "budget" not in searched:
+        return {}
+    return {"search_progress": {"budget": searched["budget"], "state": None},
+            **({"samples_per_update": searched["samples_per_update"]} if "samples_per_update" in searched else {})}

@@ -10,7 +10,6 @@ decide the result and the speedup, with its paired interval and verdict (`placer
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from placer.measure.intervals import Interval, format_interval, format_ratio, ve
 from placer.measure.measurement import Measurer, OpensPlacements, ReportsOnWorkers
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
+from placer.policy.checkpoint import save_summary
 from placer.policy.phases import REAL, SIMULATED
 from placer.policy.run_state import CONVERGED_ENTROPY, TrainState
 from placer.policy.session import TrainingSession, describe_protocol
@@ -169,7 +169,7 @@ def write_outputs(session: TrainingSession, interrupted: bool,
                             for k in ("samples", "phase", "best_step_time", "sampled_step_time")}
                            for h in state.history],
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    save_summary(run_dir, summary)
     return placement, summary
 
 

@@ -54,6 +54,8 @@ CASES = [
      "error: --polish moves in the simulator, so every figure must be simulated"),
     (["train", "--graph", "{small}", "--cluster", "2xt4-pcie", "--reward", "simulated", "--budget", "5s",
       "--polish", "0.5"], "error: --polish spends a share of a sample count: add --samples N"),
+    # options that would do nothing
+    (["train", "--graph", "{small}", "--ray-address", "auto", "--samples", "4"], "error: --ray-address needs --workers N"),
     # --resume with nothing to resume
     (["train", "--graph", "{small}", "--run-dir", "run", "--resume", "--samples", "4"],
      "error: no checkpoint in run to resume from"),

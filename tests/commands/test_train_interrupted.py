@@ -202,3 +202,45 @@ def test_a_second_run_into_a_folder_in_use_is_refused_in_one_line(machine, model
         assert err.count("\n") == 1 and f"is in use by placer train (process {os.getpid()})" in err
         assert not (run / "start.pt").exists()
     assert main(train) == 0   # free again once the first run ends
+
+
+def test_a_run_refused_before_it_learns_leaves_the_folder_free_for_the_corrected_command(machine, model, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """A refusal after the run's record was written (here: no baseline fits, found once profiled)
+    leaves no run behind: the same command, corrected, starts in the same folder."""
+    import placer.policy.warm_start as warm_start
+    from placer.errors import PlacerError
+
+    def refused(*args, **kwargs):
+        raise PlacerError("no baseline placer found a placement that fits the devices")
+
+    run = tmp_path / "run"
+    train = ["train", "--graph", str(model), "--samples", "8", *QUICK, *PHASES["reinforce"][0], "--run-dir", str(run)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(warm_start, "plan_warm_start", refused)
+        assert main(train) == 2
+    assert "no baseline placer" in capsys.readouterr().err
+    assert not (run / "start.pt").exists() and not (run / "profile.json").exists()
+    assert main(train) == 0
+
+
+def test_a_run_folder_from_before_the_start_record_resumes_its_local_search_as_it_ran(tmp_path):
+    """A folder made before start.pt existed: its summary's local search record gives the budget the
+    search is retraced with and REINFORCE's update size, as the resume needs them."""
+    from placer.policy.run_start import RunStart
+
+    (tmp_path / "summary.json").write_text(json.dumps({"local_search_warm_start": {"budget": 300,
+                                                                                   "samples_per_update": 6}}))
+    start = RunStart.resume(tmp_path, {"seed": 0})
+    assert start.search_progress == {"budget": 300, "state": None} and start.samples_per_update == 6
+    assert RunStart.resume(tmp_path / "empty", {"seed": 0}).search_progress is None
+
+
+def test_a_resume_refuses_to_profile_again(machine, model, tmp_path, capsys):
+    """A resumed run learns on its own profile to the end: --refresh-profile would do nothing."""
+    run = tmp_path / "run"
+    train = ["train", "--graph", str(model), *QUICK, *PHASES["reinforce"][0], "--run-dir", str(run)]
+    assert main([*train, "--samples", "8"]) == 0
+    capsys.readouterr()
+    assert main([*train, "--samples", "16", "--resume", "--refresh-profile"]) == 2
+    assert "--refresh-profile does nothing on --resume" in capsys.readouterr().err

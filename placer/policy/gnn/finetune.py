@@ -19,7 +19,6 @@ written; Ctrl-C there leaves the checkpoint as training left it, so `resume` mea
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -32,7 +31,7 @@ import torch
 from placer.errors import PlacerError
 from placer.placement import Placement
 from placer.policy.budget import learner_share
-from placer.policy.checkpoint import load_checkpoint, save_checkpoint
+from placer.policy.checkpoint import load_checkpoint, save_checkpoint, save_summary
 from placer.policy.gnn.checkpoint import save_policy
 from placer.policy.gnn.closing import closing_figures, closing_placements, fastest_placement, measure_closing
 from placer.policy.gnn.episode import Episode
@@ -207,7 +206,7 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
         best.save(run_dir / "placement.json")
     save_policy(policy, run_dir / "policy.pt", {**(run_info or {}), "fine_tuned_on": episode.name})
     summary = _summary(state, episode, rewards, greedy_time, interrupted, run_info, closing)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    save_summary(run_dir, summary)
     return FinetuneResult(state.samples, state.zero_shot_step_time, state.best_step_time, greedy_time, summary,
                           interrupted)
 
