@@ -7,8 +7,6 @@ import argparse
 from placer.commands.common import (add_cluster_arg, add_graph_args, add_placement_args, model_settings,
                                     placement_settings)
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "write a placement into an ONNX model (and split it per device)"
 
 

@@ -8,8 +8,6 @@ from collections import Counter
 
 from placer.commands.common import check_writable, print_table
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "list, show or describe the hardware clusters placements are made for"
 
 

@@ -11,8 +11,6 @@ from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_a
                                    add_pipeline_args, add_rounds_args, check_writable, hardware_settings,
                                    ignored_on_cluster, model_settings, refuse_ignored_on_cluster, rounds_from_args,
                                    step_settings)
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "measure every baseline placer (and a learned placement) side by side"
 
 

@@ -7,8 +7,6 @@ import json
 
 from placer.commands.common import add_graph_args, model_settings
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "summarise an ONNX model: nodes, ops, parameters, FLOPs, critical path"
 
 

@@ -9,8 +9,6 @@ from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_a
                                     add_pipeline_args, add_placement_args, hardware_settings, model_settings,
                                     placement_settings, step_settings)
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "measure the step time of a placement on the real devices"
 
 

@@ -7,8 +7,6 @@ import argparse
 from placer.commands.common import add_cluster_arg, add_graph_args
 from placer.jobs.place import SAMPLED_CHAINS
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "place a model zero-shot with the pre-trained graph policy (no training)"
 
 

@@ -10,8 +10,6 @@ from pathlib import Path
 
 from placer.commands.common import check_writable
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "pre-train the graph policy across the corpus of graphs and clusters (simulated)"
 
 

@@ -8,8 +8,6 @@ import json
 from placer.commands.common import (add_cluster_arg, add_graph_args, add_objective_args, add_placement_args,
                                     model_settings, placement_settings, step_settings)
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "summarise and draw a placement (the one stored in the model, or --placement)"
 
 

@@ -15,17 +15,16 @@ from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS
 
-DEFAULT_BUDGET = "10m"
 # learning options whose default depends on the others (the job chooses): what the help says of them
 CHOSEN_BY_THE_JOB = {"warm_start": "local_search with --cluster and --samples, else best_baseline"}
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "learn a fast placement with the seq2seq policy and REINFORCE"
 
 
 def register(subparsers) -> None:
     """Add the `train` sub-command."""
+    from placer.jobs.train import DEFAULT_BUDGET_S
+
     parser = subparsers.add_parser(
         "train", help=HELP,
         description="Group the model's ops, measure every single-device placement, then sample "
@@ -42,7 +41,7 @@ def register(subparsers) -> None:
     add_pipeline_args(parser)
     _add_worker_args(parser)
     parser.add_argument("--budget", default=None, metavar="TIME",
-                        help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET} unless --samples is given)")
+                        help=f"training time, like 90s, 10m or 1h (default {DEFAULT_BUDGET_S / 60:g}m unless --samples is given)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
                         help="stop after N sampled placements in all (whole updates; on a --cluster every placement "
                              "simulated counts, local search's and the policy's own and single-device ones too, and "
@@ -137,7 +136,7 @@ def settings_from_args(args: argparse.Namespace):
     """The `TrainSettings` of the command line."""
     from placer.jobs.train import TrainSettings
 
-    budget_s = parse_budget(args.budget) if args.budget else (None if args.samples else parse_budget(DEFAULT_BUDGET))
+    budget_s = parse_budget(args.budget) if args.budget else None   # neither: the job's default
     learning = {f.name: getattr(args, f.name) for f in fields(Hyperparameters) if getattr(args, f.name) is not None}
     return TrainSettings(model_settings(args), hardware_settings(args), step_settings(args), samples=args.samples,
                          budget_s=budget_s, run_dir=Path(args.run_dir) if args.run_dir else None, resume=args.resume,

@@ -6,8 +6,6 @@ import argparse
 
 from placer.commands.common import print_table
 
-
-# the line `placer --help` lists it by (read without registering the command)
 HELP = "list or export the built-in benchmark graphs"
 
 
