@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     outcome = train(settings)
     if outcome.summary:
         if outcome.learner == "seq2seq":
-            code = _print_seq2seq(outcome, settings)
+            code = _print_seq2seq(outcome, settings, args.verbose)
         else:
             from placer.commands.train_graph_policy import print_figures
 
@@ -174,9 +174,10 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _print_seq2seq(outcome, settings) -> int:
+def _print_seq2seq(outcome, settings, verbose: bool = False) -> int:
     """The seq2seq run's figures, then its closing comparison's table."""
-    from placer.evaluate.report import format_table
+    from placer.evaluate.report import format_table, summary_lines
+    from placer.jobs.train import TABLE
     from placer.policy.run_summary import speedup_text
 
     s, run_dir = outcome.summary, outcome.run_dir
@@ -210,8 +211,11 @@ def _print_seq2seq(outcome, settings) -> int:
               f"{s['samples_by_phase']['polish']} polish of {settings.samples}")
     print(s.get("note") or _convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
-    if outcome.comparison is not None:
-        print(format_table(outcome.comparison))
+    if outcome.comparison is not None:   # its whole table in the run folder (and with -v); its summary last
+        table = run_dir / "compare" / TABLE
+        if verbose:
+            print(format_table(outcome.comparison))
+        print("\n".join(summary_lines(outcome.comparison, table)))
     return 0
 
 

@@ -92,6 +92,31 @@ def format_table(comparison: Comparison) -> str:
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + [""] + footer)
 
 
+SUMMARY_LINES = 10
+
+
+def summary_lines(comparison: Comparison, table: str | Path | None = None) -> list[str]:
+    """What a comparison says, in at most `SUMMARY_LINES` lines, each figure as the table gives it
+    (same row names, same rounding) and labelled simulated or measured: the fastest row, what to
+    use instead of a placement where something beats them all, the headline verdicts with their
+    intervals, what learning is worth, and where the whole table is."""
+    word = "simulated" if comparison.info.get("simulated") or comparison.rounds is None else "measured"
+    lines = []
+    fastest = comparison.row(comparison.fastest) if comparison.fastest else None
+    if fastest is not None:
+        m = fastest.measurement
+        lines.append(f"fastest: {fastest.name}, {_with_interval(fastest.step_time, m.interval if m else None)} ms "
+                     f"{word}")
+    lines += [note for note in comparison.notes if note.endswith("use it instead of a placement")]
+    lines += [_verdict_line(v) for v in comparison.verdicts]
+    if comparison.learning:
+        lines.append(_learning_line(comparison.learning))
+    lines = lines[:SUMMARY_LINES - 1]
+    if table is not None:
+        lines.append(f"every row, with its peak memory, the notes and the control: {table}")
+    return lines
+
+
 def _with_interval(seconds: float | None, interval: dict | None) -> str:
     """'123.45 [121.0, 125.2]' (ms), or the time alone when there is no interval."""
     if seconds is None:

@@ -26,6 +26,7 @@ from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, RewardPlan
 
 DEFAULT_BUDGET_S = 600.0   # training time when neither samples nor seconds are given
+TABLE = "table.txt"        # the closing comparison's whole table, in the run folder's compare/
 Report = Callable[[str], None]
 
 
@@ -351,7 +352,7 @@ def _closing_comparison(settings: TrainSettings, graph, devices, cost, run_dir: 
     that the intervals and verdicts hold the variation between runs, as compare's do. Written to
     the run folder's compare/."""
     from placer.jobs.compare import BLOCKS, comparison_for_run, simulated_comparison
-    from placer.evaluate.report import write_outputs
+    from placer.evaluate.report import format_table, write_outputs
     from placer.measure.rounds import RoundsProtocol
     from placer.placers import PLACERS
 
@@ -366,6 +367,7 @@ def _closing_comparison(settings: TrainSettings, graph, devices, cost, run_dir: 
                                         timeout=settings.timeout, training=training, pipeline=pipeline,
                                         engine=settings.step.engine)
     write_outputs(comparison, run_dir / "compare", plot=False)
+    (run_dir / "compare" / TABLE).write_text(format_table(comparison) + "\n")
     return comparison
 
 

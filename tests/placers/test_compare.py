@@ -236,3 +236,26 @@ def test_the_exact_rows_proven_gap_is_in_the_table_the_json_and_the_csv(dag, tmp
     assert saved["exact"]["proven_gap"] == gap
     with (tmp_path / "compare.csv").open() as f:
         assert {r["name"]: r["proven_gap"] for r in csv.DictReader(f)}["exact"] == str(gap)
+
+
+def test_the_summary_is_short_and_says_what_the_table_says(dag, tmp_path):
+    """Every row the summary names is a row of the table, with the table's figure; at most 10 lines,
+    every figure labelled as what it is."""
+    from placer.evaluate.compare import learning_worth
+    from placer.evaluate.report import SUMMARY_LINES, summary_lines
+
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
+    rows = baseline_rows(dag, DEVICES, cost, {}, list(PLACERS))
+    result = compare(dag, DEVICES, SimulatedMeasurer(dag, DEVICES, cost), cost, rows)
+    result.learning = learning_worth(result.rows) or result.learning
+    table = format_table(result)
+    body = table.split("\n\n")[0].splitlines()[2:]   # the rows: under the header and its rule, above the footer
+    figures = {line.split()[0]: line.split()[1] for line in body}
+    lines = summary_lines(result, tmp_path / "table.txt")
+    assert 2 <= len(lines) <= SUMMARY_LINES and lines[-1].endswith(str(tmp_path / "table.txt"))
+    fastest = lines[0]
+    name, ms = fastest.removeprefix("fastest: ").split(", ")[0], fastest.split(", ")[1].split()[0]
+    assert name == result.fastest and figures[name] == ms and fastest.endswith("ms simulated")
+    for v in result.verdicts:   # the verdicts as the table's footer words them
+        line = next(l for l in lines if l.startswith(f"{v['subject']} vs {v['reference']}"))
+        assert line in table and v["subject"] in figures and v["reference"] in figures

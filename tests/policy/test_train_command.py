@@ -90,9 +90,13 @@ def test_a_real_run_on_a_small_zoo_model_measures_and_confirms(tmp_path, capsys,
                  "--run-dir", str(run), *FAST])
     assert code == 0
     out = capsys.readouterr().out
-    # It ends with every baseline, random search and its own placements measured side by side.
+    # It ends with every baseline, random search and its own placements measured side by side: the
+    # table in the run folder, its summary last on the screen.
+    table = (run / "compare" / "table.txt").read_text()
     for row in ["m_sct", "m_etf", "random_search", "learned_greedy", "learning is worth"]:
-        assert row in out, row
+        assert row in table, row
+    assert out.rstrip().splitlines()[-1].endswith(str(run / "compare" / "table.txt"))
+    assert "learning is worth" in out and "fastest: " in out
     assert (run / "compare" / "compare.json").is_file()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["measurer"]["kind"] == "RealMeasurer" and summary["confirmed_side_by_side"]
@@ -166,7 +170,7 @@ def test_a_pipelined_run_learns_measures_and_compares_the_pipelined_step(model_f
     assert placement.measurement["protocol"]["micro_batches"] == 4       # confirmed on the pipelined step
     compared = json.loads((run / "compare" / "compare.json").read_text())
     assert compared["micro_batches"] == 4 and {"pipeline_dp", "pipeline_balanced"} <= {r["name"] for r in compared["rows"]}
-    assert "micro-batches/s" in capsys.readouterr().out
+    assert "micro-batches/s" in (run / "compare" / "table.txt").read_text()
     assert main(["train", "--graph", str(model_file), "--micro-batches", "4", "--workers", "2",
                  "--run-dir", str(tmp_path / "w"), *QUIET]) == 2
 
@@ -223,4 +227,5 @@ def test_the_closing_comparison_measures_as_compare_does_by_default(model_file, 
     judged = [r for r in compared["rows"] if r["speedup_vs_fastest_interval"] and r["name"] != compared["fastest"]]
     assert judged and all(
         r["vs_fastest_verdict"] == speedup_verdict(Interval.from_dict(r["speedup_vs_fastest_interval"])) for r in judged)
-    assert "a verdict is faster or slower when its whole interval lies beyond 2%" in capsys.readouterr().out
+    assert "a verdict is faster or slower when its whole interval lies beyond 2%" in \
+        (run / "compare" / "table.txt").read_text()
