@@ -1,8 +1,11 @@
-"""Output paths, tried before any work: a job that will write a file checks it can, first."""
+"""Output paths, tried before any work: a job that will write a file checks it can, first, and a
+run folder is what the job is asked to make of it (a new run, or a resume)."""
 
 from __future__ import annotations
 
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from placer.errors import PlacerError
@@ -34,3 +37,20 @@ def check_writable(path, option: str, *, folder: bool = False) -> Path:
             except OSError:
                 pass
     return path
+
+
+def run_folder(run_dir: str | Path | None, resume: bool, name: str, holds_run: Callable[[Path], bool],
+               missing: str) -> Path:
+    """The folder a job's run writes to: `run_dir`, else runs/<name>-<date>-<time>; refused in one
+    line when a new run would go into a folder that `holds_run`, or a resume into one that does not
+    (`missing`, with {run_dir} in it, says so)."""
+    if run_dir is None:
+        if resume:
+            raise PlacerError("--resume needs the --run-dir of the run to continue")
+        return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = Path(run_dir)
+    if not resume and holds_run(run_dir):
+        raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
+    if resume and not holds_run(run_dir):
+        raise PlacerError(missing.format(run_dir=run_dir))
+    return run_dir

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from placer.errors import PlacerError
+from placer.jobs.paths import run_folder as run_folder_of
 from placer.jobs.settings import check_seed
 from placer.policy.gnn.pretrain import CHECKPOINT, PretrainConfig, PretrainResult
 
@@ -65,14 +66,8 @@ class PretrainRun:
 def run_folder(settings: PretrainSettings) -> Path:
     """The run folder, refused in one line before any work when it cannot be what is asked: a new
     run into a folder holding one, or a resume where there is none."""
-    if settings.run_dir is None:
-        return Path("runs") / f"pretrain-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = Path(settings.run_dir)
-    if not settings.resume and (run_dir / CHECKPOINT).exists():
-        raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
-    if settings.resume and not (run_dir / CHECKPOINT).exists():
-        raise PlacerError(f"{run_dir} holds no {CHECKPOINT} to resume; drop --resume to start a run there")
-    return run_dir
+    return run_folder_of(settings.run_dir, settings.resume, "pretrain", lambda d: (d / CHECKPOINT).exists(),
+                         f"{{run_dir}} holds no {CHECKPOINT} to resume; drop --resume to start a run there")
 
 
 def pretrain(settings: PretrainSettings, log: Callable[[str], None] = print) -> PretrainRun:

@@ -14,11 +14,12 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 from placer.errors import PlacerError
-from placer.jobs import searches
+from placer.jobs import paths, searches
 from placer.jobs.place import SAMPLED_CHAINS
 from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
 from placer.policy.budget import GRAPH_POLICY_POLISH, SEQ2SEQ_POLISH, polish_share
@@ -86,18 +87,10 @@ def holds_run(run_dir: Path) -> bool:
 
 
 def run_folder(settings: TrainSettings) -> Path:
-    """The run folder, refused in one line before any work when it cannot be what is asked: a new
-    run into a folder holding one, or a resume where there is none."""
-    if settings.run_dir is None:
-        if settings.resume:
-            raise PlacerError("--resume needs the --run-dir of the run to continue")
-        return Path("runs") / f"{Path(settings.model.graph).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir = Path(settings.run_dir)
-    if not settings.resume and holds_run(run_dir):
-        raise PlacerError(f"{run_dir} already holds a run; add --resume to continue it or pick another --run-dir")
-    if settings.resume and not holds_run(run_dir):
-        raise PlacerError(f"no checkpoint in {run_dir} to resume from; drop --resume to start a new run there")
-    return run_dir
+    """The run folder (`paths.run_folder`), refused in one line before any work when it cannot be
+    what is asked."""
+    return paths.run_folder(settings.run_dir, settings.resume, Path(settings.model.graph).stem, holds_run,
+                            "no checkpoint in {run_dir} to resume from; drop --resume to start a new run there")
 
 
 def train(settings: TrainSettings, report: Report = print) -> TrainOutcome:
@@ -131,11 +124,11 @@ def _check_seq2seq(settings: TrainSettings):
     """The seq2seq learner's settings checked before any work; the function that runs it."""
     described = settings.hardware.simulated_only
     reward = settings.reward or "hybrid"
-    RewardPlan(reward, settings.real_fraction)   # refuses a bad --real-fraction early
+    plan = RewardPlan(reward, settings.real_fraction)   # refuses a bad --real-fraction early
     hp = _hyperparameters(settings, described)
     if hp.samples_per_update < 1 or hp.hidden_size < 1:
         raise PlacerError("--samples-per-update and --hidden-size must be at least 1")
-    polish_share(settings.polish, settings.samples, described, SEQ2SEQ_POLISH)
+    polish = polish_share(settings.polish, settings.samples, described, SEQ2SEQ_POLISH)
     if described and (reward != "simulated" or settings.workers):
         settings.hardware.refuse_real("--reward " + reward if reward != "simulated" else "--workers")
     if settings.workers is not None and reward == "simulated":
@@ -149,7 +142,7 @@ def _check_seq2seq(settings: TrainSettings):
     if settings.workers and settings.step.micro_batches != 1:
         raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
     settings.step.check_engine()
-    return _seq2seq
+    return partial(_seq2seq, plan=plan, hp=hp, polish=polish)
 
 
 def _hyperparameters(settings: TrainSettings, described: bool) -> Hyperparameters:
@@ -164,9 +157,11 @@ def _hyperparameters(settings: TrainSettings, described: bool) -> Hyperparameter
     return Hyperparameters(**learning)
 
 
-def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report) -> TrainOutcome:
-    """The seq2seq learner's run in the locked `run_dir`: what it starts from (kept in the folder as
-    each part is known, read back on resume), the learner, the polish, the closing comparison."""
+def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: RewardPlan, hp: Hyperparameters,
+             polish: float) -> TrainOutcome:
+    """The seq2seq learner's run in the locked `run_dir`, with the reward plan, hyperparameters and
+    polish share `_check_seq2seq` worked out: what it starts from (kept in the folder as each part
+    is known, read back on resume), the learner, the polish, the closing comparison."""
     from placer.costmodel.simulator import SimulatedMeasurer
     from placer.costmodel.training_costs import TrainingStepCosts
     from placer.graph.grouping import group_graph
@@ -183,9 +178,6 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report) -> TrainOut
 
     hardware, step = settings.hardware, settings.step
     described = hardware.simulated_only   # a cluster this machine is not: every figure simulated
-    plan = RewardPlan(settings.reward or "hybrid", settings.real_fraction)
-    hp = _hyperparameters(settings, described)
-    polish = polish_share(settings.polish, settings.samples, described, SEQ2SEQ_POLISH)
     graph = settings.model.graph_only()
     devices = hardware.device_list()
     training = step.training_spec(graph)
