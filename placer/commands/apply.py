@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     if args.output and len({device_kind(d) for d in result.placement.nodes.values()}) > 1:
         # ONNX Runtime picks each node's provider itself unless this option maps the annotations to providers;
         # on one kind of device (CPUs alone) there is nothing to map, so nothing is printed
-        name, value = result.ort_option.split("=", 1)
+        from placer.annotate.write import ORT_SETTING
+
         print(f"to run {args.output} in ONNX Runtime with each node on its device's provider, set the session option "
-              f'options.add_session_config_entry("{name}", "{value}")')
+              f'options.add_session_config_entry("{ORT_SETTING}", "{result.ort_layer_settings}")')
     return 0

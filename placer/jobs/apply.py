@@ -35,15 +35,15 @@ class ApplySettings:
 @dataclass(frozen=True)
 class ApplyResult:
     """The placement written, of `graph`, for `cluster` (None: no cluster); the split's index
-    file and its stages' devices (None: not asked for); the ONNX Runtime session option
-    (`ort_option`, "name=value") that places the annotated model's layers."""
+    file and its stages' devices (None: not asked for); the value of ONNX Runtime's session option
+    `placer.annotate.write.ORT_SETTING` that places the annotated model's layers."""
 
     placement: Any
     graph: Any
     cluster: Any
     split_index: Path | None
     split_devices: list[str]
-    ort_option: str
+    ort_layer_settings: str
 
 
 def apply(settings: ApplySettings) -> ApplyResult:
@@ -53,7 +53,7 @@ def apply(settings: ApplySettings) -> ApplyResult:
 
     from graphs import resolve
     from placer.annotate.split import write_split
-    from placer.annotate.write import ORT_SETTING, apply_placement, ort_layer_settings, save_model
+    from placer.annotate.write import apply_placement, ort_layer_settings, save_model
     from placer.graph.load import parse_input_shapes, read_model
     from placer.hardware import load_cluster
     from placer.kernels.loading import load_graph
@@ -78,4 +78,4 @@ def apply(settings: ApplySettings) -> ApplyResult:
     if settings.split:
         index = write_split(placed, placement, graph, settings.split)
         devices = [stage["device"] for stage in json.loads(index.read_text())["stages"]]
-    return ApplyResult(placement, graph, cluster, index, devices, f"{ORT_SETTING}={ort_layer_settings(placement)}")
+    return ApplyResult(placement, graph, cluster, index, devices, ort_layer_settings(placement))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placer.errors import PlacerError
-from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings
+from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
 from placer.measure.rounds import RoundsProtocol
 from placer.placers import PLACERS
 
@@ -48,6 +48,9 @@ class CompareSettings:
     history: bool = True                      # read and append to the history of compare's runs
     history_dir: str | None = None            # None: `placer.evaluate.history.default_history_dir`
     plot: bool = True                         # draw compare.png
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed)   # as every job's settings: a script's seed too, not only the CLI's
 
     @property
     def out_dir(self) -> Path:
