@@ -28,7 +28,7 @@ def _print_side_by_side(s: dict) -> None:
     side, trained = s["side_by_side"], s["during_training"]
     if trained["best_step_time"] is not None:
         print(f"  during training: best placement found {trained['best_step_time'] * 1e3:.3f} ms measured once "
-              f"({trained['best_source']}; {s['samples']} samples measured, {s['seconds']:.0f} s)")
+              f"({trained['best_source']}; {s['samples']} samples measured, {s.wall_time_s:.0f} s)")
     how = f"{side['rounds']} interleaved rounds, 95% intervals" if side["rounds"] else "one after the other"
     print(f"measured again side by side at the end ({how}" + (f", stopped at the {side['capped']} cap" if side["capped"]
                                                              else "") + "; speedups over the best single device):")
@@ -57,7 +57,7 @@ def _print_training_figures(result, word: str) -> None:
     if not result.interrupted:
         print(f"  fine-tuned (greedy)      {_ms(s['greedy_step_time'], word)}")
     print(f"  best placement found     {_ms(s['best_step_time'], word)} ({s['best_source']}, {s['samples']} samples "
-          f"{word}, {s['seconds']:.0f} s)")
+          f"{word}, {s.wall_time_s:.0f} s)")
     if s["best_heuristic_step_time"] and s["best_step_time"]:
         print(f"  best list heuristic      {_ms(s['best_heuristic_step_time'], word)} ({s['best_heuristic']}): the "
               f"placement is {s['best_heuristic_step_time'] / s['best_step_time']:.3f}x as fast")

@@ -5,7 +5,6 @@ what a training run's folder holds, and where the results go (`placer.evaluate.r
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from placer.errors import PlacerError
 from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
 from placer.measure.rounds import RoundsProtocol
 from placer.placers import PLACERS
+from placer.policy.summary_file import RunSummary
 
 if TYPE_CHECKING:
     from placer.evaluate.compare import Comparison
@@ -196,14 +196,16 @@ def _random_search_options(graph, names: list[str], run_dir, samples: int | None
     samples of the include_rl run (its summary.json); `samples` sets the count instead."""
     from placer.graph.grouping import METHODS, Grouping, group_graph
 
-    summary = run_summary(run_dir) if run_dir else {}
-    options = {"samples": samples or summary.get("samples") or DEFAULT_SAMPLES}
-    method = summary.get("grouping", "partition")
-    if summary.get("group_members") and set(n for g in summary["group_members"] for n in g) == set(graph.nodes):
-        groups = summary["group_members"]
+    summary = RunSummary.read(run_dir) if run_dir else None
+    if summary is None:
+        return {"samples": samples or DEFAULT_SAMPLES}
+    options = {"samples": samples or summary.samples or DEFAULT_SAMPLES}
+    method = summary.grouping or "partition"
+    groups = summary.group_members
+    if groups and set(n for g in groups for n in g) == set(graph.nodes):
         options["grouping"] = Grouping(groups, {n: i for i, g in enumerate(groups) for n in g}, method)
-    elif summary.get("groups") and method in METHODS:
-        options["grouping"] = group_graph(graph, summary["groups"], len(names), method)
+    elif summary.groups and method in METHODS:
+        options["grouping"] = group_graph(graph, summary.groups, len(names), method)
     return options
 
 
@@ -218,9 +220,10 @@ def learned_rows(graph, run_dir, devices: list[str], check_devices: bool = True)
     files = {"learned": run_dir / "placement.json" if run_dir.is_dir() else run_dir}
     if run_dir.is_dir() and (run_dir / "greedy_placement.json").is_file():
         files["learned_greedy"] = run_dir / "greedy_placement.json"
-    summary = run_summary(run_dir)
-    return [learned_row(graph, Placement.load(path), devices, name=name, find_time_s=summary.get("wall_time_s"),
-                        samples=summary.get("samples"), check_devices=check_devices)
+    summary = RunSummary.read(run_dir)
+    return [learned_row(graph, Placement.load(path), devices, name=name,
+                        find_time_s=summary.wall_time_s if summary else None,
+                        samples=summary.samples if summary else None, check_devices=check_devices)
             for name, path in files.items()]
 
 
@@ -264,10 +267,10 @@ def check_run_hardware(hardware: HardwareSettings, run_dir) -> None:
     """A `PlacerError` in one line naming both when the run in `run_dir` was trained for other
     hardware than the comparison's: another cluster, a cluster and this machine, or the reverse.
     A bare placement file (no summary.json beside it) says nothing of its hardware and passes."""
-    summary = run_summary(run_dir)
-    if not summary:
+    summary = RunSummary.read(run_dir)
+    if summary is None:
         return
-    protocols = [(summary.get(k) or {}).get("protocol") or {} for k in ("measurer", "simulator")]
+    protocols = [(record or {}).get("protocol") or {} for record in (summary.measurer, summary.simulator)]
     trained = next((p["cluster"] for p in protocols if isinstance(p, dict) and p.get("cluster")), None)
     here = hardware.described.name if hardware.simulated_only else None
     if trained == here:
@@ -275,21 +278,8 @@ def check_run_hardware(hardware: HardwareSettings, run_dir) -> None:
     run = f"--include-rl {run_dir}"
     retrain = f", or train for it (placer train --cluster {hardware.cluster} --reward simulated)" if here else ""
     if trained is None:
-        raise PlacerError(f"{run} was trained on this machine's devices ({', '.join(summary.get('devices', []))}), "
+        raise PlacerError(f"{run} was trained on this machine's devices ({', '.join(summary.devices or [])}), "
                           f"not for cluster {here!r}; compare it without --cluster{retrain}")
     raise PlacerError(f"{run} was trained for cluster {trained!r}, not "
                       f"{f'for cluster {here!r}' if here else 'on this machine'}; compare it with --cluster "
                       f"{trained}{retrain}")
-
-
-def run_summary(run_dir) -> dict[str, Any]:
-    """A training run's summary.json (next to its placement.json), or {} when absent or unreadable."""
-    run_dir = Path(run_dir)
-    path = (run_dir if run_dir.is_dir() else run_dir.parent) / "summary.json"
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        log.warning("could not read %s; the learned placement's search time and samples are unknown", path)
-        return {}

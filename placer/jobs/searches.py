@@ -7,11 +7,12 @@ placement.json is the fastest of the phases', and summary.json says which and wh
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from placer.errors import PlacerError
+from placer.policy.budget import LOCAL_SEARCH, POLISH, REINFORCE, SampleBudget
 from placer.policy.checkpoint import save_summary
+from placer.policy.summary_file import RunSummary
 
 
 def default_warm_start(choice: str | None, samples: int | None, described: bool) -> str:
@@ -25,57 +26,58 @@ def default_warm_start(choice: str | None, samples: int | None, described: bool)
     return choice
 
 
-def earlier_polish(run_dir: Path, resume: bool) -> dict:
-    """On --resume, the polish record of the run's summary (an earlier session's polish, finished or
-    cut short: it is on record before it starts), read before training rewrites the summary; else nothing."""
-    summary = run_dir / "summary.json"
-    return (json.loads(summary.read_text()).get("polish") or {}) if resume and summary.is_file() else {}
-
-
-def polish(graph, devices: list[str], costs, caps, pipeline, run_dir: Path, left: int | None, seed: int,
-           summary: dict, learner_samples: int, earlier: dict, report=print) -> None:
-    """The learned placement (the learner's at `learner_samples`) polished by local search in the
-    simulator (on `costs`: a training step's where the objective is training), with the `left`
-    samples local search and the learner left, less what earlier sessions' polishes spent (`earlier`,
-    their record; None: nothing to polish now, an interrupted run or no placement learned, and only
-    their samples are counted): placement.json becomes the polished one when it is faster (the
-    policy's own stays in greedy_placement.json), and the summary counts the samples and says what changed."""
+def polish(graph, devices: list[str], costs, caps, pipeline, start, budget: SampleBudget, can_polish: bool,
+           seed: int, summary: RunSummary, report=print) -> None:
+    """The learned placement polished by local search in the simulator (on `costs`: a training
+    step's where the objective is training), with what local search and the learner left of the
+    samples (`budget`'s allowance), less what earlier sessions' polishes drew that still counts
+    (`_still_counted`); `can_polish` False (an interrupted run, or no placement learned): nothing
+    is polished now, and earlier polishes stay counted. placement.json becomes the polished one
+    when it is faster (the policy's own stays in greedy_placement.json); the ledger and the
+    summary say what it drew and what changed."""
     from placer.placement import Placement
     from placer.placers.local_search import local_search
 
+    earlier, run_dir = start.polish_record or {}, start.run_dir
+    learner_samples = budget.drawn.get(REINFORCE, 0)
+    left = budget.allowance(POLISH) if can_polish else None
     stale = _still_counted(earlier, learner_samples, left)
-    budget = max(0, left - stale) if left is not None else 0
-    # on record at its whole budget before it starts: a Ctrl-C inside it leaves that counted for --resume
-    record = earlier if left is None else {"samples": stale + budget, "earlier_samples": stale, "budget": budget,
+    allowed = max(0, left - stale) if left is not None else 0
+    # on record at its whole allowance before it starts: a Ctrl-C inside it leaves that counted for --resume
+    record = earlier if left is None else {"samples": stale + allowed, "earlier_samples": stale, "budget": allowed,
                                            "learner_samples": learner_samples}
     if not record.get("samples"):
         return
+    budget.set_drawn(POLISH, record["samples"])
+    start.keep_budget(budget, polish=record)
     summary["polish"] = record
-    _count(summary, record["samples"])
+    _count(summary, budget)
     save_summary(run_dir, summary)
-    if budget < 1:   # nothing to polish now; what earlier polishes spent stays counted
+    if allowed < 1:   # nothing to polish now; what earlier polishes drew stays counted
         return
     learned = Placement.load(run_dir / "placement.json")
-    polished = local_search(graph, devices, costs, caps, seed=seed, samples=budget,
+    polished = local_search(graph, devices, costs, caps, seed=seed, samples=allowed,
                             start=learned, pipeline=pipeline)
     info = polished.extra["placer"]
     before, after = info["start_step_time"], info["simulated_step_time"]
-    _count(summary, info["simulated"] - budget)
     record.update(samples=stale + info["simulated"], from_s=before, to_s=after, group_moves=info["group_moves"],
                   node_moves=info["node_moves"], local_optimum=info["local_optimum"])
+    budget.set_drawn(POLISH, record["samples"])
+    start.keep_budget(budget, polish=record)
+    _count(summary, budget)
     if after < before:
         polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": record}
         adopt(summary, run_dir, polished, after, f"{summary['best_source']}, polished by local search")
     save_summary(run_dir, summary)
     report(f"polished the learned placement with local search: {before * 1e3:.3f} -> {after * 1e3:.3f} ms simulated "
-          f"in {info['simulated']} simulated placements" +
-          (f" (and {stale} in earlier sessions' polishes, still counted)" if stale else ""))
+           f"in {info['simulated']} simulated placements" +
+           (f" (and {stale} in earlier sessions' polishes, still counted)" if stale else ""))
 
 
 def _still_counted(earlier: dict, learner_samples: int, left: int | None) -> int:
-    """The samples earlier sessions' polishes spent that still count now: all of them, unless the
+    """The samples earlier sessions' polishes drew that still count now: all of them, unless the
     last one polished the learner's placement as it is now (the learner has not moved since) and
-    a polish now may spend as much: local search is deterministic and its budget only cuts it
+    a polish now may draw as much: local search is deterministic and its budget only cuts it
     short, so the polish now simulates again every placement it did (finished or cut short), and
     they count once, as a resumed run's local search warm start does."""
     if not earlier:
@@ -87,12 +89,15 @@ def _still_counted(earlier: dict, learner_samples: int, left: int | None) -> int
     return earlier["samples"]
 
 
-def _count(summary: dict, samples: int) -> None:
-    summary["samples"] += samples
-    summary["samples_by_reward"]["simulated"] += samples
+def _count(summary: RunSummary, budget: SampleBudget) -> None:
+    """The summary's sample counts from the ledger: every phase's, and the simulated ones (all but
+    the learner's real samples: the searches around it simulate)."""
+    summary["samples"] = budget.spent
+    summary["samples_by_reward"]["simulated"] = budget.spent - summary["samples_by_reward"]["real"]
+    summary["samples_by_phase"] = budget.by_phase(LOCAL_SEARCH, REINFORCE, POLISH)
 
 
-def adopt(summary: dict, run_dir: Path, placement, step_time: float, source: str) -> None:
+def adopt(summary: RunSummary, run_dir: Path, placement, step_time: float, source: str) -> None:
     """`placement` becomes the run's (placement.json, the best figures and the speedup)."""
     from placer.measure.intervals import Interval
     from placer.policy.run_summary import speedup_record
@@ -107,24 +112,21 @@ def adopt(summary: dict, run_dir: Path, placement, step_time: float, source: str
         summary["vs_best_single_device"] = speedup_record(Interval(ratio, ratio, ratio, 1))
 
 
-def finish_searched(searched, summary: dict, reinforce_samples: int, per_update: int, policy_best_s: float | None,
+def finish_searched(searched, summary: RunSummary, budget: SampleBudget, per_update: int, policy_best_s: float | None,
                     confirm, run_dir: Path) -> None:
     """After a local search warm start: its samples counted in the run's, the samples of each phase,
     whether REINFORCE improved on local search, and placement.json local search's own where neither
     the policy nor the polish found anything faster (a tie keeps local search's: it came first).
     `policy_best_s`: the policy's best before the polish."""
-    polished = summary.get("polish", {}).get("samples", 0)
-    summary["samples"] += searched.samples
-    summary["samples_by_reward"]["simulated"] += searched.samples
-    summary["samples_by_phase"] = {"local_search": searched.samples, "reinforce": reinforce_samples,
-                                   "polish": polished}
+    _count(summary, budget)
     searched_time = confirm.measure(searched.placement)
     searched_s = searched_time.step_time if searched_time.ok else None
     record = searched.record()
     record.update(step_time_s=searched_s, samples_per_update=per_update)
     summary["local_search_warm_start"] = record
     summary["reinforce_improved_on_local_search"] = bool(
-        reinforce_samples and policy_best_s is not None and searched_s is not None and policy_best_s < searched_s)
+        budget.drawn.get(REINFORCE) and policy_best_s is not None and searched_s is not None
+        and policy_best_s < searched_s)
     summary["note"] = searched.exhausted_text()
     best = summary["best_step_time"]   # the policy's, or the polished one
     if searched_s is not None and (best is None or searched_s <= best):
@@ -142,5 +144,5 @@ def searched_text(searched, reinforce_samples: int, polishing: bool) -> str:
     if searched.exhausted_text():
         return line + "without reaching a local optimum\n" + searched.exhausted_text() + \
             "; the run's placement is local search's"
-    return line + (f"at its local optimum; the learner gets the {searched.left} left "
+    return line + (f"at its local optimum; the learner gets the {searched.total - searched.samples} left "
                    f"({reinforce_samples} for REINFORCE{', the rest polishing' if polishing else ''})")

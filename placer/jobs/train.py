@@ -25,6 +25,7 @@ from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, 
 from placer.policy.budget import GRAPH_POLICY_POLISH, SEQ2SEQ_POLISH, polish_share
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, RewardPlan
+from placer.policy.summary_file import RunSummary
 
 DEFAULT_BUDGET_S = 600.0   # training time when neither samples nor seconds are given
 TABLE = "table.txt"        # the closing comparison's whole table, in the run folder's compare/
@@ -69,7 +70,7 @@ class TrainOutcome:
     closing comparison (None when off or cut)."""
 
     run_dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary | None
     interrupted: bool
     learner: str
     comparison: Any = None
@@ -111,7 +112,7 @@ def train(settings: TrainSettings, report: Report = print) -> TrainOutcome:
         try:
             return start(settings, run_dir, report)
         except KeyboardInterrupt:   # before the learner began (profiling, local search): the folder keeps it
-            return TrainOutcome(run_dir, {}, True, learner)
+            return TrainOutcome(run_dir, None, True, learner)
         except PlacerError:
             if not settings.resume:   # refused before learning: the corrected command may start there again
                 RunStart(run_dir).forget_unless_learning()
@@ -168,7 +169,7 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
     from placer.measure.measurer import MeasureProtocol, measurer_for
     from placer.placers import caps_from_devices
     from placer.placers.local_search import SearchInterrupted
-    from placer.policy.budget import learner_share
+    from placer.policy.budget import LOCAL_SEARCH, POLISH, REINFORCE
     from placer.policy.checkpoint import FILENAME as CHECKPOINT
     from placer.policy.run_start import RunStart
     from placer.policy.search_warm_start import reinforce_share, search_warm_start
@@ -214,7 +215,7 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
     simulator = None if plan.reward == "real" else confirm if described else \
         SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     warm = searched = None
-    learn_samples = learner_share(settings.samples, polish) if polish else settings.samples
+    budget = start.budget(settings.samples, polish)   # what every phase drew, kept in the run folder
     names, caps = [d.name for d in devices], caps_from_devices(devices)
     # the baselines it starts from see a training step's costs per node on the training objective
     # (and the polish's moves too: built once for both)
@@ -224,15 +225,15 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
     if hp.warm_start == "local_search":   # local search's own run first; the learner gets what it leaves
         searched = start.searched(settings.samples)
         if searched is None:
-            progress = start.search_progress or {"budget": settings.samples, "state": None}
+            progress = start.search_progress or {"budget": budget.allowance(LOCAL_SEARCH), "state": None}
             try:
                 searched = search_warm_start(graph, names, costs, caps, grouping, progress["budget"], settings.samples,
                                              seed=settings.seed, pipeline=pipeline, resume=progress["state"])
             except SearchInterrupted as cut:
                 start.keep_search_progress(progress["budget"], cut.state)
                 raise
-        learn_samples, per_update = reinforce_share(searched.left, polish,
-                                                    start.samples_per_update or hp.samples_per_update,
+        budget.set_drawn(LOCAL_SEARCH, searched.samples)
+        learn_samples, per_update = reinforce_share(budget, start.samples_per_update or hp.samples_per_update,
                                                     len(devices), resumed=start.samples_per_update is not None)
         start.keep_searched(searched, per_update)
         hp = replace(hp, samples_per_update=per_update)
@@ -246,9 +247,9 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
             start.keep_warm(warm)
     else:
         start.keep_grouping(grouping)
-    earlier = searches.earlier_polish(run_dir, settings.resume)   # samples earlier polishes spent, still counted
-    if earlier and settings.samples:
-        learn_samples = min(learn_samples, (searched.left if searched else settings.samples) - earlier["samples"])
+    if searched is None:
+        learn_samples = budget.allowance(REINFORCE)
+    start.keep_budget(budget)
     if warm is not None:
         grouping = warm.grouping
         report(f"warm start: the policy first imitates {warm.source} ({warm.simulated_step_time * 1e3:.2f} ms "
@@ -273,14 +274,14 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
                              "workers": settings.workers, "ray_address": settings.ray_address})
     finish_pool(pool, report)
     reinforced, policy_best = result.summary["samples"], result.summary["best_step_time"]
-    if polish or earlier:
-        # what local search and the learner left of --samples; None: nothing to polish now
-        left = max(0, settings.samples - reinforced - (searched.samples if searched else 0)) \
-            if polish and not result.interrupted and policy_best is not None else None
-        searches.polish(graph, names, costs, caps, pipeline, run_dir, left, settings.seed, result.summary,
-                        reinforced, earlier, report)
+    budget.set_drawn(REINFORCE, reinforced)
+    if budget.total is not None and (polish or budget.drawn.get(POLISH)):
+        # nothing to polish now after Ctrl-C or where no placement was learned: earlier polishes stay counted
+        can_polish = bool(polish) and not result.interrupted and policy_best is not None
+        searches.polish(graph, names, costs, caps, pipeline, start, budget, can_polish, settings.seed,
+                        result.summary, report)
     if searched is not None:
-        searches.finish_searched(searched, result.summary, reinforced, hp.samples_per_update, policy_best, confirm,
+        searches.finish_searched(searched, result.summary, budget, hp.samples_per_update, policy_best, confirm,
                                  run_dir)
     outcome = TrainOutcome(run_dir, result.summary, result.interrupted, "seq2seq", searched=searched,
                            reinforced=reinforced)

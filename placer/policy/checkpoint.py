@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from placer.errors import PlacerError
+from placer.policy.summary_file import FILENAME as FILENAME_SUMMARY, RunSummary
 
 FORMAT = "placer.checkpoint/1"
 FILENAME = "checkpoint.pt"
@@ -29,14 +30,19 @@ def save_atomically(data: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def save_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
-    """summary.json in the run folder, written atomically: a resume reads it back (the polish's
-    record), and a Ctrl-C while it is written must leave the previous one whole."""
-    path = Path(run_dir) / "summary.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+def save_json(path: Path, data: dict[str, Any]) -> Path:
+    """A JSON file written atomically: a Ctrl-C while it is written leaves the previous one whole."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
     return path
+
+
+def save_summary(run_dir: Path, summary: RunSummary) -> Path:
+    """summary.json in the run folder, its one writer (`RunSummary.to_dict`), written atomically: a
+    resume reads it back."""
+    return save_json(Path(run_dir) / FILENAME_SUMMARY, summary.to_dict())
 
 
 def save_checkpoint(run_dir: Path, data: dict[str, Any]) -> Path:

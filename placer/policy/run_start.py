@@ -22,7 +22,9 @@ from placer.costmodel.profile import Profile
 from placer.errors import PlacerError
 from placer.graph.grouping import Grouping
 from placer.placement import Placement
+from placer.policy.budget import POLISH, SampleBudget
 from placer.policy.checkpoint import save_atomically
+from placer.policy.summary_file import RunSummary
 from placer.policy.search_warm_start import SearchedStart
 from placer.policy.warm_start import WarmStart
 
@@ -108,6 +110,31 @@ class RunStart:
         self.data["warm"] = asdict(warm)   # its grouping as a dict too
         self.keep_grouping(warm.grouping)
 
+    # --- the samples ---
+
+    def budget(self, total: int | None, polish: float) -> SampleBudget:
+        """The run's sample ledger (`placer.policy.budget`) for a session given `total` samples:
+        what every phase drew in earlier sessions stays counted. A folder from before the ledger
+        was kept here has its earlier polish in summary.json."""
+        saved = self.data.get("budget")
+        if saved is None:
+            record = _summary(self.run_dir).get("polish") or {}
+            self.data["polish"] = record or None
+            saved = {"drawn": {POLISH: record["samples"]}} if record.get("samples") else None
+        return SampleBudget.resumed(saved, total, polish)
+
+    def keep_budget(self, budget: SampleBudget, polish: dict[str, Any] | None = None) -> None:
+        """The ledger as it stands, with the polish's record once it has started (what `--resume`
+        needs to count an earlier polish once)."""
+        self.data["budget"] = budget.to_dict()
+        if polish is not None:
+            self.data["polish"] = dict(polish)
+        self._save()
+
+    @property
+    def polish_record(self) -> dict[str, Any] | None:
+        return self.data.get("polish")
+
     # --- local search ---
 
     def searched(self, total: int) -> SearchedStart | None:
@@ -140,13 +167,16 @@ class RunStart:
         self._save()
 
 
+def _summary(run_dir: Path) -> dict[str, Any]:
+    """The learner's figures in the run's summary.json (`RunSummary.details`), {} where there is none."""
+    summary = RunSummary.read(run_dir)
+    return summary.details if summary is not None else {}
+
+
 def _from_summary(run_dir: Path) -> dict[str, Any]:
     """What a run folder made before `start.pt` existed kept of its local search in summary.json:
     its budget (retraced from the start, the same search) and REINFORCE's update size."""
-    import json
-
-    summary = run_dir / "summary.json"
-    searched = (json.loads(summary.read_text()).get("local_search_warm_start") or {}) if summary.is_file() else {}
+    searched = _summary(run_dir).get("local_search_warm_start") or {}
     if "budget" not in searched:
         return {}
     return {"search_progress": {"budget": searched["budget"], "state": None},

@@ -21,6 +21,7 @@ from placer.measure.measurement import Measurer, OpensPlacements, ReportsOnWorke
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
 from placer.policy.checkpoint import save_summary
+from placer.policy.summary_file import RunSummary
 from placer.policy.phases import REAL, SIMULATED
 from placer.policy.run_state import CONVERGED_ENTROPY, TrainState
 from placer.policy.session import TrainingSession, describe_protocol
@@ -89,7 +90,7 @@ def _time_of(m: dict[str, Any]) -> float | None:
 
 
 def write_outputs(session: TrainingSession, interrupted: bool,
-                  confirmed: dict[str, Any] | None = None) -> tuple[Placement, dict[str, Any]]:
+                  confirmed: dict[str, Any] | None = None) -> tuple[Placement, RunSummary]:
     """placement.json (the best placement), greedy_placement.json and summary.json (the best
     against the single devices: the side-by-side figures of the confirmation when there is one,
     else those of training)."""
@@ -129,7 +130,7 @@ def write_outputs(session: TrainingSession, interrupted: bool,
     sim = state.simulated if state.simulated else (
         {"samples": state.samples, "best": state.best, "single_device": state.single_device}
         if state.phase == SIMULATED else None)
-    summary = {
+    summary = RunSummary.from_dict({
         "graph": graph.source, "graph_sha256": graph.sha256, "devices": devices,
         "groups": n_groups, "grouping": grouping.method, "group_members": grouping.groups,
         # What the reported figures (best, single devices, speedup) were measured with.
@@ -168,7 +169,7 @@ def write_outputs(session: TrainingSession, interrupted: bool,
         "learning_curve": [{k: h.get(k, REAL) if k == "phase" else h[k]
                             for k in ("samples", "phase", "best_step_time", "sampled_step_time")}
                            for h in state.history],
-    }
+    }, learner="seq2seq")
     save_summary(run_dir, summary)
     return placement, summary
 
@@ -217,7 +218,7 @@ def _learning_figures(state: TrainState, n_groups: int, confirmed: dict[str, Any
             "warm_start": state.warm_start}
 
 
-def log_result(run_dir: Path, summary: dict[str, Any]) -> None:
+def log_result(run_dir: Path, summary: RunSummary) -> None:
     """The run's reported figures (real ones when confirmed) as TensorBoard scalars at the last step."""
     from torch.utils.tensorboard import SummaryWriter
 

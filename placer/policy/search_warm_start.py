@@ -19,7 +19,7 @@ from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
 from placer.placement import Placement
 from placer.placers.base import Caps
-from placer.policy.budget import learner_share
+from placer.policy.budget import REINFORCE, SampleBudget
 from placer.policy.warm_start import WarmStart, warm_start_from
 
 SOURCE = "local_search"
@@ -37,11 +37,6 @@ class SearchedStart:
     samples: int           # placements it simulated (its starting candidates included)
     local_optimum: bool    # False: it stopped because the budget was spent
 
-    @property
-    def left(self) -> int:
-        """The run's samples local search left to the learner."""
-        return max(0, self.total - self.samples)
-
     def record(self) -> dict:
         """What summary.json keeps of it."""
         info = self.placement.extra["placer"]
@@ -52,7 +47,7 @@ class SearchedStart:
 
     def exhausted_text(self) -> str | None:
         """The plain sentence of a run whose local search left nothing to learn with, else None."""
-        if self.left > 0:
+        if self.total > self.samples:
             return None
         return (f"local search used all {self.budget} samples without reaching a local optimum; "
                 "no samples were left to learn with")
@@ -75,14 +70,14 @@ def search_warm_start(graph: OpGraph, devices: list[str], cost: CostModel, caps:
     return SearchedStart(warm, placement, samples, total or samples, info["simulated"], info["local_optimum"])
 
 
-def reinforce_share(left: int, polish: float, per_update: int, devices: int, resumed: bool = False) -> tuple[int, int]:
-    """How many of the `left` samples REINFORCE gets, and its samples per update: what the polish
-    share leaves. Every placement the trainer simulates counts (`counts_evaluations`): each of the
-    `devices` single devices first, then per update its samples and the greedy placement, so it
-    stops where the next of those would not fit, and the rest goes to the polish. One smaller
-    update when a whole one does not fit (at least 2 samples: a batch's advantages need two
-    rewards), unless `resumed` (a resumed run keeps its update size)."""
-    target = learner_share(left, polish)
+def reinforce_share(budget: SampleBudget, per_update: int, devices: int, resumed: bool = False) -> tuple[int, int]:
+    """How many samples REINFORCE gets of what local search left (`budget`'s allowance, the polish's
+    share taken), and its samples per update. Every placement the trainer simulates counts
+    (`counts_evaluations`): each of the `devices` single devices first, then per update its samples
+    and the greedy placement, so it stops where the next of those would not fit, and the rest goes
+    to the polish. One smaller update when a whole one does not fit (at least 2 samples: a batch's
+    advantages need two rewards), unless `resumed` (a resumed run keeps its update size)."""
+    target = budget.allowance(REINFORCE)
     room = target - devices   # for the updates, each with its greedy placement
     if room >= per_update + 1 or resumed:
         return target, per_update

@@ -32,6 +32,7 @@ from placer.policy.run_state import TrainState
 from placer.policy.run_summary import confirm_side_by_side, log_result, write_outputs
 from placer.policy.seq2seq import Seq2SeqPolicy
 from placer.policy.session import RewardSources, TrainingSession
+from placer.policy.summary_file import RunSummary
 from placer.policy.warm_start import WarmStart
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class TrainResult:
     """What a run produced: the best placement and how it compares with single devices."""
 
     placement: Placement
-    summary: dict[str, Any]
+    summary: RunSummary
     interrupted: bool
     policy: Seq2SeqPolicy | None = None
     env: PlacementEnv | None = None

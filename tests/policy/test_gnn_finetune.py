@@ -220,3 +220,29 @@ def test_a_polishing_fine_tune_resumes_to_the_samples_it_is_given_and_refuses_wh
                  tmp_path / "run", LearnConfig(), resume=True, budget_s=5.0, log=lambda text: None)
     with pytest.raises(PlacerError, match="fewer than the 4 placements"):
         run(episode, tmp_path / "tiny", samples=3)
+
+
+@pytest.mark.parametrize("phase", ["polish", "greedy end"])
+def test_a_fine_tune_cut_in_a_later_phase_resumes_to_where_an_uninterrupted_one_ends(tmp_path, episode, monkeypatch,
+                                                                                     phase, ctrl_c_raises):
+    """Ctrl-C in the phases after learning (the polish, the policy's greedy chains at the end): the
+    resumed run draws the samples each phase had left, and ends as the uncut run does."""
+    episode = dataclasses.replace(episode, best_assign=None)   # so that the polish finds moves
+    whole, _ = run(episode, tmp_path / "whole", polish=0.5)
+    # the polish is its only call; the greedy chains at the end are place_episode's second (the start's first)
+    name, press_at = ("polish_best", 1) if phase == "polish" else ("place_episode", 2)
+    original, calls = getattr(finetune_module, name), []
+
+    def pressed(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == press_at:
+            signal.raise_signal(signal.SIGINT)   # held until the phase is whole where it defers Ctrl-C
+        return original(*args, **kwargs)
+    monkeypatch.setattr(finetune_module, name, pressed)
+    cut, _ = run(episode, tmp_path / "cut", polish=0.5)
+    assert cut.interrupted
+    monkeypatch.undo()
+    resumed, _ = run(episode, tmp_path / "cut", resume=True)
+    assert not resumed.interrupted and resumed.samples == whole.samples == SAMPLES
+    for key in ("best_step_time", "best_source", "greedy_step_time", "curve", "polish", "samples_by_phase"):
+        assert resumed.summary.get(key) == whole.summary.get(key), key

@@ -30,8 +30,9 @@ import torch
 
 from placer.errors import PlacerError
 from placer.placement import Placement
-from placer.policy.budget import learner_share
+from placer.policy.budget import FINE_TUNE, GREEDY_END, POLISH, ZERO_SHOT, SampleBudget
 from placer.policy.checkpoint import load_checkpoint, save_checkpoint, save_summary
+from placer.policy.summary_file import RunSummary
 from placer.policy.gnn.checkpoint import save_policy
 from placer.policy.gnn.closing import closing_figures, closing_placements, fastest_placement, measure_closing
 from placer.policy.gnn.episode import Episode
@@ -59,8 +60,8 @@ class FinetuneState:
     seconds: float = 0.0
     curve: list[dict[str, Any]] = field(default_factory=list)
     zero_shot: dict[str, Any] | None = None   # the policy's zero-shot placement, measured again at the end
-    polish_share: float = 0.0   # of the samples the start leaves, the share that polishes (0: no polish)
-    start_samples: int = 0      # the samples the zero-shot start simulated
+    # the sample ledger (`SampleBudget.to_dict`): what each phase drew, and the polish's share
+    budget: dict[str, Any] = field(default_factory=dict)
     polish: dict[str, Any] | None = None   # what the polish did, once it has run
 
     def consider(self, placement: Placement, step_time: float, source: str) -> None:
@@ -76,7 +77,7 @@ class FinetuneResult:
     zero_shot_step_time: float
     best_step_time: float
     greedy_step_time: float
-    summary: dict[str, Any]
+    summary: RunSummary
     interrupted: bool = False
 
 
@@ -113,10 +114,10 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.lr)
     identity = {"learner": LEARNER, **(identity or {}), "reward": rewards.reward, "seed": seed,
                 "learning": config.to_dict()}
-    # the simulated rounds of the policy's greedy chains at the end count too: kept out of learning's share
-    end = samples - _greedy_cost(policy, episode, rewards) if samples is not None else None
-    if end is not None and end < 0:
-        raise PlacerError(f"--samples {samples} is fewer than the {samples - end} placements the policy's greedy "
+    # the simulated rounds of the policy's greedy chains at the end count too: set aside before learning
+    greedy_cost = _greedy_cost(policy, episode, rewards)
+    if samples is not None and samples < greedy_cost:
+        raise PlacerError(f"--samples {samples} is fewer than the {greedy_cost} placements the policy's greedy "
                           "chains at the end simulate: give more --samples")
     if polish and (rewards.reward == REAL or samples is None):
         raise PlacerError("the fine-tune's polish moves in the simulator within a sample count: it needs "
@@ -126,9 +127,18 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
         log(f"resumed {run_dir} at {state.samples} samples")
     else:
         state = _start(policy, episode, rewards, chains)
-        state.polish_share = polish
-    if state.polish_share and samples is None:   # a resumed polishing run given a time budget alone
+    # the ledger for this session's --samples (a resume may give more); the polish's share is the run's
+    budget = SampleBudget.resumed(state.budget, samples, state.budget.get("polish", polish))
+    budget.reserve(GREEDY_END, greedy_cost)
+    if budget.polish and samples is None:   # a resumed polishing run given a time budget alone
         raise PlacerError("this fine-tune polishes within a sample count: resume it with --samples N")
+    end = samples - greedy_cost if samples is not None else None   # where the polish ends
+
+    def draw(phase: str, n: int) -> None:
+        budget.draw(phase, n)
+        state.samples, state.budget = budget.spent, budget.to_dict()
+
+    draw(FINE_TUNE, 0)
     writer = SummaryWriter(str(run_dir), purge_step=state.samples if resume else None)
 
     def checkpoint() -> None:
@@ -144,13 +154,12 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
     started = saved = time.monotonic()
     started -= state.seconds
     interrupted = False
-    # REINFORCE's share ends where the polish's begins (worked out again on resume, from this --samples)
-    until = min(end, state.start_samples + learner_share(max(0, end - state.start_samples), state.polish_share)) \
-        if end is not None else None
     try:
-        while (until is None or state.samples < until) and \
+        # REINFORCE's share ends where the polish's begins (worked out again on resume, from this --samples)
+        while (samples is None or budget.remaining(FINE_TUNE) > 0) and \
                 (budget_s is None or time.monotonic() - started < budget_s):
-            batch = config if until is None else _last_batch(config, until - state.samples, policy.config.rounds)
+            batch = config if samples is None else _last_batch(config, budget.remaining(FINE_TUNE),
+                                                               policy.config.rounds)
             if batch is None:   # too few samples left for a batch of two: stop within --samples
                 break
             before = generator.get_state()
@@ -161,7 +170,7 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
                 raise
             with deferred_interrupt():       # the update and its bookkeeping whole, or not at all
                 stats = update(policy, optimizer, [episode], [r], config)
-                state.samples += r.actions.shape[0] * r.actions.shape[1]
+                draw(FINE_TUNE, r.actions.shape[0] * r.actions.shape[1])
                 k, j = np.unravel_index(np.argmin(r.costs), r.costs.shape)
                 if r.costs[k, j] < config.failure_ratio:
                     state.consider(episode.placement(r.actions[k, j]), float(r.costs[k, j] * state.scale), "sampled")
@@ -173,9 +182,9 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
                 checkpoint()
                 saved = time.monotonic()
         out_of_time = budget_s is not None and time.monotonic() - started >= budget_s
-        if state.polish_share and not out_of_time and (state.polish or {}).get("end", -1) < end:
+        if budget.polish and not out_of_time and (state.polish or {}).get("end", -1) < end:
             with deferred_interrupt():   # seconds of simulation: whole, or not at all
-                polish_best(episode, state, end - state.samples, seed)
+                draw(POLISH, polish_best(episode, state, budget.remaining(POLISH), seed))
                 state.seconds = time.monotonic() - started
             writer.add_scalar("charts/best_step_time", state.best_step_time, state.samples)
     except KeyboardInterrupt:
@@ -188,7 +197,7 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
         try:
             greedy = place_episode(policy, episode, keep_heuristic=False)   # the policy as it ends: what it learned
             if rewards.reward != REAL:   # its rounds were simulated (measured ones count as the yardstick's do)
-                state.samples += greedy.extra["placer"]["simulated"]
+                draw(GREEDY_END, greedy.extra["placer"]["simulated"])
             greedy_time = rewards.placed(greedy)
             state.consider(greedy, greedy_time, "greedy")
             if rewards.reward == REAL:   # simulated figures are exact: nothing to measure again
@@ -225,16 +234,16 @@ def _start(policy, episode: Episode, rewards, chains: int = 0) -> FinetuneState:
                           "against; give the devices more memory (mem= caps), or use --policy seq2seq")
     curve = [{"samples": spent, "best_step_time": zero_shot_time}] if math.isfinite(zero_shot_time) else []
     state = FinetuneState(zero_shot_time, heuristic, scale, zero_shot.to_dict(), zero_shot_time, samples=spent,
-                          curve=curve, zero_shot=zero_shot.to_dict(), start_samples=spent)
+                          curve=curve, zero_shot=zero_shot.to_dict())
     placement = episode.heuristic_placement()
     if placement is not None and heuristic < zero_shot_time:
         # as `placer place` and the per-graph learner's warm start: never hand a user a placement slower
         # than the heuristic already computed; the learning and the polish go on from the faster one
         if rewards.reward != REAL:   # its simulation counts as a sample (a measured one counts as the yardstick's)
             state.samples += 1
-            state.start_samples += 1
         placement.extra = {"placer": {"name": episode.best_name}}
         state.consider(placement, heuristic, f"the best list heuristic ({episode.best_name})")
+    state.budget = {"drawn": {ZERO_SHOT: state.samples}}
     return state
 
 
@@ -244,11 +253,12 @@ def _greedy_cost(policy, episode: Episode, rewards) -> int:
     return 0 if rewards.reward == REAL else greedy_chains(episode) * policy.config.rounds
 
 
-def polish_best(episode: Episode, state: FinetuneState, samples: int, seed: int) -> None:
+def polish_best(episode: Episode, state: FinetuneState, samples: int, seed: int) -> int:
     """Local search's moves (`placers.local_search.improve`) from the best placement so far, on the
     policy's groups (split where the best heuristic cuts them) and then single ops, within
-    `samples` simulated placements, each counted and each improvement put on the curve at the
-    sample it was found: the policy's placement polished, as the per-graph learner's is."""
+    `samples` simulated placements, each improvement put on the curve at the sample it was found:
+    the policy's placement polished, as the per-graph learner's is. Returns the placements it
+    simulated, for the caller to count."""
     from placer.placers.base import training_of
     from placer.placers.local_search import improve
 
@@ -262,7 +272,7 @@ def polish_best(episode: Episode, state: FinetuneState, samples: int, seed: int)
     for simulated, step_time in found.curve:   # each move taken: faster than the best so far
         state.samples = spent + simulated
         state.curve.append({"samples": state.samples, "best_step_time": step_time})
-    state.samples = spent + found.simulated
+    state.samples = spent
     if found.curve:
         nodes = {n: devices[int(k)] for n, k in zip(episode.graph.nodes, found.assign)}
         state.best, state.best_step_time = Placement(list(devices), nodes, graph_sha256=episode.graph.sha256,
@@ -275,6 +285,7 @@ def polish_best(episode: Episode, state: FinetuneState, samples: int, seed: int)
                     "from_s": before, "to_s": found.step_time,
                     "group_moves": found.group_moves, "node_moves": found.node_moves,
                     "local_optimum": found.local_optimum}
+    return found.simulated
 
 
 def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generator, rewards) -> FinetuneState:
@@ -285,7 +296,20 @@ def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generato
     generator.set_state(data["rng"]["sampler"])
     torch.set_rng_state(data["rng"]["torch"])
     rewards.load_state(data["rewards"])
-    return FinetuneState(**data["state"])
+    return FinetuneState(**_with_ledger(data["state"]))
+
+
+def _with_ledger(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's state with its sample ledger: one written before the ledger was kept counted
+    the zero-shot start and the polish share on their own, and the rest in `samples`."""
+    if "budget" in state:
+        return state
+    state = dict(state)
+    start, polish = state.pop("start_samples", 0), state.pop("polish_share", 0.0)
+    polished = (state.get("polish") or {}).get("samples", 0)
+    state["budget"] = {"polish": polish, "drawn": {ZERO_SHOT: start, FINE_TUNE: state["samples"] - start - polished,
+                                                   POLISH: polished}}
+    return state
 
 
 def _close(rewards, episode: Episode, state: FinetuneState, greedy: Placement):
@@ -298,7 +322,7 @@ def _close(rewards, episode: Episode, state: FinetuneState, greedy: Placement):
 
 
 def _summary(state: FinetuneState, episode: Episode, rewards, greedy_time: float, interrupted: bool,
-             run_info: dict[str, Any] | None, closing: dict[str, Any] | None = None) -> dict[str, Any]:
+             run_info: dict[str, Any] | None, closing: dict[str, Any] | None = None) -> RunSummary:
     """summary.json: the figures (None where a placement failed), which reward made them and how many samples;
     after closing rounds their figures, training's own under "during_training"."""
     def figure(t: float) -> float | None:
@@ -311,11 +335,12 @@ def _summary(state: FinetuneState, episode: Episode, rewards, greedy_time: float
     confirmed = {"confirmed_side_by_side": False} if rewards.reward == REAL else {}
     if closing is not None:
         confirmed = {**closing_figures(closing), "during_training": training}
-    return {**(run_info or {}), "reward": rewards.reward, "simulated": rewards.reward != REAL,
+    return RunSummary.from_dict({**(run_info or {}), "reward": rewards.reward, "simulated": rewards.reward != REAL,
             "samples": state.samples, "samples_by_reward": {REAL: 0, SIMULATED: 0, rewards.reward: state.samples},
-            **rewards.counts(), "seconds": round(state.seconds, 1), "interrupted": interrupted,
+            "samples_by_phase": SampleBudget.from_dict(state.budget).by_phase(ZERO_SHOT, FINE_TUNE, POLISH, GREEDY_END),
+            **rewards.counts(), "wall_time_s": round(state.seconds, 1), "interrupted": interrupted,
             **training, "best_heuristic": episode.best_name, "curve": state.curve,
-            **({"polish": state.polish} if state.polish else {}), **confirmed}
+            **({"polish": state.polish} if state.polish else {}), **confirmed}, learner="graph policy")
 
 
 def _last_batch(config: LearnConfig, left: int, rounds: int) -> LearnConfig | None:

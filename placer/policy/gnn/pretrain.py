@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from placer.errors import PlacerError
-from placer.policy.checkpoint import save_summary
+from placer.policy.checkpoint import save_json
 from placer.policy.gnn.checkpoint import load_checkpoint, save_policy
 from placer.policy.gnn.episode import Episode, make_episode
 from placer.policy.gnn.learn import LearnConfig, update
@@ -177,5 +177,5 @@ def pretrain(run_dir: Path, items: list[Any], held_out: list[Any], config: Pretr
                "held_out_from_nothing_worst_ratio": float(np.max(alone)) if alone else None,
                "held_out_mean_ratio_to_best_baseline": float(np.mean(to_baseline)) if to_baseline else None,
                "held_out_worst_ratio_to_best_baseline": float(np.max(to_baseline)) if to_baseline else None}
-    save_summary(run_dir, summary)
+    save_json(Path(run_dir) / "summary.json", summary)
     return PretrainResult(done, samples, spent, rows, summary)
