@@ -4,7 +4,6 @@ settings they make. Light to import: `placer --help` loads every command module.
 from __future__ import annotations
 
 import argparse
-import functools
 
 from placer.errors import PlacerError
 from placer.jobs import settings
@@ -44,32 +43,30 @@ def add_cluster_arg(parser, help: str) -> None:
 
 def ignored_on_cluster(parser: argparse.ArgumentParser, *options: str) -> None:
     """Mark `options` (already added) as doing nothing when --cluster is hardware this machine is
-    not, so that `refuse_ignored_on_cluster` refuses them there instead of dropping them silently:
-    each one typed on the command line is noted in the parsed arguments, whatever its value (its
-    default typed out, `--blocks 3` to compare, does nothing there either)."""
-    for option in options:
-        action = parser._option_string_actions[option]
-        action.__class__ = _noted(type(action), option)
-    parser.set_defaults(_ignored_on_cluster=options, _given_ignored_on_cluster=())
+    not, so that `refuse_ignored_on_cluster` refuses them there instead of dropping them silently.
+    Their parsed value is None (False for a flag) where they were not typed, so that one typed shows
+    whatever its value (its default typed out, `--blocks 3` to compare, does nothing there either);
+    `option` reads each one with its default."""
+    defaults = {_dest(o): parser.get_default(_dest(o)) for o in options}
+    parser.set_defaults(**{d: None for d, value in defaults.items() if value is not False},
+                        _ignored_on_cluster=options, _untyped_defaults=defaults)
 
 
-@functools.cache
-def _noted(kind: type, option: str) -> type:
-    """The argparse action class `kind` that also notes `option` as typed (`ignored_on_cluster`)."""
-    def __call__(self, parser, namespace, values, option_string=None):
-        kind.__call__(self, parser, namespace, values, option_string)
-        namespace._given_ignored_on_cluster = (*getattr(namespace, "_given_ignored_on_cluster", ()), option)
-    return type(kind.__name__, (kind,), {"__call__": __call__})
+def option(args: argparse.Namespace, dest: str):
+    """The value of the option `dest`: as typed, else its default (`ignored_on_cluster`)."""
+    value = getattr(args, dest)
+    return getattr(args, "_untyped_defaults", {}).get(dest) if value is None else value
+
+
+def _dest(option_string: str) -> str:
+    return option_string.lstrip("-").replace("-", "_")
 
 
 def refuse_ignored_on_cluster(args: argparse.Namespace) -> None:
     """A `PlacerError` in one line naming the options `ignored_on_cluster` marked that were typed on
     the command line, when every figure is simulated (`simulated_only`): they would do nothing."""
-    if not hardware_settings(args).simulated_only:
-        return
-    typed = set(getattr(args, "_given_ignored_on_cluster", ()))
-    given = [o for o in getattr(args, "_ignored_on_cluster", ()) if o in typed]
-    if given:
+    given = [o for o in getattr(args, "_ignored_on_cluster", ()) if getattr(args, _dest(o)) not in (None, False)]
+    if given and hardware_settings(args).simulated_only:
         raise PlacerError(f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} nothing on cluster "
                           f"{args.cluster!r}: nothing runs or is measured there, every figure is simulated from "
                           f"its datasheet figures; drop {'it' if len(given) == 1 else 'them'}")
@@ -99,7 +96,7 @@ def step_settings(args: argparse.Namespace) -> settings.StepSettings:
     return settings.StepSettings(getattr(args, "objective", "inference"), getattr(args, "loss", "mse"),
                                  getattr(args, "targets", None), getattr(args, "optimizer", "sgd"),
                                  getattr(args, "micro_batches", 1), getattr(args, "schedule", "1f1b"),
-                                 getattr(args, "engine", "torch"))
+                                 option(args, "engine") if hasattr(args, "engine") else "torch")
 
 
 def placement_settings(args: argparse.Namespace) -> settings.PlacementSettings:
@@ -166,8 +163,8 @@ def rounds_from_args(args: argparse.Namespace, seed: int = 0):
     """The `RoundsProtocol` of add_rounds_args' options."""
     from placer.measure.rounds import RoundsProtocol
 
-    return RoundsProtocol(warmup=args.warmup, min_rounds=args.min_rounds, max_rounds=args.max_rounds,
-                          max_seconds=args.max_seconds, precision=args.precision, seed=seed, blocks=args.blocks)
+    given = {d: option(args, d) for d in ("warmup", "min_rounds", "max_rounds", "max_seconds", "precision", "blocks")}
+    return RoundsProtocol(**given, seed=seed)
 
 
 def print_table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:

@@ -9,8 +9,8 @@ import sys
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
                                    add_pipeline_args, add_rounds_args, check_writable, hardware_settings,
-                                   ignored_on_cluster, model_settings, refuse_ignored_on_cluster, rounds_from_args,
-                                   step_settings)
+                                   ignored_on_cluster, model_settings, option, refuse_ignored_on_cluster,
+                                   rounds_from_args, step_settings)
 HELP = "measure every baseline placer (and a learned placement) side by side"
 
 
@@ -79,8 +79,8 @@ def compare_settings(args: argparse.Namespace):
                            placers=tuple(p.strip() for p in args.placers.split(",") if p.strip()),
                            include_rl=args.include_rl, include_placement=tuple(args.include_placement),
                            samples=args.samples, seed=args.seed, rounds=rounds_from_args(args, args.seed),
-                           timeout_s=args.timeout, refresh_profile=args.refresh_profile, out=args.out,
-                           history=not args.no_history, history_dir=args.history_dir, plot=not args.no_plot)
+                           timeout_s=option(args, "timeout"), refresh_profile=args.refresh_profile, out=args.out,
+                           history=not args.no_history, history_dir=option(args, "history_dir"), plot=not args.no_plot)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from placer.commands.common import (add_devices_arg, add_engine_arg, add_graph_args, add_objective_args,
                                     add_pipeline_args, check_writable, hardware_settings, ignored_on_cluster,
-                                    model_settings, refuse_ignored_on_cluster, step_settings)
+                                    model_settings, option, refuse_ignored_on_cluster, step_settings)
 from placer.errors import PlacerError
 from placer.policy.hparams import Hyperparameters
 from placer.policy.phases import DEFAULT_REAL_FRACTION, REWARDS
@@ -141,8 +141,9 @@ def settings_from_args(args: argparse.Namespace):
     return TrainSettings(model_settings(args), hardware_settings(args), step_settings(args), samples=args.samples,
                          budget_s=budget_s, run_dir=Path(args.run_dir) if args.run_dir else None, resume=args.resume,
                          seed=args.seed, policy=args.policy, reward=args.reward, real_fraction=args.real_fraction,
-                         polish=args.polish, groups=args.groups, grouping=args.grouping, warmup=args.warmup,
-                         repeats=args.repeats, timeout=args.timeout, cost_model=args.cost_model,
+                         polish=args.polish, groups=args.groups, grouping=args.grouping, warmup=option(args, "warmup"),
+                         repeats=option(args, "repeats"), timeout=option(args, "timeout"),
+                         cost_model=option(args, "cost_model"),
                          refresh_profile=args.refresh_profile, workers=args.workers, ray_address=args.ray_address,
                          closing_comparison=not args.no_compare, progress=not args.no_progress, learning=learning)
 
