@@ -185,3 +185,11 @@ def test_the_engine_check_sees_a_plan_that_builds_torch_callables():
     graph = import_graph()
     graph.add_edge("placer.program.training_plan", "placer.engines.torch.backward")
     assert "placer.engines.torch.backward" in engines_reached(graph, "placer.costmodel.simulator")
+
+COMMANDS_MOST_LINES = 1200
+
+
+def test_the_cli_stays_thin():
+    """`placer.commands` parses arguments and prints: the jobs and their texts live below it."""
+    lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "commands").glob("*.py"))
+    assert lines < COMMANDS_MOST_LINES, f"placer/commands/ has {lines} lines; move work below it (placer.jobs)"
