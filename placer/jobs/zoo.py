@@ -78,4 +78,5 @@ def export(settings: ExportSettings) -> ExportResult:
     except OSError as exc:
         raise PlacerError(f"cannot write {path}: {exc.strerror or exc}; choose another -o PATH") from exc
     seconds = time.perf_counter() - start
-    return ExportResult(path, path.stat().st_size, seconds)
+    data = path.with_name(path.name + ".data")   # a model over 2 GiB keeps its weights beside it
+    return ExportResult(path, path.stat().st_size + (data.stat().st_size if data.is_file() else 0), seconds)
