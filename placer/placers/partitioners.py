@@ -18,6 +18,7 @@ backward and updates, a crossing tensor's time its copy forward and its gradient
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,12 +30,30 @@ from placer.placers.base import (Caps, _touched_tensors, does_not_fit, make_plac
 from placer.costmodel.training_costs import TrainingStepCosts
 
 
-def stages(work: np.ndarray, cut: np.ndarray | None = None, memory: np.ndarray | None = None,
+@dataclass(frozen=True)
+class StageMemory:
+    """What a stage of nodes i..j-1 holds at its peak: `held[v]` for each of its nodes, for the whole
+    step (weights; a training step's saved tensors and optimizer state), plus the most any one of
+    its nodes finds alive while it runs, `live[t]` for the node at position t of the topological
+    order (the tensors made at or before it and read at or after it: freed after their last reader)."""
+
+    held: np.ndarray
+    live: np.ndarray
+
+    def ending_at(self, j: int) -> np.ndarray:
+        """The peak of each stage i..j-1, for i = 0..j-1."""
+        held = np.concatenate([[0.0], np.cumsum(self.held[:j])])
+        live = np.maximum.accumulate(self.live[:j][::-1])[::-1] if j else np.zeros(0)
+        return held[j] - held[:j] + live
+
+
+def stages(work: np.ndarray, cut: np.ndarray | None = None, memory: np.ndarray | StageMemory | None = None,
            caps: list[float] | None = None, every_device: bool = False) -> tuple[list[int], float]:
     """Contiguous stages of nodes 0..n-1, stage k on device k: (device index per node, the
     slowest stage's time). `work[v, d]`: node v's time on device d; `cut[i, d]`: the time of
-    moving onto device d what crosses between nodes i-1 and i (a stage of its own); `memory[v]`
-    what node v holds; `caps[d]`. `every_device`: no device left empty.
+    moving onto device d what crosses between nodes i-1 and i (a stage of its own); `memory`
+    what a stage holds (a `StageMemory`, or `memory[v]` what node v holds throughout); `caps[d]`.
+    `every_device`: no device left empty.
 
     best[k, j] is the least slowest stage of nodes 0..j-1 on devices 0..k-1; its last stage
     starts at some i < j (or device k-1 is empty: i = j), so best[k, j] is the least over i of
@@ -44,7 +63,8 @@ def stages(work: np.ndarray, cut: np.ndarray | None = None, memory: np.ndarray |
     prefix = np.vstack([np.zeros((1, D)), np.cumsum(work, axis=0)])
     cut = np.zeros((n, D)) if cut is None else cut.copy()
     cut[0] = 0.0   # nothing crosses into the first stage
-    held = np.concatenate([[0.0], np.cumsum(memory if memory is not None else np.zeros(n))])
+    if not isinstance(memory, StageMemory):
+        memory = StageMemory(np.zeros(n) if memory is None else np.asarray(memory, dtype=float), np.zeros(n))
     caps = caps or [math.inf] * D
     best = np.full((D + 1, n + 1), np.inf)
     best[0, 0] = 0.0
@@ -56,7 +76,7 @@ def stages(work: np.ndarray, cut: np.ndarray | None = None, memory: np.ndarray |
             # an inf - inf (a node that cannot run on d) is nan: such a stage is impossible
             cost = np.maximum(np.maximum(best[k - 1, :j], np.nan_to_num(prefix[j, d] - prefix[:j, d], nan=np.inf)),
                               cut[:j, d])
-            cost[held[j] - held[:j] > caps[d]] = np.inf
+            cost[memory.ending_at(j) > caps[d]] = np.inf
             if j and np.isfinite(cost).any():
                 start[k, j] = int(np.argmin(cost))
                 best[k, j] = cost[start[k, j]]
@@ -92,14 +112,37 @@ def _cuts(graph: OpGraph, devices: list[str], cost: CostModel) -> np.ndarray:
                       for d in devices] for b in crossing], dtype=float)
 
 
-def _memory(graph: OpGraph, cost: CostModel | None) -> np.ndarray:
-    """What each node holds with nothing freed: every tensor its steps read or write (a training
-    step's gradients and saved activations too) and its parameters' optimizer state; a tensor
-    several nodes share counts for each, so a stage's sum bounds the executor's accounting."""
+def _memory(graph: OpGraph, cost: CostModel | None) -> StageMemory:
+    """What a stage holds. A training step: each node everything its steps read or write (its
+    gradients and saved activations too) and its parameters' optimizer state, nothing freed (a
+    tensor several nodes share counts for each), which bounds the executor's accounting. Inference:
+    each node's weights for the whole step, and the activations alive at each node, freed after
+    their last reader as the simulator frees them (a graph output kept to the end)."""
     program = cost.program if isinstance(cost, TrainingStepCosts) else None
-    touches, held = _touched_tensors(graph, program)
-    size = program.size if program is not None else (lambda t: graph.tensors[t].nbytes if t in graph.tensors else 0)
-    return np.array([held.get(n, 0) + sum(size(t) for t in touches[n]) for n in graph.nodes], dtype=float)
+    if program is not None:
+        touches, held = _touched_tensors(graph, program)
+        return StageMemory(np.array([held.get(n, 0) + sum(program.size(t) for t in touches[n]) for n in graph.nodes],
+                                    dtype=float), np.zeros(len(graph.nodes)))
+    return StageMemory(np.array([node.param_bytes for node in graph.nodes.values()], dtype=float),
+                       _live_activations(graph))
+
+
+def _live_activations(graph: OpGraph) -> np.ndarray:
+    """live[t]: the bytes of the tensors alive while the node at position t runs, in topological
+    order: made at or before t (a graph input from the start) and read at or after t (a graph
+    output to the end). Weights are held apart (`StageMemory.held`)."""
+    n = len(graph.nodes)
+    position = {name: i for i, name in enumerate(graph.nodes)}
+    outputs = {o.name for o in graph.outputs}
+    delta = np.zeros(n + 1)
+    made = {t: position[name] for name, node in graph.nodes.items() for t in node.outputs if t}
+    made.update((i.name, 0) for i in graph.inputs)
+    for t, first in made.items():
+        readers = [position[r] for r in graph.consumers.get(t, ()) if r in position]
+        last = n - 1 if t in outputs else max(readers, default=first)
+        delta[first] += graph.tensors[t].nbytes if t in graph.tensors else 0
+        delta[last + 1] -= graph.tensors[t].nbytes if t in graph.tensors else 0
+    return np.cumsum(delta)[:n]
 
 
 def _place(graph: OpGraph, devices: list[str], name: str, work: np.ndarray, cut: np.ndarray | None = None,

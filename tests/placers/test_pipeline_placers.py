@@ -123,3 +123,17 @@ def test_partitions_are_contiguous_stages_of_the_topological_order(name):
 def test_pipeline_dp_refuses_what_no_partition_fits(uneven):
     with pytest.raises(PlacerError, match="mem="):
         pipeline_dp(uneven, DEVICES, AnalyticCostModel(DEVICES), {"cpu:0": 1000, "cpu:1": 1000})
+
+
+def test_pipeline_dp_no_longer_refuses_stages_that_fit_once_activations_are_freed():
+    """Eight layers whose activations (16 MiB each) dwarf their weights, on two devices of 80 MiB:
+    counting each tensor once per reader and freeing nothing, no stage fits; freed after their last
+    reader, as the simulator frees them, two stages fit, and the simulator agrees they do."""
+    graph = load_graph(chain_model([64] * 9, batch=65536))
+    caps = {d: 80 * 2**20 for d in DEVICES}
+    cost = AnalyticCostModel(DEVICES)
+    placement = pipeline_dp(graph, DEVICES, cost, caps)
+    assert set(placement.nodes.values()) == set(DEVICES)   # both devices are used: neither holds it all
+    sim = Simulator(graph, DEVICES, cost, mem_caps=[caps[d] for d in DEVICES])
+    result = sim.simulate([DEVICES.index(placement.nodes[n]) for n in graph.nodes])
+    assert result.failure is None and max(result.peak_memory) <= caps["cpu:0"]
