@@ -36,8 +36,9 @@ def run(args: argparse.Namespace) -> int:
                                  args.split))
     cluster = result.cluster
     if args.output:
-        counts = ", ".join(f"{d} {n}" for d, n in result.placement.device_counts().items())
-        print(f"wrote {args.output}: {len(result.graph.nodes)} nodes placed ({counts})"
+        counts = result.device_counts()
+        print(f"wrote {args.output}: {sum(counts.values())} nodes placed "
+              f"({', '.join(f'{d} {n}' for d, n in counts.items())})"
               + (f" for cluster {cluster.name} ({', '.join(cluster.device_names)})" if cluster else ""))
     if args.split:
         print(f"wrote {len(result.split_devices)} stage models to {args.split} "

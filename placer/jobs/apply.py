@@ -44,6 +44,14 @@ class ApplyResult:
     split_index: Path | None
     split_devices: list[str]
     ort_layer_settings: str
+    written: dict[str, str] | None = None   # node -> device of every node in the file, Constant weights too
+
+    def device_counts(self) -> dict[str, int]:
+        """How many of the file's nodes each device holds: they add up to the nodes placed."""
+        counts = {d: 0 for d in self.placement.devices}
+        for device in (self.written or self.placement.nodes).values():
+            counts[device] += 1
+        return counts
 
 
 def apply(settings: ApplySettings) -> ApplyResult:
@@ -78,4 +86,6 @@ def apply(settings: ApplySettings) -> ApplyResult:
     if settings.split:
         index = write_split(placed, placement, graph, settings.split)
         devices = [stage["device"] for stage in json.loads(index.read_text())["stages"]]
-    return ApplyResult(placement, graph, cluster, index, devices, ort_layer_settings(placement))
+    # a Constant weight, folded into its reader in `graph`, is a node of the file on its reader's device
+    written = {**placement.nodes, **graph.constant_devices(placement.nodes)}
+    return ApplyResult(placement, graph, cluster, index, devices, ort_layer_settings(placement), written)

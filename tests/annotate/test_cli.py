@@ -110,3 +110,22 @@ def test_measure_runs_the_placement_stored_by_apply(tmp_path, diamond_file, plac
     assert main(["measure", "--graph", str(out), "--warmup", "0", "--repeats", "1", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["placement"] == {"cpu:0": 7, "cpu:1": 2} and result["ok"] and result["step_time"] > 0
+
+
+def test_apply_counts_the_nodes_it_places_as_its_devices_do(tmp_path, capsys):
+    """A Constant weight is a node of the file, placed with its reader: the total counts it as the
+    per-device figures do."""
+    from onnx import TensorProto, helper
+
+    weight = helper.make_node("Constant", [], ["c"], name="weight",
+                              value=helper.make_tensor("c", TensorProto.FLOAT, [4], [1.0, 2.0, 3.0, 4.0]))
+    nodes = [weight, helper.make_node("Add", ["x", "c"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "placed.onnx"
+    assert main(["apply", "--graph", str(model), "--device", "cpu:0", "-o", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == f"wrote {out}: 3 nodes placed (cpu:0 3)"
+    assert len(onnx.load(out).graph.node) == 3
