@@ -1,5 +1,6 @@
-"""A fake of the devices for the graph policy's fine-tune with measured rewards: deterministic
-figures in training, set step times in the closing rounds, and a record of what ran when."""
+"""Deterministic fakes of the devices: for the graph policy's fine-tune with measured rewards
+(`Machine`: set figures in training, set step times in the closing rounds, a record of what ran
+when), and a measurer that stops a run at a set measurement (`StopAfter`)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,17 @@ class Machine:
                 pass
 
         return Run()
+
+
+class StopAfter:
+    """A measurer that raises `exc` on its n-th measurement: Ctrl-C, or a measurer that cannot go on
+    (a pool with no worker left)."""
+
+    def __init__(self, inner, n: int, exc: BaseException) -> None:
+        self.inner, self.devices, self.left, self.exc = inner, inner.devices, n, exc
+
+    def measure(self, placement):
+        self.left -= 1
+        if self.left == 0:
+            raise self.exc
+        return self.inner.measure(placement)

@@ -31,8 +31,9 @@ def register(subparsers) -> None:
                     "placer took; rows that moved outside their interval of the previous run are noted. A "
                     "control row measures the best single device twice; ONNX Runtime on the whole model is a "
                     "row too. "
-                    "Saves compare.csv, compare.json and a bar chart compare.png (matplotlib) in --out; "
-                    "--json prints what compare.json holds instead of the table.")
+                    "Saves the whole table (table.txt), compare.csv, compare.json and a bar chart compare.png "
+                    "(matplotlib) in --out, and ends with a summary of at most 10 lines (placer -v compare ... "
+                    "prints the whole table too); --json prints what compare.json holds instead.")
     add_graph_args(parser)
     add_devices_arg(parser)
     add_objective_args(parser)
@@ -84,8 +85,9 @@ def compare_settings(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compare, print the table (or the JSON) and where it was saved."""
-    from placer.evaluate.report import comparison_json, format_table
+    """Compare, then print its summary (the whole table too with placer -v; --json: what
+    compare.json holds instead) and where it was saved."""
+    from placer.evaluate.report import TABLE, closing_lines, comparison_json
     from placer.jobs.compare import compare
 
     refuse_ignored_on_cluster(args)
@@ -95,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
     if settings.history_folder is not None:
         check_writable(settings.history_folder, "--history-dir", folder=True)
     result = compare(settings, report=lambda text: print(text, file=sys.stderr))
-    print(comparison_json(result.comparison) if args.json else format_table(result.comparison),
-          end="" if args.json else "\n")
     for note in result.profile_drift:
         print(f"note: {note}", file=sys.stderr)
-    print(f"saved {', '.join(str(p) for p in result.saved)}", file=sys.stderr if args.json else sys.stdout)
+    print(f"saved {', '.join(str(p) for p in result.saved)}", file=sys.stderr)
+    if args.json:
+        print(comparison_json(result.comparison), end="")
+    else:   # the whole table is in the output folder; its summary last
+        print("\n".join(closing_lines(result.comparison, settings.out_dir / TABLE, args.verbose)))
     return 0

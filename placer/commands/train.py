@@ -177,8 +177,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_seq2seq(outcome, settings, verbose: bool = False) -> int:
     """The seq2seq run's figures, then its closing comparison's table."""
-    from placer.evaluate.report import format_table, summary_lines
-    from placer.jobs.train import TABLE
+    from placer.evaluate.report import TABLE, closing_lines
     from placer.policy.run_summary import speedup_text
 
     s, run_dir = outcome.summary, outcome.run_dir
@@ -213,10 +212,7 @@ def _print_seq2seq(outcome, settings, verbose: bool = False) -> int:
     print(s.get("note") or _convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
     if outcome.comparison is not None:   # its whole table in the run folder (and with -v); its summary last
-        table = run_dir / "compare" / TABLE
-        if verbose:
-            print(format_table(outcome.comparison))
-        print("\n".join(summary_lines(outcome.comparison, table)))
+        print("\n".join(closing_lines(outcome.comparison, run_dir / "compare" / TABLE, verbose)))
     return 0
 
 

@@ -45,6 +45,7 @@ from placer.costmodel.protocol import CostModel
 from placer.measure.measurer import RealMeasurer
 from placer.program.pipeline import Pipeline
 from placer.costmodel.profile import Profile
+from placer.measure.progress import Progress, rounds_progress, rounds_text
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.program.training import TrainingSpec
 from placer.placement import Placement
@@ -140,11 +141,12 @@ def _earliest_finish(graph: OpGraph, devices: list[str], cost: CostModel) -> lis
 def check_and_calibrate(graph: OpGraph, devices: Sequence[Device | str], profile: Profile,
                         retake: Callable[[], Profile], measurer: RealMeasurer,
                         protocol: CalibrationProtocol = CALIBRATION,
-                        training: TrainingSpec | None = None, pipelined: RealMeasurer | None = None) -> Profile:
+                        training: TrainingSpec | None = None, pipelined: RealMeasurer | None = None,
+                        progress: Progress | None = None) -> Profile:
     """`profile` (or a retaken one) with its `calibration` set, flagged when its single-device
     steps stay more than `protocol.tolerance` off the measured ones after `protocol.retakes`.
     `pipelined`: a measurer of the same steps pipelined (its `pipeline`), for the contiguous split's
-    pipelined step."""
+    pipelined step. `progress` hears when the rounds start, and of them now and then."""
     from placer.costmodel.profiled import ProfiledCostModel
 
     names = [d.name for d in as_devices(devices)]
@@ -154,9 +156,13 @@ def check_and_calibrate(graph: OpGraph, devices: Sequence[Device | str], profile
         placements = calibration_placements(graph, names, raw, protocol.seed)
         # with a pipelined measurer: the contiguous split also as a pipelined step (two devices or more)
         piped = [(PIPELINED, dict(placements)["contiguous"])] if pipelined is not None and len(names) > 1 else []
+        if progress is not None:
+            progress.start(f"calibrating the simulator on whole-graph runs: {len(placements) + len(piped)} "
+                           f"placements in {rounds_text(protocol.rounds)}")
         result = measure_in_rounds([Candidate(label, partial(measurer.open, p)) for label, p in placements] +
                                    [Candidate(label, partial(pipelined.open, p)) for label, p in piped],
-                                   protocol.rounds)
+                                   protocol.rounds,
+                                   progress=rounds_progress(progress, "calibrating") if progress else None)
         measured = {label: m.step_time for label, m in result.measurements.items() if m.ok}
         singles = _class_medians({d: measured.get(f"single:{d}") for d in names}, classes)
         off = {c: singles[c] / _class_step(profile, classes, c) - 1.0 for c in singles}

@@ -26,7 +26,7 @@ import torch
 
 from placer.costmodel.calibration import (CALIBRATION, PIPELINED_MICRO_BATCHES, CalibrationProtocol,
                                           check_and_calibrate)
-from placer.costmodel.profile import PROFILE_PROTOCOL, Profile, device_classes, spread_transfers
+from placer.costmodel.profile import PROFILE_PROTOCOL, PROFILE_SETTLE, Profile, device_classes, spread_transfers
 from placer.costmodel.profiled import ProfiledCostModel
 from placer.costmodel.profiler import profile_graph
 from placer.costmodel.reuse_check import stale_by
@@ -36,6 +36,7 @@ from placer.engines.failures import KERNEL_ERROR
 from placer.graph.feeds import generated_inputs, generated_note
 from placer.graph.opgraph import OpGraph
 from placer.measure.measurer import MeasureProtocol, measurer_for
+from placer.measure.progress import Progress, Report
 from placer.program.pipeline import Pipeline
 from placer.program.training import TrainingSpec
 
@@ -52,7 +53,8 @@ def profiled_cost_model(graph: OpGraph, devices: Sequence[Device], *, cache_dir:
               refresh: bool = False, feeds: dict[str, np.ndarray] | None = None,
               training: TrainingSpec | None = None, protocol: MeasureProtocol = PROFILE_PROTOCOL,
               calibration: CalibrationProtocol | None = CALIBRATION, engine: str = "torch",
-              check_cached: bool = False, **profile_kwargs) -> ProfiledCostModel:
+              check_cached: bool = False, report: Report = log.info, shortcut: str = "",
+              **profile_kwargs) -> ProfiledCostModel:
     """The profiled costs of `graph` on `devices`: from the cache, else measured now and cached.
 
     With `training` (or a protocol of the training objective) the profile is of a training step
@@ -62,7 +64,11 @@ def profiled_cost_model(graph: OpGraph, devices: Sequence[Device], *, cache_dir:
     not, e.g. for a quick look); with `check_cached` (the commands), a cached profile the devices
     no longer match is taken again. With `engine` "onnxruntime" every figure is ONNX Runtime's
     (the same profiler, in that engine), so the simulator, the bound and the placers optimise its costs.
+    `report` hears what it does: a line when profiling, the check of a cached profile or the
+    calibration starts (profiling's with `shortcut`, the option that skips it), then now and then how
+    far along it is (`placer.measure.progress`).
     """
+    progress = Progress(report)
     if training is None and protocol.objective == "training":
         training = TrainingSpec()   # a training protocol without a spec: the default loss and optimizer
     protocol = replace(protocol, objective="training" if training is not None else "inference")
@@ -74,12 +80,12 @@ def profiled_cost_model(graph: OpGraph, devices: Sequence[Device], *, cache_dir:
     if path.is_file() and not refresh:
         profile = _read(path, graph, devs)
         if profile is not None and not (check_cached and calibration and _stale(graph, devs, profile, engine, protocol, feeds,
-                                                               training, calibration, profile_kwargs)):
+                                                               training, calibration, profile_kwargs, progress)):
             log.info("profile of %s on %s read from %s", graph.source or "the graph", [d.name for d in devs], path)
             return ProfiledCostModel(profile, path, from_cache=True)
-    log.info("profiling %s on %s (every node on every device)", graph.source or "the graph", [d.name for d in devs])
+    progress.start(_profiling_text(graph, devs, protocol, profile_kwargs.get("settle", PROFILE_SETTLE), shortcut))
     take = partial(profile_graph, graph, devs, feeds=feeds, protocol=protocol, training=training, engine=engine,
-                   **profile_kwargs)
+                   progress=progress, **profile_kwargs)
     profile = take()
     missing = [d for d in profile.devices if d in profile.failures]
     if len(missing) == len(profile.devices):
@@ -91,7 +97,7 @@ def profiled_cost_model(graph: OpGraph, devices: Sequence[Device], *, cache_dir:
         make = partial(measurer_for, engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
                        prepared=profile_kwargs.get("prepared"), training=training)
         profile = check_and_calibrate(graph, devs, profile, take, make(), calibration, training,
-                                      pipelined=make(pipeline=Pipeline(PIPELINED_MICRO_BATCHES)))
+                                      pipelined=make(pipeline=Pipeline(PIPELINED_MICRO_BATCHES)), progress=progress)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -100,6 +106,16 @@ def profiled_cost_model(graph: OpGraph, devices: Sequence[Device], *, cache_dir:
     except OSError as exc:
         log.warning("could not cache the profile in %s (%s); it will be measured again next time", path, exc)
     return ProfiledCostModel(profile, path)
+
+
+def _profiling_text(graph: OpGraph, devs: list[Device], protocol: MeasureProtocol, settle, shortcut: str) -> str:
+    """The line that says profiling starts: what, how long it may take, that it is cached, what skips it."""
+    classes = len(set(device_classes(devs).values()))
+    rounds = (f"until its medians settle (at most {max(protocol.repeats, settle.max_rounds)} rounds or "
+              f"{settle.max_seconds:g} s)" if settle is not None else f"for {protocol.repeats} rounds")
+    return (f"profiling every op of {graph.source or 'the graph'} on {', '.join(d.name for d in devs)}: "
+            f"{len(graph.nodes)} ops on {classes} class{'es' if classes > 1 else ''} of identical devices, each "
+            f"{rounds}; cached for the next run" + (f" ({shortcut})" if shortcut else ""))
 
 
 def default_cache_dir() -> Path:
@@ -142,14 +158,15 @@ def _given_key(given: dict[str, np.ndarray]) -> dict[str, str]:
     return {"given_inputs": digest.hexdigest()}
 
 
-def _stale(graph, devs, profile, engine, protocol, feeds, training, calibration, profile_kwargs) -> bool:
+def _stale(graph, devs, profile, engine, protocol, feeds, training, calibration, profile_kwargs,
+           progress: Progress | None = None) -> bool:
     """A cached profile whose devices now run the whole graph, alone or split as a few of its
     calibration placements, more than the tolerance off what its calibration predicts is stale
     (`placer.costmodel.reuse_check`): said in one line, and profiled again."""
     make = partial(measurer_for, engine, graph, devs, replace(protocol, warmup=0, repeats=1), feeds=feeds,
                    prepared=profile_kwargs.get("prepared"), training=training)
     off = stale_by(graph, devs, profile, make(), calibration, training,
-                   pipelined=partial(make, pipeline=Pipeline(PIPELINED_MICRO_BATCHES)))
+                   pipelined=partial(make, pipeline=Pipeline(PIPELINED_MICRO_BATCHES)), progress=progress)
     if off:
         log.warning("the cached profile is stale: %s; profiling again", off.note())
     return bool(off)

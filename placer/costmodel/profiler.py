@@ -48,6 +48,7 @@ from placer.graph.feeds import step_feeds
 from placer.graph.opgraph import OpGraph
 from placer.kernels.prepare import PreparedGraph
 from placer.measure.measurer import MeasureProtocol
+from placer.measure.progress import Progress
 from placer.placement import Placement
 from placer.program.training import TrainingSpec
 
@@ -60,12 +61,12 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
                   prepared: PreparedGraph | None = None,
                   transfer_sizes: tuple[int, ...] = TRANSFER_SIZES,
                   training: TrainingSpec | None = None, settle: Settle | None = PROFILE_SETTLE,
-                  engine: str = "torch") -> Profile:
+                  engine: str = "torch", progress: Progress | None = None) -> Profile:
     """Time every step on each class of identical devices in `engine`, and transfers between the
     classes; every member of a class gets the class's figures. Rounds go on until `settle` says
     the medians are stable (None: exactly the protocol's `repeats`). With the protocol's objective
     "training" the steps are those of a training step with `training`'s loss and optimizer
-    (default: `TrainingSpec()`)."""
+    (default: `TrainingSpec()`). `progress` hears of the rounds now and then."""
     if training is not None and protocol.objective != "training":
         raise PlacerError("a training step's loss and optimizer were given to an inference protocol; "
                           "profile with MeasureProtocol(objective='training')")
@@ -81,7 +82,7 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
     classes = device_classes(devs)
     by_class, rounds = {}, {}
     for cls, members in _members(devs, classes).items():
-        times, step, failure, rounds[cls] = _profile_class(graph, runner, members, devs, protocol, settle)
+        times, step, failure, rounds[cls] = _profile_class(graph, runner, members, devs, protocol, settle, progress)
         by_class[cls] = times, step, failure
     # every step some class ran (a class that failed has no figures: its steps are inf there)
     steps = list(dict.fromkeys([*graph.nodes, *(s for times, _, _ in by_class.values() for s in times)]))
@@ -108,12 +109,13 @@ def profile_graph(graph: OpGraph, devices: Sequence[Device | str],
 
 
 def _profile_class(graph: OpGraph, engine: Engine, members: list[Device], devs: list[Device],
-                   protocol: MeasureProtocol, settle: Settle | None
+                   protocol: MeasureProtocol, settle: Settle | None, progress: Progress | None = None
                    ) -> tuple[dict[str, float], float, str | None, dict[str, Any]]:
     """Per-step and whole-step medians of the class, each round on the next member in turn, until
     they settle; and how many rounds that took. A round is one traced step (every node timed) and
     one plain step (the whole step as a placement runs: timing each node costs time too)."""
     used = members[:protocol.repeats]   # a member that would get no timed round is not started
+    most = max(protocol.repeats, settle.max_rounds) if settle is not None else protocol.repeats
     steps: list[float] = []
     figures: list[tuple[float, float]] = []   # (whole-step median, sum of node medians) after each round
     try:
@@ -134,6 +136,9 @@ def _profile_class(graph: OpGraph, engine: Engine, members: list[Device], devs: 
                 if settle is not None:
                     figures.append((statistics.median(steps), sum(_node_medians(runs, protocol.warmup).values())))
                 i += 1
+                if progress is not None:
+                    progress(f"profiling {', '.join(d.name for d in used)}: round {i} of at most {most}, "
+                             f"{time.perf_counter() - start:.0f} s")
             medians = _node_medians(runs, protocol.warmup)
     except ExecutionFailure as exc:
         log.info("profiling on %s failed (%s): %s", [d.name for d in used], exc.failure, exc)

@@ -36,6 +36,7 @@ from placer.costmodel.simulator import Simulator
 from placer.devices import Device, as_devices
 from placer.graph.opgraph import OpGraph
 from placer.measure.intervals import Interval, median_interval
+from placer.measure.progress import Progress, rounds_progress, rounds_text
 from placer.measure.rounds import Candidate, RoundsProtocol, measure_in_rounds
 from placer.placement import Placement
 from placer.program.training import TrainingSpec
@@ -75,11 +76,12 @@ class Staleness:
 
 def stale_by(graph: OpGraph, devices: Sequence[Device | str], profile: Profile, measurer,
              protocol: CalibrationProtocol = CALIBRATION, training: TrainingSpec | None = None,
-             pipelined: Callable[[], Any] | None = None) -> Staleness:
+             pipelined: Callable[[], Any] | None = None, progress: Progress | None = None) -> Staleness:
     """What of a cached, calibrated `profile` the devices no longer give, from each device alone
     and a few of its calibration splits measured in interleaved rounds (`reuse_rounds`) with
     `measurer` (`pipelined`: makes the measurer of the pipelined split, when it is one of them).
-    Only what is surely more than `protocol.tolerance` off counts. Nothing for a profile never calibrated."""
+    Only what is surely more than `protocol.tolerance` off counts. Nothing for a profile never calibrated.
+    `progress` hears when the rounds start, and of them now and then."""
     calibration = profile.calibration or {}
     singles = calibration.get("single_step_times")
     if not singles:
@@ -92,7 +94,12 @@ def stale_by(graph: OpGraph, devices: Sequence[Device | str], profile: Profile, 
     pipelined_measurer = pipelined() if PIPELINED in splits else None
     candidates += [Candidate(label, partial((pipelined_measurer if label == PIPELINED else measurer).open, p))
                    for label, (p, _) in splits.items()]
-    result = measure_in_rounds(candidates, reuse_rounds(protocol))
+    rounds = reuse_rounds(protocol)
+    if progress is not None:
+        progress.start(f"checking the cached profile on the devices: {len(candidates)} placements in "
+                       f"{rounds_text(rounds)}")
+    result = measure_in_rounds(candidates, rounds,
+                               progress=rounds_progress(progress, "checking the profile") if progress else None)
     # a class is off only when the whole 95% interval of its devices' rounds (pooled) lies beyond
     # the tolerance: a few rounds of a small graph are noisy, and a retake costs a minute
     pooled: dict[str, list[float]] = {}

@@ -29,6 +29,7 @@ from placer.measure.intervals import FASTER, TIED, Interval, speedup_verdict, ve
 from placer.costmodel.lower_bound import LowerBound, check_bound, lower_bound
 from placer.engines.protocol import PlacedRun
 from placer.measure.measurement import Measurement, Measurer, OpensPlacements
+from placer.measure.progress import Progress, rounds_progress, rounds_text
 from placer.measure.rounds import Candidate, RoundsProtocol, RoundsResult, measure_in_rounds
 from placer.program.training import TrainingSpec
 from placer.costmodel.training_costs import TrainingStepCosts
@@ -127,6 +128,7 @@ class Comparison:
     verdicts: list[dict[str, Any]] = field(default_factory=list)   # the headline pairs, see `headline_verdicts`
     notes: list[str] = field(default_factory=list)   # one line each: caps hit, noise, what to use instead
     history: dict[str, Any] | None = None    # against the previous run, see `placer.evaluate.history`
+    instead: list[str] = field(default_factory=list)   # whole-model rows faster than every placement: use them
 
     def row(self, name: str) -> CompareRow | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -137,7 +139,8 @@ class Comparison:
                 "best_single_device": self.best_single, "fastest": self.fastest,
                 "micro_batches": self.micro_batches, "best_single_device_step_time_s": self.best_single_step_time,
                 "learning_vs_random_search": self.learning, "rounds": self.rounds, "control": self.control,
-                "verdicts": self.verdicts, "notes": self.notes, "history": self.history, "info": self.info,
+                "verdicts": self.verdicts, "use_instead": self.instead, "notes": self.notes, "history": self.history,
+                "info": self.info,
                 "rows": [{**r.to_dict(), "throughput_per_s": self.throughput(r)} for r in self.rows]}
 
     def throughput(self, row: CompareRow) -> float | None:
@@ -229,12 +232,13 @@ CONTROL_TOLERANCE = 0.03
 
 def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostModel, rows: list[CompareRow],
             caps: Caps | None = None, progress=None, training: TrainingSpec | None = None,
-            rounds: RoundsProtocol = RoundsProtocol(), pipeline=None) -> Comparison:
+            rounds: RoundsProtocol = RoundsProtocol(), pipeline=None, shortcut: str = "") -> Comparison:
     """Measure every row's placement (in interleaved rounds when `measurer` can `open` placements,
     with a control row), predict it, and set it against the best single device, the whole machine,
     the fastest row and the bound; with `training`, predictions and the bound are of the training
     step (`measurer` must measure training steps too), with `pipeline` of the pipelined step (and
-    every row gets its throughput). `progress(text)` hears of each round."""
+    every row gets its throughput). `progress(text)` hears when the rounds start (with `shortcut`,
+    the option that shortens them) and how far along they are, now and then."""
     from placer.costmodel.simulator import Simulator
 
     caps = dict(caps or {})
@@ -253,10 +257,12 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
         record = measurer.run_record()   # how a step is run (the rounds' record says how it was timed)
         candidates = [Candidate(r.name, r.opener, r.run_record) if r.opener else
                       Candidate(r.name, partial(measurer.open, r.placement), record) for r in measured]
+        told = Progress(progress) if progress is not None else None
+        if told is not None:
+            told.start(f"measuring {len(candidates)} placements side by side: {rounds_text(rounds)}"
+                       + (f" ({shortcut})" if shortcut else ""))
         result = measure_in_rounds(candidates, rounds, reference=twin.placer if twin else None,
-                                   progress=None if progress is None else
-                                   lambda k, res: progress(f"round {k}: {len(candidates)} placements, "
-                                                           f"{res.seconds:.0f} s"))
+                                   progress=rounds_progress(told, "side by side") if told is not None else None)
         for r in measured:
             r.measurement = result.measurements[r.name]
     else:   # a simulated or analytic measurer: deterministic, one measurement each
@@ -294,7 +300,9 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
         placed = {r.name: r.step_time for r in ok if r.opener is None}   # on these devices: the bound holds
         comparison.notes = [n for n in (result.cap_note(), _noise_note(comparison.control, rounds.precision),
                                         check_bound(bound, placed, rounds.precision))
-                            if n] + _what_to_use(comparison, speedup)
+                            if n]
+        comparison.instead = _faster_than_placements(comparison, speedup)
+        comparison.notes += [_instead_note(comparison, name) for name in comparison.instead]
     return comparison
 
 
@@ -334,26 +342,46 @@ def _speedup(result: RoundsResult | None, row: CompareRow, reference: CompareRow
 
 
 def control_check(comparison: Comparison, speedup, precision: float) -> dict[str, Any] | None:
-    """The control row against its twin: their paired ratio, and whether it is within
-    `CONTROL_TOLERANCE` of 1 (the same placement measured twice must agree)."""
+    """The control row against its twin: their paired ratio, whether it is within
+    `CONTROL_TOLERANCE` of 1 (the same placement measured twice must agree), whether its interval
+    is within `precision`, and the verdict the table and the notes both read (`control_verdict`)."""
     control = comparison.row(CONTROL)
     twin = comparison.row(control.placer) if control is not None else None
     if control is None or twin is None or control.step_time is None or twin.step_time is None:
         return None
     ratio = speedup(control, twin)
-    return {"twin": twin.name, "ratio": ratio.to_dict(), "difference": abs(ratio.value - 1.0),
-            "agrees": abs(ratio.value - 1.0) <= CONTROL_TOLERANCE,
-            "within_precision": ratio.relative_half_width <= precision}
+    check = {"twin": twin.name, "ratio": ratio.to_dict(), "difference": abs(ratio.value - 1.0),
+             "agrees": abs(ratio.value - 1.0) <= CONTROL_TOLERANCE,
+             "within_precision": ratio.relative_half_width <= precision, "precision": precision}
+    return {**check, "verdict": control_verdict(check)}
+
+
+# What the control says: the one source of the table's control line and of the noise note.
+AGREES, IMPRECISE, DISAGREES = "agrees", "agrees, imprecise", "disagrees"
+
+
+def control_verdict(control: dict[str, Any]) -> str:
+    """`AGREES` (within the tolerance, interval within the precision), `IMPRECISE` (within the
+    tolerance, interval wider than the precision asked) or `DISAGREES` (beyond the tolerance)."""
+    if not control["agrees"]:
+        return DISAGREES
+    return AGREES if control["within_precision"] else IMPRECISE
 
 
 def _noise_note(control: dict[str, Any] | None, precision: float) -> str | None:
-    """One line when the control shows the machine noisier than the requested precision allows."""
-    if control is None or (control["agrees"] and control["within_precision"]):
+    """One line when the control shows the machine noisier than the requested precision allows,
+    worded by its verdict: a control that agrees is never said to differ."""
+    verdict = control_verdict(control) if control is not None else AGREES
+    if verdict == AGREES:
         return None
-    r = control["ratio"]
-    return (f"noisy measurement: the control and {control['twin']} (the same placement) differ by "
-            f"{control['difference']:.1%} (interval {r['low']:.3f}-{r['high']:.3f}, asked +-{precision:.0%}); "
-            "a quiet machine, more rounds (--max-rounds, --max-seconds) or OMP_WAIT_POLICY=PASSIVE help")
+    r, twin = control["ratio"], control["twin"]
+    interval = f"{r['low']:.3f}-{r['high']:.3f}"
+    said = (f"noisy measurement: the control and {twin} (the same placement) differ by {control['difference']:.1%}, "
+            f"beyond the {CONTROL_TOLERANCE:.0%} they may (interval {interval}, asked +-{precision:.0%})"
+            if verdict == DISAGREES else
+            f"imprecise measurement: the control agrees with {twin} (the same placement) within "
+            f"{CONTROL_TOLERANCE:.0%}, but its interval {interval} is wider than the +-{precision:.0%} asked")
+    return f"{said}; a quiet machine, more rounds (--max-rounds, --max-seconds) or OMP_WAIT_POLICY=PASSIVE help"
 
 
 def profile_drift_notes(comparison: Comparison, cached: bool) -> list[str]:
@@ -369,18 +397,30 @@ def profile_drift_notes(comparison: Comparison, cached: bool) -> list[str]:
     return notes
 
 
-def _what_to_use(comparison: Comparison, speedup) -> list[str]:
-    """Plain words when a placement is not worth it: one device with all the cores, or ONNX Runtime
-    on the whole model, faster than every placement on the compared devices (beyond the noise)."""
-    placed = [r for r in comparison.rows if r.step_time is not None and r.opener is None and r.name != CONTROL]
-    if not placed:
-        return []
-    best = min(placed, key=lambda r: r.step_time)
-    return [f"{row.name} ({row.note}) is faster than every placement on {', '.join(comparison.devices)}: "
+def _placements(comparison: Comparison) -> list[CompareRow]:
+    """The rows that ran and are placements on the compared devices: no control, no whole-model row."""
+    return [r for r in comparison.rows if r.step_time is not None and r.opener is None and r.name != CONTROL]
+
+
+def best_placement(comparison: Comparison) -> CompareRow | None:
+    """The placement with the lowest median (`_placements`), or None when none ran."""
+    return min(_placements(comparison), key=lambda r: r.step_time, default=None)
+
+
+def _faster_than_placements(comparison: Comparison, speedup) -> list[str]:
+    """The rows a user runs instead of a placement (one device with all the cores, ONNX Runtime on
+    the whole model) that are faster than every placement on the compared devices, beyond the noise."""
+    placed = _placements(comparison)
+    return [row.name for row in comparison.rows if row.opener is not None and row.step_time is not None
+            and placed and all(speedup_verdict(speedup(row, r)) == FASTER for r in placed)]
+
+
+def _instead_note(comparison: Comparison, name: str) -> str:
+    """Plain words when a placement is not worth it: row `name` is faster than every placement."""
+    row, best = comparison.row(name), best_placement(comparison)
+    return (f"{row.name} ({row.note}) is faster than every placement on {', '.join(comparison.devices)}: "
             f"{row.step_time * 1e3:.1f} ms against the best placement's ({best.name}) {best.step_time * 1e3:.1f} ms; "
-            "use it instead of a placement"
-            for row in comparison.rows if row.opener is not None and row.step_time is not None
-            and all(speedup_verdict(speedup(row, r)) == FASTER for r in placed)]
+            "use it instead of a placement")
 
 
 def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow | None) -> list[dict[str, Any]]:
@@ -389,7 +429,9 @@ def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow |
     the best baseline placer (by paired speedup over the best single device), the best single
     device, the whole machine as one device and ONNX Runtime."""
     ok = [r for r in rows if r.step_time is not None]
-    placers = [r for r in ok if r.placer not in ("learned", INCLUDED, "single", CONTROL) and r.opener is None]
+    # the control row's placer names its twin: it is no placer of its own
+    placers = [r for r in ok if r.placer not in ("learned", INCLUDED, "single") and r.name != CONTROL
+               and r.opener is None]
     best_placer = min(placers, key=partial(_paired_order, speedup, best_single)) if placers else None
     learned = [r for r in ok if r.placer == "learned"]
     # the run's placement.json, what `placer apply` takes: the placement a user gets from the run

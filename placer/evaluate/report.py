@@ -1,5 +1,5 @@
-"""`placer compare`'s output: the comparison as a text table, compare.json, compare.csv, one
-placement file per row and a bar chart compare.png (matplotlib)."""
+"""`placer compare`'s output: the comparison as a text table and as a summary of at most ten lines,
+compare.json, compare.csv, one placement file per row and a bar chart compare.png (matplotlib)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from placer.measure.intervals import RESOLUTION, Interval, format_interval, format_ratio, verdict_words
-from placer.evaluate.compare import CONTROL_TOLERANCE, Comparison
+from placer.evaluate.compare import (AGREES, CONTROL_TOLERANCE, DISAGREES, IMPRECISE, Comparison, best_placement,
+                                     control_verdict)
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def format_table(comparison: Comparison) -> str:
             ("respects" if r.respects_memory else "ignores")
         tied = "-" if r.step_time is None else ("fastest" if r.name == comparison.fastest
                                                 else r.vs_fastest_verdict or "")
-        lines.append([r.name, _with_interval(r.step_time, m.interval if m is not None else None)] +
+        lines.append([r.name, _row_time(r)] +
                      ([_num(comparison.throughput(r), 1, 1)] if pipelined else []) + [format_interval(r.vs_best_single)] + ([format_interval(r.vs_whole_machine)] if has_whole else []) +
                      [tied, _num(r.ratio_to_lower_bound, 1, 2, "x"), _num(r.predicted_step_time, 1e3, 2)] +
                      ([_num(r.proven_gap, 100, 1, "%")] if gaps else []) + peaks +
@@ -62,13 +63,11 @@ def format_table(comparison: Comparison) -> str:
                       + (f"; stopped at the {r['capped']} cap" if r["capped"] else ""))
     if comparison.control:
         c = comparison.control
-        footer.append(f"control: {c['twin']} measured twice, ratio {c['ratio']['value']:.3f} "
-                      f"[{c['ratio']['low']:.3f}, {c['ratio']['high']:.3f}]: "
-                      + ("agrees" if c["agrees"] else "DISAGREES") + f" (within {CONTROL_TOLERANCE:.0%} asked)")
-    for v in comparison.verdicts:
-        footer.append(_verdict_line(v))
+        footer.append(control_line(c))
+    word = figures_word(comparison)
+    footer += [_verdict_line(v, word) for v in comparison.verdicts]
     if comparison.learning:
-        footer.append(_learning_line(comparison.learning))
+        footer.append(_learning_line(comparison, word))
     protocol = comparison.info.get("protocol", {})
     if pipelined:
         footer.append(f"step = {comparison.micro_batches} micro-batches pipelined through the placement "
@@ -92,29 +91,83 @@ def format_table(comparison: Comparison) -> str:
     return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(l) for l in lines] + [""] + footer)
 
 
+def control_line(control: dict[str, Any]) -> str:
+    """'control: single:cpu:0 measured twice, ratio 1.004 [0.991, 1.017]: agrees (within 3% asked)',
+    in the words of its verdict (`control_verdict`), which the noise note reads too."""
+    r, verdict = control["ratio"], control_verdict(control)
+    said = f"{'DISAGREES' if verdict == DISAGREES else 'agrees'} (within {CONTROL_TOLERANCE:.0%} asked)"
+    if verdict == IMPRECISE:
+        said += f", but its interval is wider than the +-{control['precision']:.0%} asked"
+    return f"control: {control['twin']} measured twice, ratio {r['value']:.3f} [{r['low']:.3f}, {r['high']:.3f}]: {said}"
+
+
 SUMMARY_LINES = 10
+TABLE = "table.txt"   # the whole table, in the output folder beside compare.json
 
 
 def summary_lines(comparison: Comparison, table: str | Path | None = None) -> list[str]:
     """What a comparison says, in at most `SUMMARY_LINES` lines, each figure as the table gives it
     (same row names, same rounding) and labelled simulated or measured: the fastest row, what to
-    use instead of a placement where something beats them all, the headline verdicts with their
-    intervals, what learning is worth, and where the whole table is."""
-    word = "simulated" if comparison.info.get("simulated") or comparison.rounds is None else "measured"
+    use (a placement, or a whole-model row that beats them all), the headline verdicts with their
+    intervals, what learning is worth, the control when it is not clean, and where the whole
+    table (`table`) is."""
+    word = figures_word(comparison)
     lines = []
     fastest = comparison.row(comparison.fastest) if comparison.fastest else None
     if fastest is not None:
-        m = fastest.measurement
-        lines.append(f"fastest: {fastest.name}, {_with_interval(fastest.step_time, m.interval if m else None)} ms "
-                     f"{word}")
-    lines += [note for note in comparison.notes if note.endswith("use it instead of a placement")]
-    lines += [_verdict_line(v) for v in comparison.verdicts]
+        lines.append(f"fastest: {fastest.name}, {_row_time(fastest)} ms {word}")
+    use = _use_line(comparison, word, Path(table).parent if table is not None else None)
+    lines += [use] if use else []
+    lines += [_verdict_line(v, word) for v in comparison.verdicts]
     if comparison.learning:
-        lines.append(_learning_line(comparison.learning))
+        lines.append(_learning_line(comparison, word))
+    if comparison.control and control_verdict(comparison.control) != AGREES:
+        lines.append(control_line(comparison.control))
     lines = lines[:SUMMARY_LINES - 1]
     if table is not None:
-        lines.append(f"every row, with its peak memory, the notes and the control: {table}")
+        lines.append(f"the whole table (every row, peak memory, the notes): {table}")
     return lines
+
+
+def closing_lines(comparison: Comparison, table: str | Path, verbose: bool = False) -> list[str]:
+    """What a command that compared prints last: the whole table with `verbose` (placer -v), then
+    the summary; the table itself is in the output folder (`write_outputs`)."""
+    return ([format_table(comparison), ""] if verbose else []) + summary_lines(comparison, table)
+
+
+def figures_word(comparison: Comparison) -> str:
+    """'simulated' or 'measured': what every figure of `comparison` is."""
+    return "simulated" if comparison.info.get("simulated") or comparison.rounds is None else "measured"
+
+
+def _use_line(comparison: Comparison, word: str, out: Path | None) -> str | None:
+    """'use: ...': a whole-model row where it beats every placement beyond the noise, else the
+    fastest placement (with its file in `out`, when saved there)."""
+    best = best_placement(comparison)
+    if best is None:
+        return None
+    if comparison.instead:
+        row = comparison.row(comparison.instead[0])
+        return (f"use: {row.name}{_figure(comparison, row, word)} instead of a placement: faster than every one, "
+                f"the best of them {best.name}, {_row_time(best)} ms {word} ({row.name}: {row.note})")
+    where = f" ({placement_file(out, best.name)})" if out is not None and best.placement is not None else ""
+    return f"use: the placement of {best.name}{_figure(comparison, best, word)}{where}"
+
+
+def _figure(comparison: Comparison, row, word: str) -> str:
+    """', 12.34 [12.1, 12.5] ms measured', or nothing for the fastest row (its line has said it)."""
+    return "" if row.name == comparison.fastest else f", {_row_time(row)} ms {word}"
+
+
+def placement_file(out: str | Path, name: str) -> Path:
+    """Where `write_outputs` saves row `name`'s placement in folder `out`."""
+    return Path(out) / "placements" / f"{name.replace(':', '_')}.json"
+
+
+def _row_time(row) -> str:
+    """A row's step time as the table's column gives it: '12.34 [12.1, 12.5]' (ms)."""
+    m = row.measurement
+    return _with_interval(row.step_time, m.interval if m is not None else None)
 
 
 def _with_interval(seconds: float | None, interval: dict | None) -> str:
@@ -126,22 +179,26 @@ def _with_interval(seconds: float | None, interval: dict | None) -> str:
     return f"{seconds * 1e3:.2f} [{interval['low'] * 1e3:.1f}, {interval['high'] * 1e3:.1f}]"
 
 
-def _verdict_line(v: dict[str, Any]) -> str:
-    """'learned vs m_sct (the best baseline placer): 1.01x [1.00, 1.02], tied (within 2%)'."""
+def _verdict_line(v: dict[str, Any], word: str) -> str:
+    """'learned vs m_sct (the best baseline placer): 1.01x [1.00, 1.02] measured, tied (within 2%)'."""
     i = v["speedup"]
     said = verdict_words(Interval.from_dict(i))
-    return f"{v['subject']} vs {v['reference']} ({v['what']}): {format_interval(i)}, {said}"
+    return f"{v['subject']} vs {v['reference']} ({v['what']}): {format_interval(i)} {word}, {said}"
 
 
-def _learning_line(worth: dict[str, Any]) -> str:
-    """'learning is worth: learned X ms vs random search (N samples) Y ms: 1.05x [1.02, 1.08], faster'."""
-    learned, searched = worth["learned_step_time_s"] * 1e3, worth["random_search_step_time_s"] * 1e3
+def _learning_line(comparison: Comparison, word: str) -> str:
+    """'learning is worth: learned_greedy, 12.00 ms measured vs random_search (N samples), 12.60 ms
+    measured: 1.05x [1.02, 1.08], the learned placement is faster' (the rows as the table has them)."""
+    worth = comparison.learning
+    learned = comparison.row(worth["learned"])
+    searched = next(r for r in comparison.rows if r.placer == "random_search" and r.step_time is not None)
     interval = worth.get("interval")
     figure = format_interval(interval) if interval and interval["n"] >= 2 else format_ratio(worth["ratio"])
     said = {"faster": "the learned placement is faster", "slower": "random search is faster"}.get(
         worth.get("verdict"), verdict_words(Interval.from_dict(interval)) if interval else worth.get("verdict", ""))
-    return (f"learning is worth: learned {learned:.2f} ms vs random search ({worth['random_search_samples']} "
-            f"samples) {searched:.2f} ms: {figure}" + (f", {said}" if said else ""))
+    return (f"learning is worth: {learned.name}, {_row_time(learned)} ms {word} vs {searched.name} "
+            f"({worth['random_search_samples']} samples), {_row_time(searched)} ms {word}: {figure}"
+            + (f", {said}" if said else ""))
 
 
 def _num(value: float | None, scale: float, digits: int, suffix: str = "") -> str:
@@ -153,11 +210,13 @@ def _short(text: str, limit: int = 60) -> str:
 
 
 def write_outputs(comparison: Comparison, out_dir: str | Path, plot: bool = True) -> list[Path]:
-    """compare.json, compare.csv and (with matplotlib) compare.png in `out_dir`; returns the paths."""
+    """compare.json, compare.csv, the whole text table (`TABLE`) and (with matplotlib) compare.png
+    in `out_dir`; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "compare.json", out / "compare.csv"]
+    paths = [out / "compare.json", out / "compare.csv", out / TABLE]
     paths[0].write_text(comparison_json(comparison))
+    paths[2].write_text(format_table(comparison) + "\n")
     columns = ["name", "placer", "step_time_s", "spread_s", "speedup_vs_best_single", "vs_fastest_verdict",
                "tied_with_fastest",
                "ratio_to_lower_bound",
@@ -173,7 +232,7 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, plot: bool = True
     for r in comparison.rows:
         if r.placement is not None:
             (out / "placements").mkdir(exist_ok=True)
-            r.placement.save(out / "placements" / f"{r.name.replace(':', '_')}.json")
+            r.placement.save(placement_file(out, r.name))
     if plot:
         try:
             paths.append(plot_bars(comparison, out / "compare.png"))

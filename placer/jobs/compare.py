@@ -108,13 +108,14 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
         return CompareResult(comparison, write_outputs(comparison, settings.out_dir, plot=settings.plot))
     start = time.perf_counter()
     cost = profiled_cost_model(graph, devices, refresh=settings.refresh_profile, training=training,
-                               engine=settings.step.engine, check_cached=True)
+                               engine=settings.step.engine, check_cached=True, report=report)
     profile_s = time.perf_counter() - start
     report(f"profile: {'cached' if cost.from_cache else f'measured in {profile_s:.1f} s'} ({cost.path})")
 
     comparison = _measure_side_by_side(graph, devices, cost, placers, settings.include_rl, settings.samples,
                                        settings.seed, protocol, settings.rounds, progress=report, training=training,
-                                       engine=settings.step.engine, pipeline=pipeline, included=included)
+                                       engine=settings.step.engine, pipeline=pipeline, included=included,
+                                       shortcut="--max-seconds or --blocks 1 shortens them")
     if settings.history_folder is not None:
         comparison.notes += check_and_record(comparison, settings.history_folder)
     return CompareResult(comparison, write_outputs(comparison, settings.out_dir, plot=settings.plot),
@@ -123,11 +124,12 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
 
 def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, samples: int | None, seed: int,
                           protocol, rounds, progress=None, training=None, engine: str = "torch", pipeline=None,
-                          included=()):
+                          included=(), shortcut: str = ""):
     """Run the placers (and add the run's placements and what a user runs instead: the whole machine
     as one device, ONNX Runtime), then measure them all in the same interleaved rounds in `engine`;
     with `training` (the protocol's objective is then training) every placement on the training
-    step, with `pipeline` on the pipelined step."""
+    step, with `pipeline` on the pipelined step. `progress` hears what it does (`shortcut`: the
+    option that shortens the rounds)."""
     from placer.placers import caps_from_devices
     from placer.measure.measurer import measurer_for
     from placer.evaluate.compare import baseline_rows, compare as compare_rows
@@ -136,6 +138,10 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     names = [d.name for d in devices]
     caps = caps_from_devices(devices)
     options = {"random_search": {**_random_search_options(graph, names, run_dir, samples), "pipeline": pipeline}}
+    searching = [p for p in ("random_search", "local_search") if p in placers]
+    if progress is not None:
+        progress(f"placing with {len(placers)} placers" + (f" ({', '.join(searching)}: {options['random_search']['samples']}"
+                 " simulated placements each; --samples sets how many)" if searching else ""))
     rows = baseline_rows(graph, names, cost, caps, placers, seed=seed, options=options, training=training)
     if run_dir:
         rows.extend(learned_rows(graph, run_dir, names))
@@ -143,7 +149,7 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     users, skipped = user_baseline_rows(graph, devices, protocol, seed, training, engine, pipeline)
     measurer = measurer_for(engine, graph, devices, protocol, seed=seed, training=training, pipeline=pipeline)
     comparison = compare_rows(graph, names, measurer, cost, rows + users, caps, progress=progress, training=training,
-                              rounds=rounds, pipeline=pipeline)
+                              rounds=rounds, pipeline=pipeline, shortcut=shortcut)
     comparison.notes += skipped
     comparison.info = {"profile": str(getattr(cost, "path", None)), "profile_cached": getattr(cost, "from_cache", None),
                        "protocol": measurer.protocol_record(), "devices": [str(d) for d in devices],
@@ -188,7 +194,8 @@ def comparison_for_run(graph, devices, cost, run_dir, rounds, *, seed: int = 0, 
     objective = "inference" if training is None else "training"
     return _measure_side_by_side(graph, devices, cost, list(PLACERS), run_dir, None, seed,
                                  MeasureProtocol(warmup=0, repeats=1, timeout_s=timeout, objective=objective),
-                                 rounds, progress=progress, training=training, engine=engine, pipeline=pipeline)
+                                 rounds, progress=progress, training=training, engine=engine, pipeline=pipeline,
+                                 shortcut="--no-compare skips them")
 
 
 def _random_search_options(graph, names: list[str], run_dir, samples: int | None) -> dict:

@@ -28,7 +28,6 @@ from placer.policy.phases import DEFAULT_REAL_FRACTION, RewardPlan
 from placer.policy.summary_file import RunSummary
 
 DEFAULT_BUDGET_S = 600.0   # training time when neither samples nor seconds are given
-TABLE = "table.txt"        # the closing comparison's whole table, in the run folder's compare/
 Report = Callable[[str], None]
 
 
@@ -165,12 +164,13 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
     is known, read back on resume), the learner, the polish, the closing comparison."""
     from placer.costmodel.simulator import SimulatedMeasurer
     from placer.costmodel.training_costs import TrainingStepCosts
+    from placer.evaluate.single_device import adopt_best_single
     from placer.graph.grouping import group_graph
     from placer.measure.measurer import MeasureProtocol, measurer_for
     from placer.placers import caps_from_devices
     from placer.placers.local_search import SearchInterrupted
     from placer.policy.budget import LOCAL_SEARCH, POLISH, REINFORCE
-    from placer.policy.checkpoint import FILENAME as CHECKPOINT
+    from placer.policy.checkpoint import FILENAME as CHECKPOINT, save_summary
     from placer.policy.run_start import RunStart
     from placer.policy.search_warm_start import reinforce_share, search_warm_start
     from placer.policy.trainer import train as learn
@@ -287,6 +287,9 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
                            reinforced=reinforced)
     if settings.closing_comparison and not result.interrupted and result.summary["best_step_time"] is not None:
         outcome.comparison = _closing_comparison(settings, graph, devices, cost, run_dir, training, pipeline, report)
+        # one best single device throughout: the comparison's, measured last, names it in the summary too
+        adopt_best_single(outcome.summary, outcome.comparison)
+        save_summary(run_dir, outcome.summary)
     return outcome
 
 
@@ -312,6 +315,7 @@ def _cost_model(settings: TrainSettings, graph, devices, real, start, report: Re
 
     started = time.monotonic()
     costs = profiled_cost_model(graph, devices, refresh=settings.refresh_profile, engine=settings.step.engine,
+                                report=report, shortcut="--cost-model analytic skips it",
                                 check_cached=True, prepared=real.prepared, training=real.training)
     if costs.from_cache:
         report(f"profiled costs read from {costs.path}")
@@ -345,7 +349,7 @@ def _closing_comparison(settings: TrainSettings, graph, devices, cost, run_dir: 
     that the intervals and verdicts hold the variation between runs, as compare's do. Written to
     the run folder's compare/."""
     from placer.jobs.compare import BLOCKS, comparison_for_run, simulated_comparison
-    from placer.evaluate.report import format_table, write_outputs
+    from placer.evaluate.report import write_outputs
     from placer.measure.rounds import RoundsProtocol
     from placer.placers import PLACERS
 
@@ -358,9 +362,8 @@ def _closing_comparison(settings: TrainSettings, graph, devices, cost, run_dir: 
         comparison = comparison_for_run(graph, devices, cost, run_dir,
                                         RoundsProtocol(seed=settings.seed, blocks=BLOCKS), seed=settings.seed,
                                         timeout=settings.timeout, training=training, pipeline=pipeline,
-                                        engine=settings.step.engine)
-    write_outputs(comparison, run_dir / "compare", plot=False)
-    (run_dir / "compare" / TABLE).write_text(format_table(comparison) + "\n")
+                                        engine=settings.step.engine, progress=report)
+    write_outputs(comparison, run_dir / "compare", plot=False)   # its whole table too (TABLE)
     return comparison
 
 

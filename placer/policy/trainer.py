@@ -78,7 +78,7 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
                               counts_evaluations=counts_evaluations)
     state = session.state
     budget = Budget(samples, budget_s, plan, hp.samples_per_update, progress, state, counts_evaluations)
-    interrupted = False
+    interrupted, cut = False, None   # cut: why the loop ended before its budget, when something cut it
     try:
         if not state.single_device and budget.fits(state, len(session.devices)):
             singles = session.measure_single_devices()
@@ -113,16 +113,17 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
         if (state.greedy is None or state.greedy["samples"] != state.samples) and budget.fits(state, 1):
             session.measure_greedy()   # the policy as it ends: the placement it would give
     except KeyboardInterrupt:
-        interrupted = True
+        interrupted, cut = True, "interrupted (Ctrl-C); --resume continues"
         session.forget_unfinished_batch()
         log.warning("interrupted: saving the run at %d samples", state.samples)
     except Exception:
         # A measurer that cannot go on (no worker left): the checkpoint holds the last whole update,
         # so that --resume continues exactly.
+        cut = "stopped by an error"
         session.forget_unfinished_batch()
         raise
     finally:
-        budget.close()
+        budget.close(state, cut)
         session.close()
 
     # On a described cluster `confirm` is the training's simulator: it simulates again placements already
@@ -204,5 +205,28 @@ class Budget:
         else:
             self.bar.update(max(0, min(int(self.elapsed()), int(self.seconds)) - self.bar.n))
 
-    def close(self) -> None:
+    def stop_reason(self, state: TrainState) -> str | None:
+        """Why the loop ended short of its samples or seconds, in words; None when it used them all."""
+        if self.samples is not None and state.samples >= self.samples:
+            return None
+        if self.samples is None and self.elapsed() >= self.seconds:
+            return None
+        if self.seconds is not None and self.elapsed() >= self.seconds:
+            return f"its {self.seconds:g} s were spent"
+        if state.stopped == "converged":
+            return "the policy converged: more samples would repeat placements measured already"
+        if not self.fits(state, self.per_update + 1):
+            return (f"the next update's {self.per_update} samples and its greedy placement do not fit in the "
+                    f"{self.samples - state.samples} left")
+        if self.plan.reward == "hybrid" and state.phase == REAL:
+            return "the simulated phase converged early and the real phase had its share"
+        return None
+
+    def close(self, state: TrainState, cut: str | None = None) -> None:
+        """The bar at where the run ended: 100%, or it says why it stopped before (`cut`, else
+        `stop_reason`)."""
+        self.show(state)
+        why = cut or self.stop_reason(state)
+        if why and self.bar.n < self.bar.total:
+            self.bar.set_description_str(f"training stopped early ({why})", refresh=False)
         self.bar.close()

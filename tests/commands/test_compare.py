@@ -47,10 +47,14 @@ def test_placer_compare_measures_the_baselines_and_a_learned_placement_for_real(
                  "--warmup", "0", "--max-rounds", "6", "--min-rounds", "6", "--out", str(out), "--include-rl", str(run), "--no-plot",
                  "--placers", "single,random,metis,m_etf,heft,random_search"])
     assert code == 0
-    printed = capsys.readouterr().out
+    # the screen: a summary of at most 10 lines, the whole table in the output folder, named last
+    printed = capsys.readouterr().out.rstrip().splitlines()
+    assert len(printed) <= 10 and printed[0].startswith("fastest: ") and printed[-1].endswith(str(out / "table.txt"))
+    assert any(line.startswith("learning is worth: learned") for line in printed)
+    table = (out / "table.txt").read_text()
     for name in ("single:cpu:0", "single:cpu:1", "random", "metis", "m_etf", "heft", "random_search", "learned",
-                 "lower bound", "learning is worth: learned", "vs random search (12 samples)"):
-        assert name in printed
+                 "lower bound", "learning is worth: learned", "vs random_search (12 samples)"):
+        assert name in table
     data = json.loads((out / "compare.json").read_text())
     rows = {r["name"]: r for r in data["rows"]}
     assert all(r["status"] == "ok" and r["step_time_s"] > 0 for r in rows.values())
@@ -70,10 +74,12 @@ def test_placer_compare_runs_random_search_with_the_samples_asked_for(tmp_path, 
     monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
     model = _tiny_model_file(tmp_path / "tiny.onnx")
     out = tmp_path / "out"
-    assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
-                 "--max-rounds", "6", "--min-rounds", "6", "--out", str(out), "--no-plot", "--placers", "single,random_search",
-                 "--samples", "9"]) == 0
-    assert "random_search" in capsys.readouterr().out
+    assert main(["-v", "compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup",
+                 "0", "--max-rounds", "6", "--min-rounds", "6", "--out", str(out), "--no-plot", "--placers",
+                 "single,random_search", "--samples", "9"]) == 0
+    # placer -v: the whole table on the screen too, then the summary
+    printed = capsys.readouterr().out
+    assert printed.startswith((out / "table.txt").read_text()) and printed.rstrip().endswith(str(out / "table.txt"))
     rows = {r["name"]: r for r in json.loads((out / "compare.json").read_text())["rows"]}
     assert rows["random_search"]["status"] == "ok" and rows["random_search"]["predicted_step_time_s"] > 0
     assert Placement.load(out / "placements" / "random_search.json").extra["placer"]["samples"] == 9
@@ -117,7 +123,7 @@ def test_placer_compare_on_the_training_objective_measures_every_baseline_on_the
     assert main([*args, "--out", str(tmp_path / "training"), "--objective", "training", "--optimizer", "adam"]) == 0
     training = json.loads(capsys.readouterr().out)
     assert main([a for a in args if a != "--json"] + ["--out", str(tmp_path / "text"), "--objective", "training"]) == 0
-    assert "step = training step (forward, loss mse, backward, sgd update)" in capsys.readouterr().out
+    assert "step = training step (forward, loss mse, backward, sgd update)" in (tmp_path / "text" / "table.txt").read_text()
     assert training["info"]["protocol"]["objective"] == "training" and training["info"]["protocol"]["optimizer"] == "adam"
     assert inference["info"]["protocol"]["objective"] == "inference"
     rows = {r["name"]: r for r in training["rows"]}
@@ -165,7 +171,7 @@ def test_placer_compare_of_a_pipelined_step_reports_throughput(tmp_path, monkeyp
     assert main(["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
                  "--min-rounds", "6", "--max-rounds", "6", "--no-plot", "--placers", "single,pipeline_dp",
                  "--micro-batches", "4", "--out", str(tmp_path / "p")]) == 0
-    out = capsys.readouterr().out
+    out = (tmp_path / "p" / "table.txt").read_text()
     assert "micro-batches/s" in out and "4 micro-batches pipelined" in out
     data = json.loads((tmp_path / "p" / "compare.json").read_text())
     assert data["micro_batches"] == 4 and {"whole_machine", "onnxruntime"} <= {r["name"] for r in data["rows"]}
@@ -201,7 +207,7 @@ def test_placer_compare_measures_in_blocks_and_keeps_a_history_of_its_runs(tmp_p
             "--history-dir", str(history)]
     for run in ("first", "second"):
         assert main(args + ["--out", str(tmp_path / run)]) == 0
-    printed = capsys.readouterr().out
+    printed = (tmp_path / "second" / "table.txt").read_text()
     assert "measured in 2 blocks of interleaved rounds (12 rounds" in printed and "against the previous run (" in printed
     first, second = (json.loads((tmp_path / run / "compare.json").read_text()) for run in ("first", "second"))
     assert second["rounds"]["rounds"] == 12 and second["rounds"]["blocks"] == 2

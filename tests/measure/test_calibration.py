@@ -247,6 +247,33 @@ def test_a_contention_factor_set_wrong_on_disk_is_caught_and_retaken_on_its_next
     assert json.loads(again.path.read_text())["calibration"]["slowdown"] == {CLASS: pytest.approx(1.3, abs=1e-3)}
 
 
+def test_profiling_calibrating_and_checking_a_cached_profile_each_say_when_they_start(tmp_path, monkeypatch):
+    """Through the cost model's cache on the fake devices: a line when profiling starts (what, how
+    long at most, the option that skips it), one when the calibration's rounds start, one when a
+    cached profile is checked."""
+    import placer.costmodel.profile_cache as cache
+    from placer.devices import parse_devices
+
+    graph = _graph()
+    truth = _truth(_profile(graph), single=1.0, slowdown=1.3)
+    monkeypatch.setattr(cache, "profile_graph", lambda g, devs, **kwargs: _profile(g))
+    monkeypatch.setattr(cache, "measurer_for", lambda engine, g, devs, protocol, pipeline=None, **kw:
+                        FakeMeasurer(g, truth, pipeline))
+    devices = parse_devices(f"{DEVICES[0]}[threads=1],{DEVICES[1]}[threads=1]")
+    lines = []
+    profiled_cost_model(graph, devices, cache_dir=tmp_path, calibration=QUICK, report=lines.append,
+                        shortcut="--cost-model analytic skips it")
+    assert lines == [f"profiling every op of {graph.source} on cpu:0, cpu:1: {len(graph.nodes)} ops on 1 class of "
+                     "identical devices, each until its medians settle (at most 15 rounds or 60 s); cached for the "
+                     "next run (--cost-model analytic skips it)",
+                     "calibrating the simulator on whole-graph runs: 9 placements in 6-6 interleaved rounds, at most "
+                     "180 s"]
+    lines.clear()
+    assert profiled_cost_model(graph, devices, cache_dir=tmp_path, calibration=QUICK, check_cached=True,
+                               report=lines.append).from_cache
+    assert len(lines) == 1 and lines[0].startswith("checking the cached profile on the devices: ")
+
+
 @pytest.mark.slow
 @pytest.mark.timing
 def test_a_contention_factor_set_wrong_on_disk_is_caught_on_real_devices(tmp_path, caplog):

@@ -1,5 +1,6 @@
 import csv
 import json
+import re
 
 import pytest
 from placer_testkit import random_dag
@@ -79,8 +80,8 @@ def test_compare_reports_what_learning_is_worth_against_random_search_at_its_sam
     assert worth["learned_step_time_s"] == rows[-1].step_time
     assert worth["random_search_step_time_s"] == searched.step_time
     assert worth["ratio"] == pytest.approx(searched.step_time / rows[-1].step_time)
-    assert (f"learning is worth: learned {rows[-1].step_time * 1e3:.2f} ms vs random search (40 samples) "
-            f"{searched.step_time * 1e3:.2f} ms: {worth['ratio']:.2f}x, the learned placement is faster") \
+    assert (f"learning is worth: learned, {rows[-1].step_time * 1e3:.2f} ms simulated vs random_search (40 samples), "
+            f"{searched.step_time * 1e3:.2f} ms simulated: {worth['ratio']:.2f}x, the learned placement is faster") \
         in format_table(result)
     assert result.to_dict()["learning_vs_random_search"] == worth
     without = compare(dag, DEVICES, SimulatedMeasurer(dag, DEVICES, cost), cost, rows[:-1])
@@ -130,8 +131,13 @@ def test_a_real_comparison_runs_in_rounds_with_a_control_row_that_agrees_with_it
     from placer.measure.rounds import RoundsProtocol
 
     cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
-    result = compare(dag, DEVICES, DriftingMeasurer(dag, cost), cost, _real_rows(dag, cost),
-                     rounds=RoundsProtocol(warmup=1, min_rounds=8, max_rounds=30))
+    said = []
+    result = compare(dag, DEVICES, DriftingMeasurer(dag, cost), cost, _real_rows(dag, cost), progress=said.append,
+                     rounds=RoundsProtocol(warmup=1, min_rounds=8, max_rounds=30), shortcut="--no-compare skips them")
+    # the rounds say when they start, how long they may take and what shortens them; then a line at
+    # most every 10 s (none here: the fake runs in no time)
+    assert said == ["measuring 5 placements side by side: 8-30 interleaved rounds, at most 180 s "
+                    "(--no-compare skips them)"]
     names = [r.name for r in result.rows]
     assert names == ["single:cpu:0", "single:cpu:1", "m_etf", "random", "control"]
     control = result.row("control")
@@ -184,7 +190,8 @@ def test_the_headline_is_the_runs_placement_against_the_baseline_fastest_by_pair
     paired[("learned", "b")] = 1.025
     close = next(v for v in headline_verdicts([single, a, b, learned, greedy], speedup, single) if v["reference"] == "b")
     assert close["verdict"] == "not resolved" and close["to_resolve"]["rounds"] > 20
-    assert _verdict_line(close).startswith("learned vs b (the best baseline placer): 1.02x [1.02, 1.03], not resolved (")
+    assert _verdict_line(close, "measured").startswith(
+        "learned vs b (the best baseline placer): 1.02x [1.02, 1.03] measured, not resolved (")
 
 
 def test_rows_within_the_noise_of_the_fastest_are_tied_and_others_are_not(dag):
@@ -238,6 +245,29 @@ def test_the_exact_rows_proven_gap_is_in_the_table_the_json_and_the_csv(dag, tmp
         assert {r["name"]: r["proven_gap"] for r in csv.DictReader(f)}["exact"] == str(gap)
 
 
+# A figure in the summary: the row it belongs to, its step time as the table's column gives it, what it is.
+FIGURE = re.compile(r"(?P<name>[\w:.#-]+)(?: \(\d+ samples\))?, (?P<ms>\d+\.\d\d(?: \[\d+\.\d, \d+\.\d\])?) ms"
+                    r"(?P<word> simulated| measured)?")
+
+
+def check_summary(lines: list[str], table: str, word: str) -> None:
+    """The summary says what the table says: every figure is a row's step time as its column gives
+    it, under the row's name, labelled `word`; every other line but the last (where the table is) is
+    a line of the table's footer, word for word; the names it sets against each other are rows."""
+    rows = [re.split(r"\s{2,}", line) for line in table.split("\n\n")[0].splitlines()[2:]]
+    figures = {cells[0]: cells[1] for cells in rows}   # under the header and its rule, above the footer
+    for line in lines[:-1]:
+        found = list(FIGURE.finditer(line))
+        for f in found:
+            assert figures.get(f["name"]) == f["ms"], f"{f['name']}, {f['ms']} ms is not the table's: {line}"
+            assert f["word"] == f" {word}", f"{f['name']}'s figure is not labelled {word}: {line}"
+        if not line.startswith(("fastest: ", "use: ")):
+            assert line in table, f"not the table's words: {line}"
+        named = re.match(r"(\S+) vs (\S+) \(|use: the placement of (\S+?)(?:,| \(|$)", line)
+        assert named is None or set(n for n in named.groups() if n) <= set(figures), f"not a row: {line}"
+        assert found or named or line.startswith("control: "), f"a line with no row in it: {line}"
+
+
 def test_the_summary_is_short_and_says_what_the_table_says(dag, tmp_path):
     """Every row the summary names is a row of the table, with the table's figure; at most 10 lines,
     every figure labelled as what it is."""
@@ -249,13 +279,76 @@ def test_the_summary_is_short_and_says_what_the_table_says(dag, tmp_path):
     result = compare(dag, DEVICES, SimulatedMeasurer(dag, DEVICES, cost), cost, rows)
     result.learning = learning_worth(result.rows) or result.learning
     table = format_table(result)
-    body = table.split("\n\n")[0].splitlines()[2:]   # the rows: under the header and its rule, above the footer
-    figures = {line.split()[0]: line.split()[1] for line in body}
     lines = summary_lines(result, tmp_path / "table.txt")
     assert 2 <= len(lines) <= SUMMARY_LINES and lines[-1].endswith(str(tmp_path / "table.txt"))
-    fastest = lines[0]
-    name, ms = fastest.removeprefix("fastest: ").split(", ")[0], fastest.split(", ")[1].split()[0]
-    assert name == result.fastest and figures[name] == ms and fastest.endswith("ms simulated")
+    assert lines[0].startswith(f"fastest: {result.fastest}, ") and lines[0].endswith(" ms simulated")
+    check_summary(lines, table, "simulated")
     for v in result.verdicts:   # the verdicts as the table's footer words them
-        line = next(l for l in lines if l.startswith(f"{v['subject']} vs {v['reference']}"))
-        assert line in table and v["subject"] in figures and v["reference"] in figures
+        assert any(l.startswith(f"{v['subject']} vs {v['reference']} (") for l in lines)
+
+
+def test_a_measured_summary_says_what_to_use_with_the_tables_figures_and_labels(dag, tmp_path):
+    """Measured in rounds, with a whole-model row that beats every placement: the summary names it
+    as what to use, each figure with its interval as the table has it and labelled measured; the
+    check fails on a summary whose labels are swapped."""
+    from placer.evaluate.report import SUMMARY_LINES, summary_lines
+    from placer.measure.rounds import RoundsProtocol
+
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
+    measurer = DriftingMeasurer(dag, cost)
+    rows = baseline_rows(dag, DEVICES, cost, {}, ["single", "m_etf", "random", "random_search"],
+                         options={"random_search": {"samples": 20}})
+    learned = PLACERS["m_etf"].place(dag, DEVICES, cost)
+    learned.extra = {"placer": {"name": "learned", "samples": 20}}
+    fast = rows[0].placement   # the whole model, twice as fast as cpu:0 alone: faster than every placement
+    fast = type(fast)(devices=fast.devices, nodes=fast.nodes, graph_sha256=fast.graph_sha256, extra={"slower_by": 0.5})
+    rows += [CompareRow("learned", "learned", None, 1.0, placement=learned),
+             CompareRow("whole_machine", "whole_machine", None, None, opener=lambda: measurer.open(fast),
+                        note="one device with all 2 threads")]
+    result = compare(dag, DEVICES, measurer, cost, rows, rounds=RoundsProtocol(warmup=0, min_rounds=8, max_rounds=8))
+    assert result.instead == ["whole_machine"] and result.fastest == "whole_machine"
+    table, path = format_table(result), tmp_path / "table.txt"
+    lines = summary_lines(result, path)
+    assert len(lines) <= SUMMARY_LINES and lines[1].startswith("use: whole_machine instead of a placement")
+    assert any(l.startswith("learning is worth: learned, ") for l in lines)
+    assert any(l.startswith("learned vs whole_machine (one device with all 2 threads): ") for l in lines)
+    check_summary(lines, table, "measured")
+    # it fails when the summary is off: two rows' labels swapped, a figure labelled simulated
+    swapped = [l.replace("whole_machine", "@").replace("m_etf", "whole_machine").replace("@", "m_etf") for l in lines]
+    for broken in (swapped, [lines[0].replace("measured", "simulated"), *lines[1:]]):
+        with pytest.raises(AssertionError):
+            check_summary(broken, table, "measured")
+    # without the whole-model row: the fastest placement is what to use, from its file
+    result = compare(dag, DEVICES, measurer, cost, rows[:-1], rounds=RoundsProtocol(warmup=0, min_rounds=8, max_rounds=8))
+    lines = summary_lines(result, path)
+    best = min((r for r in result.rows if r.name != "control"), key=lambda r: r.step_time or float("inf"))
+    assert lines[1].startswith(f"use: the placement of {best.name}") and lines[1].endswith(
+        f"({tmp_path / 'placements' / best.name.replace(':', '_')}.json)")
+    check_summary(lines, format_table(result), "measured")
+
+
+@pytest.mark.parametrize("value, low, high", [(1.004, 0.995, 1.013), (1.01, 0.93, 1.09), (1.05, 1.04, 1.06),
+                                              (0.95, 0.80, 1.12)], ids=["agrees", "imprecise", "off", "off-and-wide"])
+def test_the_control_line_and_the_noise_note_say_the_same(value, low, high):
+    """One verdict decides both: a control that agrees is never called a noisy difference, one that
+    disagrees always is."""
+    from types import SimpleNamespace
+
+    from placer.evaluate.compare import _noise_note, control_check
+    from placer.evaluate.report import control_line
+    from placer.measure.intervals import Interval
+    from placer.measure.measurement import Measurement
+
+    rows = {name: CompareRow(name, placer, None, None, measurement=Measurement(ok=True, step_time=0.1))
+            for name, placer in (("single:cpu:0", "single"), ("control", "single:cpu:0"))}
+    check = control_check(SimpleNamespace(row=rows.get), lambda row, ref: Interval(value, low, high, 20), 0.02)
+    line, note = control_line(check), _noise_note(check, 0.02) or ""
+    if "agrees" in line:
+        assert "differ" not in note and "noisy" not in note
+        assert ("wider than" in line) == bool(note) == (check["verdict"] == "agrees, imprecise")
+        assert not note or note.startswith("imprecise measurement: the control agrees with single:cpu:0 (the same placement) "
+                                           "within 3%")
+    else:
+        assert "DISAGREES" in line and check["verdict"] == "disagrees"
+        assert note.startswith(f"noisy measurement: the control and single:cpu:0 (the same placement) differ by "
+                               f"{abs(value - 1):.1%}, beyond the 3%")

@@ -18,6 +18,7 @@ from placer.placement import Placement
 from placer.policy.checkpoint import FILENAME
 from placer.policy.hparams import Hyperparameters
 from placer.policy.trainer import train
+from testmeasurers import StopAfter
 
 # A small policy, for speed; being small it tolerates a larger step than the default's.
 HP = Hyperparameters(hidden_size=32, lr=0.01, samples_per_update=4)
@@ -141,27 +142,13 @@ def test_the_run_folder_holds_the_placement_the_summary_and_the_curves(trained, 
     assert events.Scalars("charts/cache_hit_rate")[-1].value > 0     # a converged policy repeats itself
 
 
-class _StopAfter:
-    """A measurer that raises `exc` on its n-th measurement: Ctrl-C, or a measurer that cannot go on
-    (a pool with no worker left)."""
-
-    def __init__(self, inner, n: int, exc: BaseException) -> None:
-        self.inner, self.devices, self.left, self.exc = inner, inner.devices, n, exc
-
-    def measure(self, placement):
-        self.left -= 1
-        if self.left == 0:
-            raise self.exc
-        return self.inner.measure(placement)
-
-
 @pytest.mark.parametrize("exc", [KeyboardInterrupt(), PlacerError("no worker is left")], ids=["ctrl-c", "failure"])
 def test_a_run_stopped_mid_batch_saves_and_resumes_exactly_where_it_stopped(problem, tmp_path, exc):
     kw = dict(hp=HP, seed=5)
     whole = train(problem.graph, problem.measurer, problem.grouping, tmp_path / "whole", samples=20, **kw)
     # 2 single devices, then per update the greedy placement and the batch's new placements:
     # the 15th measurement lands inside the third batch, after its placements were sampled.
-    cut = _StopAfter(problem.measurer, 15, exc)
+    cut = StopAfter(problem.measurer, 15, exc)
     if isinstance(exc, KeyboardInterrupt):
         stopped = train(problem.graph, cut, problem.grouping, tmp_path / "cut", samples=20, **kw)
         assert stopped.interrupted and stopped.summary["samples"] == 8

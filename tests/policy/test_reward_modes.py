@@ -289,5 +289,5 @@ def test_the_real_phase_gets_its_share_of_the_budget_however_early_the_switch():
     assert not by_time.spent(state)
     by_time.real_started = by_time.elapsed() - 26.0
     assert by_time.spent(state)
-    by_samples.close()
-    by_time.close()
+    by_samples.close(state)
+    by_time.close(state)
