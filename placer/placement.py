@@ -80,11 +80,16 @@ class Placement:
 
     @classmethod
     def load(cls, path: str | Path) -> Placement:
-        path = Path(path)
-        if not path.is_file():
-            raise PlacerError(f"placement file {path} does not exist; give the path of a placement.json")
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise PlacerError(f"{path} is not valid JSON ({exc}); give a placement.json written by placer") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_json(path, "placement", "a placement.json"), source=str(path))
+
+
+def read_json(path: str | Path, kind: str, example: str) -> Any:
+    """The JSON in `path`; a missing file or one that is not JSON is a one-line `PlacerError`
+    that names the `kind` of file wanted and an `example` of one."""
+    path = Path(path)
+    if not path.is_file():
+        raise PlacerError(f"{kind} file {path} does not exist; give the path of {example}")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PlacerError(f"{path} is not valid JSON ({exc}); give {example} written by placer") from None

@@ -24,7 +24,8 @@ LAYERS = [
     ("placer.engines",),
     ("placer.measure",),
     ("placer.costmodel",),
-    ("placer.placers",),
+    # plans lower to an OpGraph and Placement that the costmodel's simulator prices: beside the placers
+    ("placer.placers", "placer.plans"),
     ("placer.evaluate", "placer.env", "placer.workers", "placer.corpus"),
     ("placer.policy",),
     ("placer.jobs",),
@@ -185,6 +186,7 @@ def test_the_engine_check_sees_a_plan_that_builds_torch_callables():
     graph = import_graph()
     graph.add_edge("placer.program.training_plan", "placer.engines.torch.backward")
     assert "placer.engines.torch.backward" in engines_reached(graph, "placer.costmodel.simulator")
+
 
 COMMANDS_MOST_LINES = 1200
 

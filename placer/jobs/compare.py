@@ -48,6 +48,8 @@ class CompareSettings:
     history: bool = True                      # read and append to the history of compare's runs
     history_dir: str | None = None            # None: `placer.evaluate.history.default_history_dir`
     plot: bool = True                         # draw compare.png
+    # plans simulated beside the placements on a described cluster (`placer.evaluate.plan_rows.PLANS`)
+    plans: tuple[str, ...] = ("data_parallel",)
 
     def __post_init__(self) -> None:
         check_seed(self.seed)   # as every job's settings: a script's seed too, not only the CLI's
@@ -104,7 +106,7 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
     if hardware.simulated_only:
         comparison = simulated_comparison(graph, devices, hardware.described, placers, settings.include_rl,
                                           settings.samples, settings.seed, training=training, pipeline=pipeline,
-                                          included=included)
+                                          included=included, plans=settings.plans)
         return CompareResult(comparison, write_outputs(comparison, settings.out_dir, plot=settings.plot))
     start = time.perf_counter()
     cost = profiled_cost_model(graph, devices, refresh=settings.refresh_profile, training=training,
@@ -158,12 +160,13 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
 
 
 def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, samples: int | None, seed: int,
-                         training=None, pipeline=None, included=()):
-    """Every placer (and the run's placements, and the `included` rows) on a described cluster, each row's step time simulated
+                         training=None, pipeline=None, included=(), plans=()):
+    """Every placer (and the run's placements, the `included` rows and the `plans`) on a described cluster, each row's step time simulated
     with the cluster's roofline costs: nothing is measured, so nothing is noisy or tied."""
     from placer.costmodel.roofline import RooflineCostModel
     from placer.costmodel.simulator import SimulatedMeasurer
     from placer.evaluate.compare import baseline_rows, compare as compare_rows
+    from placer.evaluate.plan_rows import plan_rows
     from placer.placers import caps_from_devices
 
     names = [d.name for d in devices]
@@ -175,8 +178,10 @@ def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, s
     if run_dir:   # its devices are the cluster's, not this machine's
         rows.extend(learned_rows(graph, run_dir, names, check_devices=False))
     rows.extend(included)
+    planned, not_planned = plan_rows(graph, cluster, names, plans, training=training, pipeline=pipeline)
     measurer = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
-    comparison = compare_rows(graph, names, measurer, cost, rows, caps, training=training, pipeline=pipeline)
+    comparison = compare_rows(graph, names, measurer, cost, rows + planned, caps, training=training, pipeline=pipeline)
+    comparison.notes += not_planned
     comparison.info = {"simulated": True, "cluster": cluster.name, **cost.describe(),
                        "devices": [str(d) for d in devices]}
     comparison.notes.insert(0, f"simulated: every step time is the roofline cost model's on cluster {cluster.name!r} "

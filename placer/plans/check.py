@@ -1,0 +1,52 @@
+"""The one check of a plan against its graph: every node planned, and each op's layouts a split its
+maths allows (`placer.plans.rules`), or whole on one device, or replicated.
+
+    op_splits(graph, plan) -> {node: Split} for every node of `graph`, in graph order
+"""
+
+from __future__ import annotations
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.graph.placement_check import LISTS_NODE_NAMES
+from placer.plans.layout import REPLICATE
+from placer.plans.plan import OpPlan, Plan
+from placer.plans.rules import Split, replicated, splits
+
+
+def op_splits(graph: OpGraph, plan: Plan) -> dict[str, Split]:
+    """Each node's split under `plan`; a node left out or layouts the op does not allow are a
+    `PlacerError` that says what is allowed."""
+    missing = [n for n in graph.nodes if n not in plan.ops]
+    if missing:
+        raise PlacerError(f"the plan does not plan {len(missing)} node(s) of the graph, e.g. {missing[:3]}; "
+                          f"{LISTS_NODE_NAMES}")
+    return {name: _split_of(graph, name, plan.ops[name]) for name in graph.nodes}
+
+
+def _split_of(graph: OpGraph, name: str, op: OpPlan) -> Split:
+    node = graph.nodes[name]
+    whole = replicated(node)
+    if not op.inputs and not op.outputs:
+        return whole
+    if (len(op.inputs), len(op.outputs)) != (len(node.inputs), len(node.outputs)):
+        raise PlacerError(f"op {name} ({node.op_type}) has {len(node.inputs)} input(s) and {len(node.outputs)} "
+                          f"output(s), and the plan gives {len(op.inputs)} and {len(op.outputs)} layouts; give one "
+                          "per input and output, or none for a whole or replicated op")
+    layouts = (op.inputs, op.outputs)
+    if op.whole:
+        if any(x != REPLICATE for x in op.inputs + op.outputs):
+            raise PlacerError(f"op {name} is on one device ({op.devices[0]}), where it is whole; give its layouts "
+                              "as Replicate(), or none")
+        return whole
+    allowed = [whole] + splits(node, graph)
+    for split in allowed:
+        if (split.inputs, split.outputs) == layouts:
+            return split
+    described = "; ".join(f"{s.name}: {_arrow(s.inputs, s.outputs)}" for s in allowed)
+    raise PlacerError(f"op {name} ({node.op_type}): {_arrow(*layouts)} is not a split its maths allows; "
+                      f"it allows {described}")
+
+
+def _arrow(inputs, outputs) -> str:
+    return f"{' x '.join(map(str, inputs))} -> {', '.join(map(str, outputs))}"

@@ -1,0 +1,59 @@
+"""The data-parallel plan (the forward step of PyTorch's DDP): every op split on its batch over the
+devices, `Shard(0)`, every weight replicated, so the devices never talk until the outputs.
+
+An op takes, of the splits its maths allows that keep its weights whole (a constant spanning the
+batch, such as a recurrent net's initial state, is split with it), one its inputs need no collective for (each as its producer left it, or cut from a whole copy where it lies), and of
+those one that leaves its outputs `Shard(0)`, else the first (Shape: a sharded input, a replicated
+output). An op with no such split is replicated, each device computing all of it from gathered
+inputs, and the plan names it (`extra["placer"]["replicated"]`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.plans.layout import REPLICATE, Layout, Shard
+from placer.plans.plan import OpPlan, Plan
+from placer.plans.rules import Split, replicated, splits
+
+NAME = "data_parallel"
+
+
+def data_parallel(graph: OpGraph, devices: Sequence[str]) -> Plan:
+    """DDP's plan of `graph` over `devices` (two or more); a graph with no batch to split is a PlacerError."""
+    devices = tuple(devices)
+    if len(devices) < 2:
+        raise PlacerError(f"data parallelism splits the batch over two devices or more, and there is "
+                          f"{len(devices)}: {', '.join(devices) or 'none'}")
+    held: dict[str, Layout] = {}
+    lengths = {t.shape[0] for t in graph.inputs if t.shape}
+    ops, whole, split_any = {}, [], False
+    for name, node in graph.nodes.items():
+        free = [s for s in splits(node, graph)
+                if _keeps_weights(graph, s, node.inputs, lengths) and not _needs_collective(s, node.inputs, held)]
+        batch = [s for s in free if all(x == Shard(0) for t, x in zip(node.outputs, s.outputs) if t)]
+        chosen: Split = (batch or free or [replicated(node)])[0]
+        if not free and any(node.inputs):   # a Constant is made on every device, as in DDP
+            whole.append(name)
+        split_any = split_any or bool(batch)
+        ops[name] = OpPlan(devices, chosen.inputs, chosen.outputs)
+        held.update((t, x) for t, x in zip(node.outputs, chosen.outputs) if t)
+    if not split_any:
+        raise PlacerError(f"data parallelism splits the batch, and no op of {graph.source or 'the graph'} has a "
+                          f"batch axis longer than 1; bind a larger batch (--input-shape NAME=BATCHx...)")
+    return Plan(list(devices), ops, graph.sha256, extra={"placer": {"name": NAME, "replicated": whole}})
+
+
+def _keeps_weights(graph: OpGraph, split: Split, inputs: Sequence[str], lengths: set[int]) -> bool:
+    """Whether the split keeps every weight whole, but a constant as long as the batch on axis 0
+    (a recurrent net's initial state), which it may split with the batch."""
+    return all(x == REPLICATE or x == Shard(0) and graph.tensors[t].shape[0] in lengths
+               for t, x in zip(inputs, split.inputs) if t in graph.initializers)
+
+
+def _needs_collective(split: Split, inputs: Sequence[str], held: dict[str, Layout]) -> bool:
+    """Whether reading `inputs` in the split's layouts needs devices to exchange data: an input
+    held otherwise than wanted, unless held whole (each device then cuts its own slice)."""
+    return any(t in held and held[t] != want and held[t] != REPLICATE for t, want in zip(inputs, split.inputs))

@@ -1,0 +1,104 @@
+"""Lowering: a plan as an ordinary `OpGraph` and `Placement`, so that the simulator, its memory
+accounting and the placement checks see what they already know, plus collectives.
+
+Walking the source graph in order, each op reads its inputs in the layouts its split wants
+(`convert.Converter` adds the layout changes), then becomes:
+
+- on one device, itself (renamed inputs where a layout change feeds it), so a placement's plan
+  lowers to the very graph and placement it came from;
+- on n devices, one op per device, `<op>@<device>`, with its own sliced tensors (`<tensor>@<device>`)
+  and its share of the op's FLOPs (the sharded axis's slice: every split here divides the work
+  along one axis), so the cost model prices the shard, not the whole op.
+
+A graph output is left as its producer leaves it (sharded: each device holds its slice, as data
+parallelism leaves a batch), except a `Partial` one, which is all-reduced: its parts are no result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+
+import onnx
+
+from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
+from placer.plans.check import op_splits
+from placer.plans.convert import Converter, Pieces
+from placer.plans.layout import PARTIAL, REPLICATE, Shard, piece_shape, shard_sizes
+from placer.plans.lowered import Lowered, LoweredBuilder
+from placer.plans.plan import Plan
+from placer.plans.rules import Split
+
+
+def lower(graph: OpGraph, plan: Plan) -> Lowered:
+    """`plan` (checked against `graph`) as a graph, a placement and its helpers' prices."""
+    splits = op_splits(graph, plan)
+    b = LoweredBuilder(graph, list(plan.devices))
+    convert = Converter(b, graph)
+    for name, node in graph.nodes.items():
+        devices, split = plan.ops[name].devices, splits[name]
+        inputs = [convert.pieces(t, devices, layout) if t else ("",) * len(devices)
+                  for t, layout in zip(node.inputs, split.inputs)]
+        outputs = _whole(b, node, devices[0], inputs) if len(devices) == 1 else \
+            _shards(b, graph, node, split, devices, inputs)
+        for t, names, layout in zip(node.outputs, outputs, split.outputs):
+            if t:
+                convert.produced(t, Pieces(devices, layout, names))
+    results = []
+    for out in graph.outputs:
+        held = convert.held.get(out.name)
+        layout = REPLICATE if held is None or held.layout == PARTIAL else held.layout
+        devices = held.devices if held is not None else (plan.devices[0],)
+        results.extend(convert.pieces(out.name, devices, layout))
+    digest = hashlib.sha256(json.dumps(plan.to_dict()["ops"], sort_keys=True).encode()).hexdigest()
+    return b.build(list(dict.fromkeys(results)), digest)
+
+
+def _whole(b: LoweredBuilder, node: OpNode, device: str, inputs: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The op itself on `device` (renamed inputs only where a layout change feeds it); its outputs."""
+    read = tuple(p[0] for p in inputs)
+    b.add(node if read == node.inputs else _renamed(node, node.name, read, node.outputs), device)
+    return [(t,) for t in node.outputs]
+
+
+def _shards(b: LoweredBuilder, graph: OpGraph, node: OpNode, split: Split, devices: tuple[str, ...],
+            inputs: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """One op per device, `<op>@<device>`, with its sliced outputs, the weights it reads and its
+    share of the FLOPs; each output's names per device."""
+    n = len(devices)
+    outputs = [tuple(b.unique(f"{t}@{d}") if t else "" for d in devices) for t in node.outputs]
+    for k, device in enumerate(devices):
+        read = tuple(p[k] for p in inputs)
+        infos = tuple(TensorInfo(names[k], piece_shape(graph.tensors[t].shape, layout, k, n), graph.tensors[t].dtype)
+                      for t, names, layout in zip(node.outputs, outputs, split.outputs) if t)
+        b.add(_renamed(node, b.unique(f"{node.name}@{device}"), read, tuple(names[k] for names in outputs),
+                       output_info=infos, param_bytes=b.param_bytes(read),
+                       flops=node.flops * _share(graph, node, split, k, n)), device)
+    return outputs
+
+
+def _share(graph: OpGraph, node: OpNode, split: Split, k: int, n: int) -> float:
+    """Device k's share of the op's work: its slice of the first sharded output (or input) over
+    the whole of it; all of it where nothing is sharded (a replicated op)."""
+    for names, layouts in ((node.outputs, split.outputs), (node.inputs, split.inputs)):
+        for t, layout in zip(names, layouts):
+            if t and isinstance(layout, Shard):
+                length = graph.tensors[t].shape[layout.dim]
+                return shard_sizes(length, n)[k] / length
+    return 1.0
+
+
+def _renamed(node: OpNode, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], **changes) -> OpNode:
+    """`node` as `name`, reading `inputs` (its implicit ones last, as `OpNode.inputs` lists them)
+    and writing `outputs`, with `changes` to its other fields; its proto renamed alike (a
+    control-flow body keeps its own names)."""
+    proto = onnx.NodeProto()
+    proto.CopyFrom(node.proto)
+    proto.name = name
+    del proto.input[:]
+    proto.input.extend(inputs[:len(node.proto.input)])
+    del proto.output[:]
+    proto.output.extend(outputs)
+    implicit = inputs[len(inputs) - len(node.implicit_inputs):] if node.implicit_inputs else ()
+    return replace(node, name=name, inputs=inputs, outputs=outputs, proto=proto, implicit_inputs=implicit, **changes)

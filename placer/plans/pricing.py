@@ -1,0 +1,60 @@
+"""A plan's step time and per-device peak memory: its lowered graph and placement simulated by the
+simulator placer already has (`placer.costmodel.simulator`), with the cluster's costs of the
+lowered ops, so that a shard is priced by its own sizes and a collective by its ring's copies over
+the devices' routes, queued on shared links with every other copy. Memory caps are the devices'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from placer.costmodel.protocol import CostModel
+from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
+from placer.graph.opgraph import OpGraph, OpNode
+from placer.hardware import Cluster
+from placer.measure.measurement import Measurement
+from placer.plans.lower import lower
+from placer.plans.lowered import HelperCost, Lowered
+from placer.plans.plan import Plan
+
+
+class PlanCostModel:
+    """`base`'s costs of a lowered graph, with the layout changes' steps priced as `Lowered.helpers`
+    says: a collective's launch as an op that computes and moves nothing, its other steps free
+    (their time is their copies, which `base` prices as any copy over the route)."""
+
+    def __init__(self, base: CostModel, helpers: dict[str, HelperCost]) -> None:
+        self.base, self.helpers = base, helpers
+        self.devices = base.devices
+
+    def __getattr__(self, name: str):   # the base's other figures (contention, objective) hold as they are
+        return getattr(self.base, name)
+
+    def op_time(self, node: OpNode, device: str) -> float:
+        cost = self.helpers.get(node.name)
+        if cost is None:
+            return self.base.op_time(node, device)
+        if cost is HelperCost.FREE:
+            return 0.0
+        return self.base.op_time(replace(node, name=f"{node.name}#launch", inputs=(), output_info=(), flops=0.0,
+                                         param_bytes=0), device)
+
+    def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
+        return self.base.transfer_time(nbytes, src, dst)
+
+    def route(self, src: str, dst: str) -> tuple[str, ...]:
+        return self.base.route(src, dst)
+
+
+def plan_cost(lowered: Lowered, base: Callable[[OpGraph], CostModel]) -> PlanCostModel:
+    """The costs of `lowered`, from `base` built over its graph (its shards' own tensors)."""
+    return PlanCostModel(base(lowered.graph), lowered.helpers)
+
+
+def simulate_plan(graph: OpGraph, plan: Plan, cluster: Cluster) -> Measurement:
+    """`plan`'s simulated step on `cluster` with the roofline costs (failed where a device's peak
+    memory exceeds its capacity, the reason saying which), as `cluster_measurer` measures a placement."""
+    lowered = lower(graph, plan)
+    cost = plan_cost(lowered, lambda g: RooflineCostModel(cluster, g))
+    return cluster_measurer(cluster, lowered.graph, cost).measure(lowered.placement)

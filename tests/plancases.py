@@ -1,0 +1,72 @@
+"""Small graphs and clusters whose plans' step times can be worked out by hand (tests/plans)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from placer.graph.load import load_graph
+from placer.graph.opgraph import OpGraph
+from placer.hardware import Cluster, ClusterDevice, DeviceModel, Link
+
+# A GPU so fast that every op takes its launch overhead and no more (1e30 FLOP/s and B/s: an op's
+# compute and memory times are below 1e-24 s), so a plan's step time is its launches and copies.
+LAUNCH = 1e-6
+BANDWIDTH = 10e9
+LATENCY = 5e-6
+
+
+def instant_gpu(launch: float = LAUNCH) -> DeviceModel:
+    return DeviceModel("instant", "a GPU whose ops take their launch", "cuda", {"float32": 1e30}, {}, 1e30,
+                       2**40, launch, "test figures")
+
+
+def pairwise_cluster(n: int, launch: float = LAUNCH) -> Cluster:
+    """n GPUs, every pair joined by a link of its own (BANDWIDTH, LATENCY)."""
+    devices = tuple(ClusterDevice(f"cuda:{i}", instant_gpu(launch)) for i in range(n))
+    links = tuple(Link(f"link-{i}-{j}", (f"cuda:{i}", f"cuda:{j}"), BANDWIDTH, LATENCY, "test")
+                  for i in range(n) for j in range(i + 1, n))
+    return Cluster("pairwise", "GPUs joined pairwise", devices, links)
+
+
+def bus_cluster(groups: int, per_group: int, launch: float = LAUNCH) -> Cluster:
+    """`groups` sets of `per_group` GPUs, each set on one shared bus of its own (a switch whose
+    every copy crosses it), the sets joined by a slow link between their buses."""
+    devices, links, hosts = [], [], []
+    for g in range(groups):
+        members = [f"cuda:{g * per_group + i}" for i in range(per_group)]
+        devices += [ClusterDevice(d, instant_gpu(launch)) for d in members]
+        hosts.append(f"switch{g}")
+        links.append(Link(f"bus{g}", (*members, f"switch{g}"), BANDWIDTH, LATENCY, "test"))
+    links += [Link(f"uplink{g}", (f"switch{g}", f"switch{g + 1}"), 1e9, 1e-4, "test") for g in range(groups - 1)]
+    return Cluster("buses", "GPUs on shared buses", tuple(devices), tuple(links), tuple(hosts))
+
+
+def matmul_relu(m: int, k: int, n: int, branches: int = 1) -> OpGraph:
+    """Per branch b: y_b = relu(x_b @ w_b), x_b (m, k), w_b (k, n); nodes mm<b> and relu<b>."""
+    nodes, inits, inputs, outputs = [], [], [], []
+    for b in range(branches):
+        inits.append(numpy_helper.from_array(np.ones((k, n), np.float32), f"w{b}"))
+        inputs.append(helper.make_tensor_value_info(f"x{b}", TensorProto.FLOAT, [m, k]))
+        outputs.append(helper.make_tensor_value_info(f"y{b}", TensorProto.FLOAT, [m, n]))
+        nodes += [helper.make_node("MatMul", [f"x{b}", f"w{b}"], [f"m{b}"], name=f"mm{b}"),
+                  helper.make_node("Relu", [f"m{b}"], [f"y{b}"], name=f"relu{b}")]
+    graph = helper.make_graph(nodes, "matmul_relu", inputs, outputs, inits)
+    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def conv_net(batch: int, size: int = 8, channels: int = 8) -> OpGraph:
+    """x (batch, 3, size, size) -> Conv+bias (`channels`) -> Relu -> GlobalAveragePool -> Flatten
+    -> Gemm+bias -> y (batch, 10)."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+               for name, shape in (("w", (channels, 3, 3, 3)), ("b", (channels,)), ("fc", (10, channels)),
+                                   ("fc_b", (10,)))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "fc", "fc_b"], ["y"], name="fc", transB=1)]
+    graph = helper.make_graph(nodes, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])], weights)
+    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
