@@ -87,7 +87,7 @@ def compare_settings(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     """Compare, then print its summary (the whole table too with placer -v; --json: what
     compare.json holds instead) and where it was saved."""
-    from placer.evaluate.report import TABLE, closing_lines, comparison_json
+    from placer.evaluate.report import TABLE, closing_lines, comparison_json, nothing_ran
     from placer.jobs.compare import compare
 
     refuse_ignored_on_cluster(args)
@@ -100,8 +100,12 @@ def run(args: argparse.Namespace) -> int:
     for note in result.profile_drift:
         print(f"note: {note}", file=sys.stderr)
     print(f"saved {', '.join(str(p) for p in result.saved)}", file=sys.stderr)
+    failed = nothing_ran(result.comparison, settings.out_dir / TABLE)
     if args.json:
         print(comparison_json(result.comparison), end="")
-    else:   # the whole table is in the output folder; its summary last
+    elif not failed:   # the whole table is in the output folder; its summary last
         print("\n".join(closing_lines(result.comparison, settings.out_dir / TABLE, args.verbose)))
+    if failed:
+        print(f"error: {failed}", file=sys.stderr)
+        return 2
     return 0

@@ -7,6 +7,7 @@ import csv
 import json
 import logging
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +128,18 @@ def summary_lines(comparison: Comparison, table: str | Path | None = None) -> li
     if table is not None:
         lines.append(f"the whole table (every row, peak memory, the notes): {table}")
     return lines
+
+
+def nothing_ran(comparison: Comparison, table: str | Path) -> str | None:
+    """The one line a comparison ends with when no row ran (each failed or was refused, most often
+    for memory): what failed and what to do; None when a row ran."""
+    if any(r.step_time is not None for r in comparison.rows):
+        return None
+    failures = Counter(r.status.split(":")[0] for r in comparison.rows)
+    commonest = ", ".join(f"{n} {what}" for what, n in failures.most_common(3))
+    return (f"no placement or plan ran: all {len(comparison.rows)} rows failed ({commonest}); raise the devices' "
+            f"memory (mem= caps, or a cluster with more), add devices, or lower the batch; each row's reason is in "
+            f"{table}")
 
 
 def closing_lines(comparison: Comparison, table: str | Path, verbose: bool = False) -> list[str]:

@@ -257,3 +257,29 @@ def test_a_bad_cluster_file_given_to_a_command_is_one_line_and_exit_2(tmp_path, 
     assert main([command, "--graph", str(model), "--cluster", str(path), *extra]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and fragment in captured.err, captured.err
+
+
+def test_compare_where_no_row_fits_exits_2_with_one_line_and_keeps_the_table(tmp_path, capsys):
+    """Every device too small for the model: compare says so in one line, exits 2, and saves the
+    table with each row's failure."""
+    from .test_cluster_cli import BOX
+
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    small = tmp_path / "small.toml"
+    small.write_text(BOX.replace('model = "tesla-k40"', 'model = "tiny-gpu"')
+                     .replace('model = "xeon-e5-2699-v3"', 'model = "tiny-cpu"') + "".join(f"""
+[models.tiny-{kind}]
+name = "A {kind} with 1 KiB"
+kind = "{kind}"
+peak_flops = {{ float32 = "1 TFLOPS" }}
+memory_bandwidth = "100 GB/s"
+memory = "1 KiB"
+launch_overhead = "5 us"
+source = "test"
+""" for kind in ("cpu", "gpu")).replace('kind = "gpu"', 'kind = "cuda"'))
+    out = tmp_path / "out"
+    code = main(["compare", "--graph", str(model), "--cluster", str(small), "--out", str(out), "--no-plot"])
+    captured = capsys.readouterr()
+    (line,) = [l for l in captured.err.splitlines() if l.startswith("error:")]
+    assert code == 2 and line.startswith("error: no placement or plan ran: all ") and "oom" in line
+    assert "fastest:" not in captured.out and (out / "table.txt").is_file()
