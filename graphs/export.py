@@ -64,6 +64,7 @@ def save_large(proto: onnx.ModelProto, path: Path) -> Path:
         onnx.save_model(proto, str(staged), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=data.name, size_threshold=1024)
         onnx.checker.check_model(str(staged))
+        os.chmod(Path(folder) / data.name, staged.stat().st_mode)   # onnx writes it private; readable as the model is
         os.replace(Path(folder) / data.name, data)
         os.replace(staged, path)
     return path

@@ -22,6 +22,7 @@ def test_a_model_over_the_limit_keeps_its_weights_in_a_data_file_and_is_the_same
     large = graphs.export("transformer", tmp_path / "large.onnx", **SMALL)
     data = tmp_path / "large.onnx.data"
     assert data.is_file() and not (tmp_path / "whole.onnx.data").exists()
+    assert data.stat().st_mode == large.stat().st_mode   # whoever may read the model may read its weights
     assert large.stat().st_size < whole.stat().st_size / 10   # the weights are not in the model file
     stored = onnx.load(str(large), load_external_data=False)
     assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in stored.graph.initializer)
