@@ -34,6 +34,15 @@ def layered_layout(graph: OpGraph) -> dict[str, tuple[float, float]]:
 
 def draw_placement(graph: OpGraph, placement: Placement, path: str | Path, title: str | None = None) -> Path:
     """Draw `placement` over `graph` into an image file (format from the suffix, e.g. .png, .svg)."""
+    return draw_groups(graph, placement.nodes, list(placement.devices), path, title=title)
+
+
+def draw_groups(graph: OpGraph, group_of: dict[str, str], groups: list[str], path: str | Path, *,
+                marked: set[tuple[str, str]] | None = None, marked_label: str = "crosses devices",
+                title: str | None = None) -> Path:
+    """Draw `graph` with each node coloured by its group (a device; for a plan, also a split op's
+    device set), `groups` in legend order; the `marked` edges (default: those between groups)
+    drawn dark, named `marked_label` in the legend."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.collections import LineCollection
@@ -48,7 +57,8 @@ def draw_placement(graph: OpGraph, placement: Placement, path: str | Path, title
     for name, op in graph.nodes.items():
         for src in dict.fromkeys(producer[t] for t in node_reads(op.proto) if t in producer):
             segment = (pos[src], pos[name])
-            (same if placement.nodes[src] == placement.nodes[name] else cross).append(segment)
+            crossing = (src, name) in marked if marked is not None else group_of[src] != group_of[name]
+            (cross if crossing else same).append(segment)
 
     depth = max((x for x, _ in pos.values()), default=0) + 1
     height = max((abs(y) for _, y in pos.values()), default=0) * 2 + 1
@@ -57,10 +67,10 @@ def draw_placement(graph: OpGraph, placement: Placement, path: str | Path, title
     ax = fig.add_subplot()
     ax.add_collection(LineCollection(same, colors="#c8c8c8", linewidths=0.6, zorder=1))
     ax.add_collection(LineCollection(cross, colors="#202020", linewidths=1.2, zorder=2))
-    palette = _palette(len(placement.devices))
-    counts = placement.device_counts()
-    for i, device in enumerate(placement.devices):
-        names = [n for n in graph.nodes if placement.nodes[n] == device]
+    palette = _palette(len(groups))
+    counts = {g: sum(1 for n in graph.nodes if group_of[n] == g) for g in groups}
+    for i, group in enumerate(groups):
+        names = [n for n in graph.nodes if group_of[n] == group]
         if names:
             ax.scatter([pos[n][0] for n in names], [pos[n][1] for n in names], s=36, color=palette[i],
                        edgecolors="black", linewidths=0.4, zorder=3)
@@ -69,8 +79,8 @@ def draw_placement(graph: OpGraph, placement: Placement, path: str | Path, title
             ax.annotate(op.op_type, pos[name], xytext=(0, 6), textcoords="offset points",
                         ha="center", fontsize=6, zorder=4)
     handles = [Line2D([], [], marker="o", linestyle="", color=palette[i], markeredgecolor="black",
-                      label=f"{d} ({counts[d]} nodes)") for i, d in enumerate(placement.devices)]
-    handles.append(Line2D([], [], color="#202020", label=f"crosses devices ({len(cross)} edges)"))
+                      label=f"{g} ({counts[g]} nodes)") for i, g in enumerate(groups)]
+    handles.append(Line2D([], [], color="#202020", label=f"{marked_label} ({len(cross)} edges)"))
     # below the axes, so it never hides nodes
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(4, len(handles)),
               fontsize=8, frameon=False)
@@ -78,12 +88,12 @@ def draw_placement(graph: OpGraph, placement: Placement, path: str | Path, title
     ax.set_yticks([])
     ax.autoscale_view()
     ax.margins(0.05, 0.15)
-    ax.set_title(title or f"{graph.source or 'graph'}: {len(graph.nodes)} nodes on {len(placement.devices)} devices",
+    ax.set_title(title or f"{graph.source or 'graph'}: {len(graph.nodes)} nodes on {len(groups)} devices",
                  fontsize=10)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")   # a wide legend (many devices, a plan's device sets) stays whole
     return path
 
 

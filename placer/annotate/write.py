@@ -22,8 +22,8 @@ from pathlib import Path
 import onnx
 from onnx import inliner
 
-from placer.annotate.keys import (CONFIG_NAME, DEVICE_KEY, FORMAT_KEY, GRAPH_SHA_KEY, LAYER_KEY,
-                                  MEASUREMENT_KEY, MIN_IR_VERSION)
+from placer.annotate.keys import (CONFIG_NAME, DEVICE_KEY, FORMAT_KEY, GRAPH_SHA_KEY, LAYER_KEY, LAYOUT_KEY,
+                                  MEASUREMENT_KEY, MIN_IR_VERSION, PLAN_EXTRA_KEY)
 from placer.annotate.stages import plan_stages, stage_of_node
 from placer.devices import device_kind
 from placer.errors import PlacerError
@@ -91,8 +91,8 @@ def apply_placement(model: onnx.ModelProto, placement: Placement, graph: OpGraph
     for node, name in zip(out.graph.node, names):
         device = placement.nodes[name]
         node.name = name
-        overwritten += _set_meta(node.metadata_props, LAYER_KEY, device_kind(device))
-        _set_meta(node.metadata_props, DEVICE_KEY, device)
+        overwritten += set_meta(node.metadata_props, LAYER_KEY, device_kind(device))
+        set_meta(node.metadata_props, DEVICE_KEY, device)
         node_config = node.device_configurations.add()
         node_config.configuration_id = CONFIG_NAME
         node_config.pipeline_stage = stage_of[name]
@@ -103,11 +103,11 @@ def apply_placement(model: onnx.ModelProto, placement: Placement, graph: OpGraph
     if overwritten:
         log.warning("replaced the %s annotation of %d node(s) that another tool had set", LAYER_KEY, overwritten)
 
-    _set_meta(out.metadata_props, FORMAT_KEY, FORMAT)
+    set_meta(out.metadata_props, FORMAT_KEY, FORMAT)
     if graph.sha256:
-        _set_meta(out.metadata_props, GRAPH_SHA_KEY, graph.sha256)
+        set_meta(out.metadata_props, GRAPH_SHA_KEY, graph.sha256)
     if placement.measurement is not None:
-        _set_meta(out.metadata_props, MEASUREMENT_KEY, json.dumps(placement.measurement, sort_keys=True))
+        set_meta(out.metadata_props, MEASUREMENT_KEY, json.dumps(placement.measurement, sort_keys=True))
     out.ir_version = max(out.ir_version, MIN_IR_VERSION)
     return out
 
@@ -143,16 +143,17 @@ def _clear(model: onnx.ModelProto) -> None:
     model.configuration.extend(keep)
     for node in model.graph.node:
         if any(e.key == DEVICE_KEY for e in node.metadata_props):
-            _del_meta(node.metadata_props, LAYER_KEY)   # ours, not another tool's
-            _del_meta(node.metadata_props, DEVICE_KEY)
+            del_meta(node.metadata_props, LAYER_KEY)   # ours, not another tool's
+            del_meta(node.metadata_props, DEVICE_KEY)
+        del_meta(node.metadata_props, LAYOUT_KEY)   # a plan's (placer.plans.export)
         keep_nodes = [c for c in node.device_configurations if c.configuration_id != CONFIG_NAME]
         del node.device_configurations[:]
         node.device_configurations.extend(keep_nodes)
-    for key in (FORMAT_KEY, GRAPH_SHA_KEY, MEASUREMENT_KEY):
-        _del_meta(model.metadata_props, key)
+    for key in (FORMAT_KEY, GRAPH_SHA_KEY, MEASUREMENT_KEY, PLAN_EXTRA_KEY):
+        del_meta(model.metadata_props, key)
 
 
-def _set_meta(props, key: str, value: str) -> int:
+def set_meta(props, key: str, value: str) -> int:
     """Set `key` in a repeated StringStringEntryProto; 1 if it replaced a different value."""
     for entry in props:
         if entry.key == key:
@@ -164,7 +165,8 @@ def _set_meta(props, key: str, value: str) -> int:
     return 0
 
 
-def _del_meta(props, key: str) -> None:
+def del_meta(props, key: str) -> None:
+    """Remove `key` from a repeated StringStringEntryProto, if there."""
     keep = [e for e in props if e.key != key]
     if len(keep) != len(props):
         del props[:]

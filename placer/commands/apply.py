@@ -16,7 +16,9 @@ def register(subparsers) -> None:
         "apply", help=HELP,
         description="Annotate every node of the model with its device (node metadata placer.device, "
                     "the ONNX multi-device configuration, ONNX Runtime layer annotations). Without "
-                    "--placement or --device, the placement already stored in the model is used.")
+                    "--placement or --device, the placement already stored in the model is used. A plan "
+                    "file (placer.plan/1) given as --placement is written as IR-11 sharding specs: each "
+                    "split op's tensors over its devices (a Partial() also in node metadata placer.layout).")
     add_graph_args(parser)
     add_placement_args(parser)
     add_cluster_arg(parser, "write a placement for described hardware (placer cluster list, or a TOML file): the "
@@ -35,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     result = apply(ApplySettings(model_settings(args), placement_settings(args), args.cluster, args.output,
                                  args.split))
     cluster = result.cluster
+    if result.plan is not None:
+        print(result.plan_line(args.output))
+        return 0
     if args.output:
         counts = result.device_counts()
         print(f"wrote {args.output}: {sum(counts.values())} nodes placed "

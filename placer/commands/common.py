@@ -107,7 +107,9 @@ def placement_settings(args: argparse.Namespace) -> settings.PlacementSettings:
 def add_placement_args(parser: argparse.ArgumentParser) -> None:
     """--placement / --device / --map, as the commands that run a placement take them."""
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--placement", metavar="P.json", help="placement file (format placer.placement/1)")
+    group.add_argument("--placement", metavar="P.json",
+                       help="placement file (format placer.placement/1); apply and show also take a plan file "
+                            "(placer.plan/1), whose split ops they write and draw")
     group.add_argument("--device", metavar="D", help="put every node on this one device, e.g. cpu or cuda:0")
     parser.add_argument("--map", action="append", default=[], metavar="FROM=TO",
                         help="rename a device of the placement, e.g. cuda:1=cuda:0 (repeatable)")

@@ -16,7 +16,7 @@ HELP = "measure every baseline placer (and a learned placement) side by side"
 
 def register(subparsers) -> None:
     """Add the `compare` sub-command."""
-    from placer.jobs.compare import BLOCKS, DEFAULT_SAMPLES
+    from placer.jobs.compare import ALL_PLANS, BLOCKS, DEFAULT_PLANS, DEFAULT_SAMPLES
     from placer.placers import PLACERS
 
     parser = subparsers.add_parser(
@@ -47,6 +47,10 @@ def register(subparsers) -> None:
                              "another cluster is refused")
     parser.add_argument("--placers", default=",".join(PLACERS), metavar="P1,P2",
                         help=f"which placers to run (default: all: {','.join(PLACERS)})")
+    parser.add_argument("--plans", default=None, metavar="P1,P2",
+                        help="with --cluster, the plans priced beside the placements, 'none' for none (default: "
+                             f"{','.join(DEFAULT_PLANS)}; also: {','.join(p for p in ALL_PLANS if p not in DEFAULT_PLANS)})"
+                             "; plan_search starts from the best of the rows and spends --samples")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
                         help="random placements random_search simulates (default: the learner's sample count "
                              f"from the --include-rl run's summary.json, else {DEFAULT_SAMPLES})")
@@ -78,6 +82,8 @@ def compare_settings(args: argparse.Namespace):
 
     return CompareSettings(model_settings(args), hardware_settings(args), step_settings(args),
                            placers=tuple(p.strip() for p in args.placers.split(",") if p.strip()),
+                           plans=None if args.plans is None else
+                           tuple(p.strip() for p in args.plans.split(",") if p.strip() not in ("", "none")),
                            include_rl=args.include_rl, include_placement=tuple(args.include_placement),
                            samples=args.samples, seed=args.seed, rounds=rounds_from_args(args, args.seed),
                            timeout_s=option(args, "timeout"), refresh_profile=args.refresh_profile, out=args.out,

@@ -40,17 +40,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(r.to_dict(), indent=2))
         return 0
+    what = "plan" if r.plan is not None else "placement"
     print(f"{args.graph}: {len(r.graph.nodes)} nodes on {len(r.placement.devices)} devices "
-          f"(placement {r.settings.placement.origin})")
+          f"({what} {r.settings.placement.origin})")
     print(f"{'device':<10} {'nodes':>6} {'FLOPs':>9} {'params':>10} {'sent':>10} {'received':>10} "
           f"{'peak memory':>12}")
     for row in r.rows:
         print(f"{row.device:<10} {row.nodes:>6} {_count(row.flops):>9} {_size(row.param_bytes):>10} "
-              f"{_size(row.bytes_sent):>10} {_size(row.bytes_received):>10} {_size(r.memory.get(row.device, 0)):>12}")
+              f"{_size(row.bytes_sent):>10} {_size(row.bytes_received):>10} "
+              f"{_size(r.memory.get(row.device, 0)) if r.plan is None else '-':>12}")
     if r.training is not None:
         print(f"peak memory of a training step (loss {r.training.loss.kind}, {r.training.optimizer.name}): "
               "gradients, saved activations and optimizer state included")
     print(f"bytes crossing devices per step: {_size(r.crossing)}")
+    if r.summary is not None:
+        print("\n".join(r.summary.lines()))
     if r.predicted is not None:
         _print_predicted(r.cluster, r.predicted, r.training)
     if r.picture:

@@ -212,14 +212,24 @@ def _schedule(plan: _Plan, tables: SimulatorTables, steps: np.ndarray) -> _Sched
     sent = np.empty((T, B))
     width = plan.routes.shape[0]
 
+    side, side_end = tables.side, np.zeros(B)
+
     def run_step(i: int, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        """Start when the device is free and every input has arrived; send the outputs on."""
+        """Start when the device is free (a side step: at once) and every input has arrived; send
+        the outputs on."""
         here = at[i]
-        ready = np.take(dev_free, here, out=start[i])
+        if side[i]:
+            start[i] = 0.0
+            ready = start[i]
+        else:
+            ready = np.take(dev_free, here, out=start[i])
         for arrival in inputs:
             np.maximum(ready, np.take(arrival, here), out=ready)
         fin = np.add(ready, op_time[i], out=finish[i])
-        dev_free[here] = fin
+        if side[i]:
+            np.maximum(side_end, fin, out=side_end)
+        else:
+            dev_free[here] = fin
         outputs = []
         for t in plan.out_tensors[i]:
             arrival = np.tile(fin, D)   # (device, row) flat: here at once, elsewhere once copied
@@ -248,7 +258,8 @@ def _schedule(plan: _Plan, tables: SimulatorTables, steps: np.ndarray) -> _Sched
 
     for _ in walk(tables.steps, tables.frees, {}, run_step):
         pass
-    step = (np.maximum(dev_free.reshape(D, B).max(axis=0), link_free.reshape(-1, B).max(axis=0))   # the spare: 0
+    step = (np.maximum(np.maximum(dev_free.reshape(D, B).max(axis=0), link_free.reshape(-1, B).max(axis=0)),
+                       side_end)   # the spare: 0
             if n else np.zeros(B))
     empty = np.zeros((0, B), dtype=np.int64)
     return _Schedule(start, finish, step, sent, np.concatenate(edges) if edges else empty,

@@ -120,12 +120,12 @@ class RooflineCostModel:
 
 
 def cluster_measurer(cluster: Cluster, graph: OpGraph, cost: RooflineCostModel | None = None, *,
-                     training=None, pipeline=None) -> SimulatedMeasurer:
+                     training=None, pipeline=None, program=None) -> SimulatedMeasurer:
     """The measurer of a placement on `cluster`: its devices with their memory capacities as caps,
     every step time simulated with `cost` (default: the cluster's roofline model), the cluster
     named in the protocol, so that figures of two clusters are never taken for one another."""
     measurer = SimulatedMeasurer(graph, as_devices(cluster.device_specs()), cost or RooflineCostModel(cluster, graph),
-                                 training=training, pipeline=pipeline)
+                                 training=training, pipeline=pipeline, program=program)
     measurer.protocol["cluster"] = cluster.name
     return measurer
 

@@ -43,6 +43,9 @@ class SimProgram:
     held: list[tuple[int, int]]        # (bytes, step) resident wherever that step runs: optimizer state
     unrolled: Unrolled | None = None   # a pipelined step's unrolling, when each placement has its own order
     copied: Callable[[str], int] | None = None   # tensor -> bytes a copy of it sent elsewhere takes; None: size
+    # steps on their device's communication stream (a collective's, as NCCL's run beside the
+    # compute): each starts once its inputs are in, and holds its device up for nothing
+    side: frozenset[int] = frozenset()
 
     def copy_size(self, tensor: str) -> int:
         """Bytes a copy of `tensor` on another device takes: an updated parameter, no bytes where

@@ -47,6 +47,7 @@ class SimulatorTables:
     r_bytes: np.ndarray                     # resident entry -> bytes
     r_edge: np.ndarray                      # reading of resident data -> its entry
     r_reader: np.ndarray                    # reading of resident data -> its reading step
+    side: np.ndarray                        # step -> whether it runs beside its device's queue (`SimProgram.side`)
 
     def __post_init__(self) -> None:
         for value in vars(self).values():

@@ -5,6 +5,8 @@ graph's topological order; a tensor needed on another device is copied over the 
 between the two as soon as its producer finishes, each link carrying one copy at a time in the
 same topological order (a copy occupies every link of its route, `CostModel.route`, so copies over a
 shared link wait for each other); a node starts when its device is free and every input has arrived.
+A step on its device's communication stream (`SimProgram.side`: a collective's ring steps, as NCCL
+runs them beside the compute) starts once its inputs have arrived and holds no device up.
 Because every resource (device or link) serves its jobs in a fixed order, the event times follow
 from one pass over the nodes in topological order, with no event heap: each job starts at the
 later of "its resource is free" and "its inputs are done", and both are known by then. That pass
@@ -49,7 +51,7 @@ from placer.costmodel.protocol import CostModel, own_link
 from placer.costmodel.sim_tables import SimulatorTables
 from placer.measure.measurement import INVALID, OOM, Measurement
 from placer.program.pipeline import Pipeline, tag
-from placer.costmodel.sim_program import inference_program, pipelined_program, training_program
+from placer.costmodel.sim_program import SimProgram, inference_program, pipelined_program, training_program
 from placer.program.training import TrainingSpec
 from placer.program.walk import Step, last_uses, walk
 from placer.placement import Placement
@@ -140,7 +142,9 @@ class Simulator:
 
     def __init__(self, graph: OpGraph, devices: Sequence[str], cost_model: CostModel,
                  mem_caps: Sequence[int | None] | None = None, training: TrainingSpec | None = None,
-                 pipeline: Pipeline | None = None) -> None:
+                 pipeline: Pipeline | None = None, program: SimProgram | None = None) -> None:
+        """`program`: the steps to walk, where a caller built them (a plan's training step with its
+        gradients' collectives, `placer.plans.training`); None: `training`'s program of `graph`."""
         self.graph = graph
         self.devices = list(devices)
         self.mem_caps = list(mem_caps) if mem_caps is not None else [None] * len(self.devices)
@@ -150,8 +154,9 @@ class Simulator:
             raise PlacerError(f"the cost model's times are of the {cost_model.objective} objective, not of the "
                               f"{objective} one being simulated; profile with --objective {objective}")
         self.node_names = list(graph.nodes)
-        program = (inference_program(graph, self.devices, cost_model) if training is None
-                   else training_program(graph, self.devices, cost_model, training))
+        if program is None:
+            program = (inference_program(graph, self.devices, cost_model) if training is None
+                       else training_program(graph, self.devices, cost_model, training))
         # a pipelined step: every micro-batch's steps (`placer.program.pipeline`)
         self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
         if self.pipeline is not None:
@@ -248,7 +253,8 @@ class Simulator:
             e_consumer=np.asarray([c for cs in self.t_consumers for c in cs], dtype=np.int64),
             r_bytes=np.asarray(self.r_bytes, dtype=np.int64),
             r_edge=np.asarray([r for r, cs in enumerate(self.r_consumers) for _ in cs], dtype=np.int64),
-            r_reader=np.asarray([c for cs in self.r_consumers for c in cs], dtype=np.int64))
+            r_reader=np.asarray([c for cs in self.r_consumers for c in cs], dtype=np.int64),
+            side=np.isin(np.arange(len(program.steps)), sorted(program.side)))
 
     def simulate(self, assign: Sequence[int], overlap: bool = False) -> SimResult:
         """Simulate one step of the placement `assign` (device index of each node, in order); with
@@ -279,18 +285,22 @@ class Simulator:
         readers[np.arange(len(self.t_bytes)), a[tables.t_producer]] = False
         remote = _remote_devices(readers)
         never = [math.inf] * D
+        side, side_end = self.program.side, [0.0]
 
         def run_node(i: int, inputs: list[list[float]]) -> list[list[float]]:
             """Start when the device is free and every input has arrived; send the outputs on."""
             d = assign[i]
-            ready = dev_free[d]
+            ready = 0.0 if i in side else dev_free[d]
             for arrival in inputs:
                 if arrival[d] > ready:
                     ready = arrival[d]
             fin = ready + op_time[i][d]
             start[i] = ready
             finish[i] = fin
-            dev_free[d] = fin
+            if i in side:
+                side_end[0] = max(side_end[0], fin)
+            else:
+                dev_free[d] = fin
             outputs = []
             for t in out_tensors[i]:
                 arrival = never.copy()
@@ -319,7 +329,7 @@ class Simulator:
                           lambda i, inputs: run_node(order[i], inputs)):
                 pass
 
-        step = max(max(dev_free), max(link_free)) if n else 0.0
+        step = max(max(dev_free), max(link_free), side_end[0]) if n else 0.0
         peaks = self._peak_memory(assign, start, finish, copies, step)
         shared = None
         if overlap or any(s > 1.0 for s in self.slowdown):
@@ -412,7 +422,7 @@ class SimulatedMeasurer:
 
     def __init__(self, graph: OpGraph, devices: Sequence[Device | str], cost_model: CostModel | None = None,
                  mem_caps: dict[str, int] | None = None, training: TrainingSpec | None = None,
-                 pipeline: Pipeline | None = None) -> None:
+                 pipeline: Pipeline | None = None, program: SimProgram | None = None) -> None:
         devs = as_devices(devices)
         names = [d.name for d in devs]
         caps = {d.name: d.mem_cap for d in devs if d.mem_cap is not None}
@@ -420,7 +430,8 @@ class SimulatedMeasurer:
         self.devices = names
         self.graph = graph
         self.cost_model = cost_model if cost_model is not None else AnalyticCostModel(names)
-        self.simulator = Simulator(graph, names, self.cost_model, [caps.get(d) for d in names], training, pipeline)
+        self.simulator = Simulator(graph, names, self.cost_model, [caps.get(d) for d in names], training, pipeline,
+                                   program)
         self._index = {d: i for i, d in enumerate(names)}
         self.protocol = {"kind": "simulated", "cost_model": type(self.cost_model).__name__,
                          "objective": "inference" if training is None else "training"}

@@ -62,6 +62,7 @@ class CompareRow:
     opener: Callable[[], PlacedRun] | None = field(default=None, repr=False)
     run_record: dict[str, Any] = field(default_factory=dict, repr=False)   # how such a row runs
     note: str | None = None                  # what the row is, for rows that are not placers
+    plan: bool = False                       # a plan that splits ops (`placer.evaluate.plan_rows`), no placement
 
     @property
     def step_time(self) -> float | None:
@@ -301,8 +302,12 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
         comparison.notes = [n for n in (result.cap_note(), _noise_note(comparison.control, rounds.precision),
                                         check_bound(bound, placed, rounds.precision))
                             if n]
-        comparison.instead = _faster_than_placements(comparison, speedup)
-        comparison.notes += [_instead_note(comparison, name) for name in comparison.instead]
+    # simulated too: a plan row (data parallelism, ...) beats every placement as the whole machine can
+    comparison.instead = _faster_than_placements(comparison, speedup)
+    # of the plans only the fastest, as the verdicts name it
+    plans = [name for name in comparison.instead if comparison.row(name).plan]
+    comparison.notes += [_instead_note(comparison, name) for name in comparison.instead
+                         if name not in plans or name == plans[0]]
     return comparison
 
 
@@ -398,8 +403,20 @@ def profile_drift_notes(comparison: Comparison, cached: bool) -> list[str]:
 
 
 def _placements(comparison: Comparison) -> list[CompareRow]:
-    """The rows that ran and are placements on the compared devices: no control, no whole-model row."""
-    return [r for r in comparison.rows if r.step_time is not None and r.opener is None and r.name != CONTROL]
+    """The rows that ran and are placements on the compared devices: no control, no whole-model row,
+    no plan."""
+    return [r for r in comparison.rows if r.step_time is not None and r.opener is None and r.name != CONTROL
+            and not is_plan(r)]
+
+
+def is_plan(row: CompareRow) -> bool:
+    """A row of a plan that splits ops (`placer.evaluate.plan_rows`), which is no placement."""
+    return row.plan
+
+
+def fastest_plan(rows: list[CompareRow]) -> CompareRow | None:
+    """The plan row with the lowest step time, or None when no plan ran."""
+    return min((r for r in rows if is_plan(r) and r.step_time is not None), key=lambda r: r.step_time, default=None)
 
 
 def best_placement(comparison: Comparison) -> CompareRow | None:
@@ -409,10 +426,12 @@ def best_placement(comparison: Comparison) -> CompareRow | None:
 
 def _faster_than_placements(comparison: Comparison, speedup) -> list[str]:
     """The rows a user runs instead of a placement (one device with all the cores, ONNX Runtime on
-    the whole model) that are faster than every placement on the compared devices, beyond the noise."""
+    the whole model, a plan) that are faster than every placement on the compared devices, beyond
+    the noise; fastest first."""
     placed = _placements(comparison)
-    return [row.name for row in comparison.rows if row.opener is not None and row.step_time is not None
-            and placed and all(speedup_verdict(speedup(row, r)) == FASTER for r in placed)]
+    faster = [row for row in comparison.rows if (row.opener is not None or is_plan(row)) and row.step_time is not None
+              and placed and all(speedup_verdict(speedup(row, r)) == FASTER for r in placed)]
+    return [row.name for row in sorted(faster, key=lambda r: r.step_time)]
 
 
 def _instead_note(comparison: Comparison, name: str) -> str:
@@ -427,11 +446,11 @@ def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow |
     """What a user asks of a comparison, each a paired speedup with its verdict (`verdict_record`):
     the run's placement (`learned`, its placement.json; else the best placer's) against
     the best baseline placer (by paired speedup over the best single device), the best single
-    device, the whole machine as one device and ONNX Runtime."""
+    device, the whole machine as one device, ONNX Runtime and the fastest plan."""
     ok = [r for r in rows if r.step_time is not None]
     # the control row's placer names its twin: it is no placer of its own
     placers = [r for r in ok if r.placer not in ("learned", INCLUDED, "single") and r.name != CONTROL
-               and r.opener is None]
+               and r.opener is None and not is_plan(r)]
     best_placer = min(placers, key=partial(_paired_order, speedup, best_single)) if placers else None
     learned = [r for r in ok if r.placer == "learned"]
     # the run's placement.json, what `placer apply` takes: the placement a user gets from the run
@@ -439,8 +458,9 @@ def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow |
     subject = next((r for r in learned if r.name == "learned"), (learned + included + [best_placer])[0])
     if subject is None:
         return []
+    plan = fastest_plan(ok)
     references = [(best_placer, "the best baseline placer"), (best_single, "the best single device")] + \
-                 [(r, r.note) for r in ok if r.opener is not None]
+                 [(r, r.note) for r in ok if r.opener is not None] + ([(plan, "the fastest plan")] if plan else [])
     out = []
     for ref, what in references:
         if ref is None or ref is subject:

@@ -1,52 +1,110 @@
 """Plans beside the placements in a simulated comparison: what users run instead of placing ops whole,
 simulated on the same cluster with the same costs (`placer.plans.pricing`).
 
-`data_parallel` is PyTorch DDP's forward step: every op split on its batch over the cluster's GPUs
-(every device where it has fewer than two), weights replicated. A plan is no placement: its row has
+`data_parallel` is PyTorch DDP: every op split on its batch over the cluster's GPUs (every device
+where it has fewer than two), weights replicated, in a training step their gradients all-reduced
+(`placer.plans.training`); `fsdp` (ZeRO-3, training only) stores each weight sharded. On an
+inference step so far: `tensor_parallel` (Megatron's split of each MLP and attention block),
+`pipeline_data` (pipeline stages, each data parallel) and `data_parallel_by_speed` (the batch cut
+in proportion to each device's speed). Then placer's search over plans, `plan_search`, and FlexFlow's
+`mcmc` (`plan_search_rows`), from the fastest placement or plan above. A plan is no placement: its row has
 no placement file, and the placements' lower bound does not bound it (it splits ops). A plan that
-does not apply (no batch to split; a training or pipelined step, which plans do not price yet) is a
+does not apply (no batch to split; a pipelined step, which plans do not price yet) is a
 note, not a row; one that does not fit a device's memory is a row that fails saying which device.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from placer.devices import device_kind
 from placer.errors import PlacerError
 from placer.evaluate.compare import CompareRow
+from placer.evaluate.plan_search_rows import SEARCHES, searched_rows
+from placer.costmodel.roofline import RooflineCostModel
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
+from placer.placers.partitioners import pipeline_dp
 from placer.plans.data_parallel import NAME as DATA_PARALLEL, data_parallel
+from placer.plans.data_parallel_by_speed import NAME as BY_SPEED, data_parallel_by_speed, describe as describe_by_speed
+from placer.plans.fsdp import NAME as FSDP, fsdp
+from placer.plans.pipeline_data import NAME as PIPELINE_DATA, describe as describe_pipeline_data, pipeline_data
 from placer.plans.pricing import simulate_plan
+from placer.plans.tensor_parallel import NAME as TENSOR_PARALLEL, describe as describe_tensor_parallel, tensor_parallel
+from placer.plans.training import simulate_training
 
-PLANS = (DATA_PARALLEL,)
+PLANS = (DATA_PARALLEL, FSDP, TENSOR_PARALLEL, PIPELINE_DATA, BY_SPEED, *SEARCHES)   # the searches start from the rows before them
+_BUILDERS = {DATA_PARALLEL: data_parallel, FSDP: fsdp, TENSOR_PARALLEL: tensor_parallel}
+_COSTED = {PIPELINE_DATA: lambda graph, devices, cost: pipeline_data(graph, devices, partial(pipeline_dp, cost=cost)),
+           BY_SPEED: data_parallel_by_speed}   # builders that read the costs
+_INFERENCE_ONLY = {TENSOR_PARALLEL, PIPELINE_DATA, BY_SPEED}   # not yet lowered to a training step
+_TRAINING_ONLY = {FSDP}   # sharding weights saves only a training step's gradients and state
 
 
 def plan_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names=PLANS, *, training=None,
-              pipeline=None) -> tuple[list[CompareRow], list[str]]:
+              pipeline=None, placements=None, samples=None, seed=0) -> tuple[list[CompareRow], list[str]]:
     """The rows of the plans `names` on `cluster`'s `devices` (those compared), and a note for each
-    that does not apply."""
+    that does not apply; the searches (`plan_search_rows`) start from the best of `placements` (row
+    name -> placement) and the other plans' rows, with `samples` simulated plans each."""
     unknown = [n for n in names if n not in PLANS]
     if unknown:
         raise PlacerError(f"unknown plan(s) {', '.join(unknown)}; choose from {', '.join(PLANS)}")
+    searches = [n for n in names if n in SEARCHES]
+    if searches:
+        rows, notes = plan_rows(graph, cluster, devices, [n for n in names if n not in SEARCHES], training=training,
+                                pipeline=pipeline)
+        gpus = [d for d in devices if device_kind(d) == "cuda"]
+        plans = {r.name: _build(r.name, graph, gpus if len(gpus) >= 2 else devices, cluster) for r in rows}
+        found, more = searched_rows(graph, cluster, devices, searches, placements or {}, plans, samples, seed, training,
+                                    pipeline is not None and pipeline.pipelined)
+        return rows + found, notes + more
     if not names:
         return [], []
-    if training is not None or (pipeline is not None and pipeline.pipelined):
-        return [], [f"{', '.join(names)}: not simulated; plans are priced on one inference step so far"]
+    if pipeline is not None and pipeline.pipelined:
+        return [], [f"{', '.join(names)}: not simulated; plans are priced on one step, not a pipelined one, so far"]
     gpus = [d for d in devices if device_kind(d) == "cuda"]
     devices = gpus if len(gpus) >= 2 else devices
-    start = time.perf_counter()
-    try:
-        plan = data_parallel(graph, devices)
-    except PlacerError as exc:
-        return [], [f"{DATA_PARALLEL}: not simulated; {exc}"]
-    found = time.perf_counter() - start
-    measurement = simulate_plan(graph, plan, cluster)
-    replicated = plan.extra["placer"]["replicated"]
-    note = (f"a plan, not a placement: every op split on its batch over {', '.join(devices)}, weights replicated"
+    rows, notes = [], []
+    for name in names:
+        if name in _TRAINING_ONLY and training is None:
+            notes.append(f"{name}: not simulated; it shards a training step's weights (--objective training)")
+            continue
+        if name in _INFERENCE_ONLY and training is not None:
+            notes.append(f"{name}: not simulated; it is priced on an inference step so far")
+            continue
+        start = time.perf_counter()
+        try:
+            plan = _build(name, graph, devices, cluster)
+        except PlacerError as exc:
+            notes.append(f"{name}: not simulated; {exc}")
+            continue
+        found = time.perf_counter() - start
+        measurement = (simulate_plan(graph, plan, cluster) if training is None
+                       else simulate_training(graph, plan, cluster, training))
+        rows.append(CompareRow(name, name, False, found, measurement=measurement, note=_note(plan, devices),
+                               predicted_step_time=measurement.step_time if measurement.ok else None, plan=True))
+    return rows, notes
+
+
+def _build(name: str, graph: OpGraph, devices: list[str], cluster: Cluster):
+    """Plan `name` of `graph` over `devices`, the costed ones with the cluster's roofline costs."""
+    if name in _COSTED:
+        return _COSTED[name](graph, devices, RooflineCostModel(cluster, graph))
+    return _BUILDERS[name](graph, devices)
+
+
+def _note(plan, devices: list[str]) -> str:
+    """What the row's plan does, in a line."""
+    if plan.extra["placer"]["name"] in _DESCRIBE:
+        return _DESCRIBE[plan.extra["placer"]["name"]](plan)
+    replicated, stored = plan.extra["placer"]["replicated"], plan.extra["placer"].get("stored", {})
+    weights = (f"{len(stored)} weight(s) sharded Shard(0), all-gathered before use" if stored
+               else "weights replicated")
+    return (f"a plan, not a placement: every op split on its batch over {', '.join(devices)}, {weights}"
             + (f"; {len(replicated)} op(s) with no batch split computed whole on each ({', '.join(replicated[:3])})"
                if replicated else ""))
-    row = CompareRow(DATA_PARALLEL, DATA_PARALLEL, False, found, measurement=measurement, note=note,
-                     predicted_step_time=measurement.step_time if measurement.ok else None)
-    return [row], []
+
+
+_DESCRIBE = {TENSOR_PARALLEL: describe_tensor_parallel, PIPELINE_DATA: describe_pipeline_data,
+             BY_SPEED: describe_by_speed}

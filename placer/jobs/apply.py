@@ -34,7 +34,7 @@ class ApplySettings:
 
 @dataclass(frozen=True)
 class ApplyResult:
-    """The placement written, of `graph`, for `cluster` (None: no cluster); the split's index
+    """The placement written (or the plan, `plan`), of `graph`, for `cluster` (None: no cluster); the split's index
     file and its stages' devices (None: not asked for); the value of ONNX Runtime's session option
     `placer.annotate.write.ORT_SETTING` that places the annotated model's layers."""
 
@@ -45,6 +45,15 @@ class ApplyResult:
     split_devices: list[str]
     ort_layer_settings: str
     written: dict[str, str] | None = None   # node -> device of every node in the file, Constant weights too
+    plan: Any = None   # the `Plan` written when it splits ops (then `placement` is None), else None
+
+    def plan_line(self, output) -> str:
+        """What a plan's apply wrote to `output`, in one line: its ops split and whole, its devices."""
+        ops = self.plan.ops
+        split = sum(1 for op in ops.values() if not op.whole)
+        return (f"wrote {output}: a plan of {len(ops)} ops over {', '.join(self.plan.devices)}, {split} split across "
+                f"devices (IR-11 sharding specs), {len(ops) - split} whole"
+                + (f" for cluster {self.cluster.name}" if self.cluster else ""))
 
     def device_counts(self) -> dict[str, int]:
         """How many of the file's nodes each device holds: they add up to the nodes placed."""
@@ -76,6 +85,9 @@ def apply(settings: ApplySettings) -> ApplyResult:
     # --inputs: the shapes they decide
     graph = load_graph(original, parse_input_shapes(list(settings.model.input_shapes)), settings.model.inputs)
     graph.source = str(path)
+    plan = settings.placement.plan_to_write(graph, cluster, model=original)
+    if plan is not None:
+        return _apply_plan(settings, original, graph, cluster, plan)
     placement = settings.placement.to_write(
         graph, cluster, f"{path} holds no placement; give --placement P.json (from placer train) or --device D",
         model=original)
@@ -89,3 +101,17 @@ def apply(settings: ApplySettings) -> ApplyResult:
     # a Constant weight, folded into its reader in `graph`, is a node of the file on its reader's device
     written = {**placement.nodes, **graph.constant_devices(placement.nodes)}
     return ApplyResult(placement, graph, cluster, index, devices, ort_layer_settings(placement), written)
+
+
+def _apply_plan(settings: ApplySettings, original, graph, cluster, plan) -> ApplyResult:
+    """A plan that splits ops, written as IR-11 sharding specs (`placer.plans.export`)."""
+    from placer.annotate.write import ort_layer_settings, save_model
+    from placer.placement import Placement
+    from placer.plans.export import apply_plan
+
+    if settings.split:
+        raise PlacerError("--split cuts a model into one model per device, and the plan splits ops across devices, "
+                          "which no one device's model holds; write it with -o alone")
+    save_model(apply_plan(original, plan, graph), settings.output)
+    whole = Placement(list(plan.devices), {n: op.devices[0] for n, op in plan.ops.items() if op.whole})
+    return ApplyResult(None, graph, cluster, None, [], ort_layer_settings(whole), plan=plan)

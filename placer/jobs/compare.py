@@ -21,6 +21,10 @@ from placer.policy.summary_file import RunSummary
 if TYPE_CHECKING:
     from placer.evaluate.compare import Comparison
 
+# The plans a simulated comparison prices by default: what users run, then placer's search from the
+# best of them; FlexFlow's MCMC is the benchmarks' baseline (--plans adds it: its budget doubles the time)
+DEFAULT_PLANS = ("data_parallel", "fsdp", "tensor_parallel", "pipeline_data", "data_parallel_by_speed", "plan_search")
+ALL_PLANS = (*DEFAULT_PLANS, "mcmc")
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
 # Blocks of rounds, every row built afresh in each: three let a block that moved (as a run does)
 # show in the interval, at the cost of two more builds and warm-ups of every row.
@@ -48,8 +52,9 @@ class CompareSettings:
     history: bool = True                      # read and append to the history of compare's runs
     history_dir: str | None = None            # None: `placer.evaluate.history.default_history_dir`
     plot: bool = True                         # draw compare.png
-    # plans simulated beside the placements on a described cluster (`placer.evaluate.plan_rows.PLANS`)
-    plans: tuple[str, ...] = ("data_parallel",)
+    # plans simulated beside the placements on a described cluster (`placer.evaluate.plan_rows.PLANS`);
+    # None: DEFAULT_PLANS there, and none on this machine's devices (plans do not run for real yet)
+    plans: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_seed(self.seed)   # as every job's settings: a script's seed too, not only the CLI's
@@ -89,6 +94,12 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
     check_placer_names(list(settings.placers))
     settings.step.check_engine()
     hardware = settings.hardware
+    if settings.plans is not None and not hardware.simulated_only:
+        raise PlacerError("--plans prices plans on a described cluster, and plans do not run on this machine's "
+                          "devices yet: add --cluster NAME, or drop --plans")
+    unknown = [p for p in settings.plans or () if p not in ALL_PLANS]
+    if unknown:
+        raise PlacerError(f"unknown plan {unknown[0]!r} in --plans; choose from {', '.join(ALL_PLANS)}, or none")
     if settings.include_rl:
         check_run_hardware(hardware, settings.include_rl)
     if settings.samples is not None and settings.samples < 1:
@@ -106,7 +117,8 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
     if hardware.simulated_only:
         comparison = simulated_comparison(graph, devices, hardware.described, placers, settings.include_rl,
                                           settings.samples, settings.seed, training=training, pipeline=pipeline,
-                                          included=included, plans=settings.plans)
+                                          included=included,
+                                          plans=DEFAULT_PLANS if settings.plans is None else settings.plans)
         return CompareResult(comparison, write_outputs(comparison, settings.out_dir, plot=settings.plot))
     start = time.perf_counter()
     cost = profiled_cost_model(graph, devices, refresh=settings.refresh_profile, training=training,
@@ -178,7 +190,10 @@ def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, s
     if run_dir:   # its devices are the cluster's, not this machine's
         rows.extend(learned_rows(graph, run_dir, names, check_devices=False))
     rows.extend(included)
-    planned, not_planned = plan_rows(graph, cluster, names, plans, training=training, pipeline=pipeline)
+    # the plan searches start from every placement above (and the plans users run): never slower than them
+    planned, not_planned = plan_rows(graph, cluster, names, plans, training=training, pipeline=pipeline,
+                                     placements={r.name: r.placement for r in rows if r.placement is not None},
+                                     samples=samples, seed=seed)
     measurer = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     comparison = compare_rows(graph, names, measurer, cost, rows + planned, caps, training=training, pipeline=pipeline)
     comparison.notes += not_planned

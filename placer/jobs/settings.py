@@ -107,8 +107,9 @@ class HardwareSettings:
 
 @dataclass(frozen=True)
 class PlacementSettings:
-    """Which placement: a `file` (format placer.placement/1), else every node on one `device`, else
-    the one `placer apply` stored in the model; `device_map` renames its devices ("cuda:1=cuda:0")."""
+    """Which placement: a `file` (format placer.placement/1, or a plan, placer.plan/1), else every
+    node on one `device`, else the one `placer apply` stored in the model; `device_map` renames its
+    devices ("cuda:1=cuda:0"). A plan that splits ops is written and shown (`plan_to_write`), not run."""
 
     file: str | None = None
     device: str | None = None
@@ -124,12 +125,58 @@ class PlacementSettings:
         one stored in `model` (default: the graph's own); None when the model holds none."""
         from placer.annotate.read import read_placement
         from placer.placement import Placement
+        from placer.plans.read_back import holds_plan, read_plan
 
         if self.file:
-            return Placement.load(self.file)
+            plan = self.plan_file()   # a plan file that splits no op is its placement
+            return Placement.load(self.file) if plan is None else _placement_of(plan, self.file)
         if self.device:
             return Placement.single_device(list(graph.nodes), self.device, graph.sha256)
-        return read_placement(graph.model if model is None else model)
+        model = graph.model if model is None else model
+        if holds_plan(model):   # a plan's split ops have no one device: refused in one line, naming one
+            return _placement_of(read_plan(model), "the model")
+        return read_placement(model)
+
+    def plan_file(self):
+        """The `Plan` in `file` when it is a plan file (placer.plan/1); None for anything else, which
+        reads (or is refused) as a placement file, as it always has."""
+        import json
+        from pathlib import Path
+
+        from placer.plans.plan import NAME, Plan
+
+        try:
+            data = json.loads(Path(self.file).read_text())
+        except (OSError, ValueError):
+            return None
+        fmt = data.get("format") if isinstance(data, dict) else None
+        return Plan.from_dict(data, self.file) if isinstance(fmt, str) and fmt.startswith(f"{NAME}/") else None
+
+    def plan_to_write(self, graph, cluster, model=None):
+        """The plan to write or show when the one named splits an op (a plan file, or a plan `placer
+        apply` stored in `model`, default the graph's own), checked against `graph`, on `cluster`'s
+        devices when given; None when the named placement splits nothing (`to_write` reads it)."""
+        from placer.plans.export import checked_plan
+        from placer.plans.read_back import holds_plan, read_plan
+
+        if self.device:
+            return None
+        model = graph.model if model is None else model
+        plan = self.plan_file() if self.file else (read_plan(model) if holds_plan(model) else None)
+        if plan is None or plan.is_placement:
+            return None
+        if self.device_map:
+            raise PlacerError("--map renames the devices of a placement, not yet of a plan that splits ops; rename "
+                              "them in the plan file")
+        plan = checked_plan(graph, plan)
+        if cluster is None:
+            return plan
+        outside = sorted(set(plan.devices) - set(cluster.device_names))
+        if outside:
+            raise PlacerError(f"the plan uses {', '.join(outside)}, which cluster {cluster.name!r} does not have (its "
+                              f"devices: {', '.join(cluster.device_names)}); give a plan made for it")
+        plan.devices = list(cluster.device_names)
+        return plan
 
     def to_run(self, graph):
         """The placement to run on this machine: the one named, else everything on the plain CPU;
@@ -160,6 +207,16 @@ class PlacementSettings:
                               f"not have (its devices: {', '.join(cluster.device_names)}); give a placement made for "
                               f"it (placer train --cluster), or rename a device with --map {outside[0]}=<one of those>")
         return dataclasses.replace(placement, devices=cluster.device_names)
+
+
+def _placement_of(plan, source: str):
+    """The placement a plan is; one that splits an op is refused in one line that says what takes it."""
+    split = next((n for n, op in plan.ops.items() if not op.whole), None)
+    if split is not None:
+        raise PlacerError(f"{source} holds a plan that splits op {split} across {', '.join(plan.ops[split].devices)}, "
+                          "and this command runs placements only; write the plan with placer apply, look at it with "
+                          "placer show")
+    return plan.to_placement()
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,9 @@ class ShowResult:
     cluster: Any
     predicted: Any
     picture: Path | None
+    plan: Any = None      # the `Plan` shown when it splits ops (then the rows are its lowered graph's)
+    summary: Any = None   # its `PlanSummary`: the split ops and the layout changes
+
 
     def to_dict(self) -> dict:
         """The summary as `placer show --json` prints it."""
@@ -57,7 +60,8 @@ class ShowResult:
                 "placement": self.settings.placement.origin,
                 "devices": [{**row.to_dict(), "peak_memory": self.memory.get(row.device, 0)} for row in self.rows],
                 "objective": self.settings.step.objective, "bytes_crossing": self.crossing,
-                "picture": str(self.picture) if self.picture else None, **predicted}
+                "picture": str(self.picture) if self.picture else None, **predicted,
+                **({} if self.summary is None else {"plan": self.summary.to_dict()})}
 
 
 def show(settings: ShowSettings) -> ShowResult:
@@ -70,6 +74,9 @@ def show(settings: ShowSettings) -> ShowResult:
         check_writable(settings.picture, "-o")
     cluster = load_cluster(settings.cluster) if settings.cluster else None
     graph = settings.model.graph_only()
+    plan = settings.placement.plan_to_write(graph, cluster)
+    if plan is not None:
+        return _show_plan(settings, graph, plan, cluster)
     placement = settings.placement.to_write(graph, cluster, f"{settings.model.graph} holds no placement; write one "
                                                             "with placer apply, or give --placement P.json")
     training = settings.step.training_spec(graph)
@@ -87,3 +94,35 @@ def show(settings: ShowSettings) -> ShowResult:
         picture = draw_placement(graph, placement, settings.picture)
     return ShowResult(settings, graph, placement, summarize(graph, placement), memory,
                       cross_device_bytes(graph, placement), training, cluster, predicted, picture)
+
+
+def _show_plan(settings: ShowSettings, graph, plan, cluster) -> ShowResult:
+    """A plan that splits ops: per device, the figures of its lowered graph (shards and collective
+    steps, so the bytes sent count the collectives'); its split ops and layout changes; predicted
+    on the cluster through the simulator; drawn with split ops coloured by device set."""
+    from placer.annotate.summary import cross_device_bytes, summarize
+    from placer.errors import PlacerError
+    from placer.plans.summary import summarize_plan
+
+    if settings.step.objective == "training":
+        raise PlacerError("a plan that splits ops is shown for the forward pass only so far; drop --objective training")
+    summary = summarize_plan(graph, plan)
+    lowered = summary.lowered
+    predicted = None
+    if cluster is not None:
+        from placer.plans.pricing import simulate_plan
+
+        predicted = simulate_plan(graph, plan, cluster)
+    picture = None
+    if settings.picture:
+        from placer.annotate.draw import draw_groups
+
+        group_of = {n: "+".join(op.devices) for n, op in plan.ops.items()}
+        groups = list(dict.fromkeys(group_of[n] for n in graph.nodes))
+        picture = draw_groups(graph, group_of, groups, settings.picture, marked=summary.moves,
+                              marked_label="moves between devices or layouts",
+                              title=f"{graph.source or 'graph'}: a plan over {len(plan.devices)} devices")
+    # no memory without a cluster: the executor's accounting needs kernels, which collective steps have not
+    return ShowResult(settings, graph, lowered.placement, summarize(lowered.graph, lowered.placement), {},
+                      cross_device_bytes(lowered.graph, lowered.placement), None, cluster, predicted, picture,
+                      plan, summary)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.graph.placement_check import LISTS_NODE_NAMES
-from placer.plans.layout import REPLICATE
+from placer.plans.layout import REPLICATE, Shard
 from placer.plans.plan import OpPlan, Plan
 from placer.plans.rules import Split, replicated, splits
 
@@ -39,13 +39,26 @@ def _split_of(graph: OpGraph, name: str, op: OpPlan) -> Split:
             raise PlacerError(f"op {name} is on one device ({op.devices[0]}), where it is whole; give its layouts "
                               "as Replicate(), or none")
         return whole
-    allowed = [whole] + splits(node, graph)
+    allowed = [whole] + splits(node, graph, len(op.devices))
+    even = tuple(tuple(x.even if isinstance(x, Shard) else x for x in side) for side in layouts)
     for split in allowed:
-        if (split.inputs, split.outputs) == layouts:
-            return split
+        if (split.inputs, split.outputs) == even:
+            _check_parts(graph, name, node, op)
+            return Split(split.name, op.inputs, op.outputs)
     described = "; ".join(f"{s.name}: {_arrow(s.inputs, s.outputs)}" for s in allowed)
     raise PlacerError(f"op {name} ({node.op_type}): {_arrow(*layouts)} is not a split its maths allows; "
                       f"it allows {described}")
+
+
+def _check_parts(graph: OpGraph, name: str, node, op: OpPlan) -> None:
+    """An uneven split cuts every sharded tensor of the op by the same parts along axes of one
+    length, so that device k's slices are the same rows of each (else the split is unsound)."""
+    cut = [(graph.tensors[t].shape[x.dim], x.parts) for t, x in zip(node.inputs + node.outputs, op.inputs + op.outputs)
+           if t and isinstance(x, Shard)]
+    if any(parts is not None for _, parts in cut) and len(set(cut)) > 1:
+        raise PlacerError(f"op {name} ({node.op_type}) cuts its tensors unevenly but not alike "
+                          f"({_arrow(op.inputs, op.outputs)}); give every sharded input and output the same parts, "
+                          "along axes of one length")
 
 
 def _arrow(inputs, outputs) -> str:

@@ -34,34 +34,40 @@ def all_reduce(b: LoweredBuilder, devices: Sequence[str], parts: Sequence[str], 
 
 
 def reduce_scatter(b: LoweredBuilder, devices: Sequence[str], parts: Sequence[str], info: TensorInfo,
-                   axis: int, base: str) -> list[str]:
-    """The sum of `parts`, device k holding its k-th slice along `axis` (Shard(axis))."""
+                   axis: int | Shard, base: str) -> list[str]:
+    """The sum of `parts`, device k holding its k-th slice along `axis` (Shard(axis), or the Shard given)."""
     n = len(devices)
-    return _reduce_scatter_ring(b, devices, parts, [piece_shape(info.shape, Shard(axis), k, n) for k in range(n)],
+    return _reduce_scatter_ring(b, devices, parts, [piece_shape(info.shape, _shard(axis), k, n) for k in range(n)],
                                 info.dtype, base)
 
 
 def all_gather(b: LoweredBuilder, devices: Sequence[str], pieces: Sequence[str], info: TensorInfo,
-               axis: int, base: str) -> list[str]:
-    """The tensor whose slice k along `axis` is `pieces[k]`, whole on every device."""
+               axis: int | Shard, base: str) -> list[str]:
+    """The tensor whose slice k along `axis` (Shard(axis), or the Shard given) is `pieces[k]`, whole on
+    every device."""
     n = len(devices)
-    return _all_gather_ring(b, devices, pieces, [piece_shape(info.shape, Shard(axis), k, n) for k in range(n)],
+    return _all_gather_ring(b, devices, pieces, [piece_shape(info.shape, _shard(axis), k, n) for k in range(n)],
                             info, base, launch=True)
 
 
 def all_to_all(b: LoweredBuilder, devices: Sequence[str], pieces: Sequence[str], info: TensorInfo,
-               source: int, target: int, base: str) -> list[str]:
+               source: int | Shard, target: int | Shard, base: str) -> list[str]:
     """From Shard(source) to Shard(target): each device cuts its piece along `target` and sends
     cut k to device k, which joins the n cuts it gets."""
-    n = len(devices)
+    n, source, target = len(devices), _shard(source), _shard(target)
     cuts = []
     for i, (device, piece) in enumerate(zip(devices, pieces)):
-        held = piece_shape(info.shape, Shard(source), i, n)
-        outs = [b.tensor(f"{base}/all-to-all@{device}->{devices[k]}", piece_shape(held, Shard(target), k, n),
+        held = piece_shape(info.shape, source, i, n)
+        outs = [b.tensor(f"{base}/all-to-all@{device}->{devices[k]}", piece_shape(held, target, k, n),
                          info.dtype) for k in range(n)]
         cuts.append(b.helper("AllToAll", device, [piece], outs, HelperCost.LAUNCH, base))
-    return [_join(b, device, [cuts[i][k] for i in range(n)], piece_shape(info.shape, Shard(target), k, n), info,
+    return [_join(b, device, [cuts[i][k] for i in range(n)], piece_shape(info.shape, target, k, n), info,
                   base) for k, device in enumerate(devices)]
+
+
+def _shard(axis: int | Shard) -> Shard:
+    """An axis as its balanced Shard; a Shard (perhaps uneven) as it is."""
+    return axis if isinstance(axis, Shard) else Shard(axis)
 
 
 def gather(b: LoweredBuilder, root: str, pieces: Sequence[str], info: TensorInfo, base: str) -> str:

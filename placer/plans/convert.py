@@ -75,14 +75,14 @@ class Converter:
             return (self._onto(tensor, src, devices[0]),)
         if src.devices == devices:
             if isinstance(src.layout, Shard) and layout == REPLICATE:
-                return tuple(collectives.all_gather(b, devices, src.names, info, src.layout.dim, f"{tensor}/all-gather"))
+                return tuple(collectives.all_gather(b, devices, src.names, info, src.layout, f"{tensor}/all-gather"))
             if src.layout == PARTIAL and layout == REPLICATE:
                 return tuple(collectives.all_reduce(b, devices, src.names, info, f"{tensor}/all-reduce"))
             if src.layout == PARTIAL and isinstance(layout, Shard):
-                return tuple(collectives.reduce_scatter(b, devices, src.names, info, layout.dim,
+                return tuple(collectives.reduce_scatter(b, devices, src.names, info, layout,
                                                         f"{tensor}/reduce-scatter"))
             if isinstance(src.layout, Shard) and isinstance(layout, Shard):
-                return tuple(collectives.all_to_all(b, devices, src.names, info, src.layout.dim, layout.dim,
+                return tuple(collectives.all_to_all(b, devices, src.names, info, src.layout, layout,
                                                     f"{tensor}/all-to-all"))
         if len(src.devices) == len(devices) and src.layout == layout:
             return src.names

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from placer.errors import PlacerError
-from placer.graph.opgraph import OpGraph
+from placer.graph.opgraph import OpGraph, OpNode
 from placer.plans.layout import REPLICATE, Layout, Shard
 from placer.plans.plan import OpPlan, Plan
 from placer.plans.rules import Split, replicated, splits
@@ -28,22 +28,34 @@ def data_parallel(graph: OpGraph, devices: Sequence[str]) -> Plan:
         raise PlacerError(f"data parallelism splits the batch over two devices or more, and there is "
                           f"{len(devices)}: {', '.join(devices) or 'none'}")
     held: dict[str, Layout] = {}
-    lengths = {t.shape[0] for t in graph.inputs if t.shape}
+    lengths = batch_lengths(graph)
     ops, whole, split_any = {}, [], False
     for name, node in graph.nodes.items():
-        free = [s for s in splits(node, graph)
-                if _keeps_weights(graph, s, node.inputs, lengths) and not _needs_collective(s, node.inputs, held)]
-        batch = [s for s in free if all(x == Shard(0) for t, x in zip(node.outputs, s.outputs) if t)]
-        chosen: Split = (batch or free or [replicated(node)])[0]
+        chosen, free, batch = batch_split(graph, node, held, lengths)
         if not free and any(node.inputs):   # a Constant is made on every device, as in DDP
             whole.append(name)
-        split_any = split_any or bool(batch)
+        split_any = split_any or batch
         ops[name] = OpPlan(devices, chosen.inputs, chosen.outputs)
-        held.update((t, x) for t, x in zip(node.outputs, chosen.outputs) if t)
     if not split_any:
         raise PlacerError(f"data parallelism splits the batch, and no op of {graph.source or 'the graph'} has a "
                           f"batch axis longer than 1; bind a larger batch (--input-shape NAME=BATCHx...)")
     return Plan(list(devices), ops, graph.sha256, extra={"placer": {"name": NAME, "replicated": whole}})
+
+
+def batch_lengths(graph: OpGraph) -> set[int]:
+    """The lengths of the graph inputs' axis 0: the batch, as a constant may also span it."""
+    return {t.shape[0] for t in graph.inputs if t.shape}
+
+
+def batch_split(graph: OpGraph, node: OpNode, held: dict[str, Layout], lengths: set[int]) -> tuple[Split, bool, bool]:
+    """The node's split as DDP takes it given the layouts `held` so far (which it updates with its
+    outputs'), whether that split needs no collective, and whether it splits the batch."""
+    free = [s for s in splits(node, graph)
+            if _keeps_weights(graph, s, node.inputs, lengths) and not _needs_collective(s, node.inputs, held)]
+    batch = [s for s in free if all(x == Shard(0) for t, x in zip(node.outputs, s.outputs) if t)]
+    chosen = (batch or free or [replicated(node)])[0]
+    held.update((t, x) for t, x in zip(node.outputs, chosen.outputs) if t)
+    return chosen, bool(free), bool(batch)
 
 
 def _keeps_weights(graph: OpGraph, split: Split, inputs: Sequence[str], lengths: set[int]) -> bool:

@@ -2,7 +2,9 @@
 plan without a glossary):
 
 - `Shard(dim)`: device k of n holds the k-th slice along axis `dim` (balanced, as
-  `numpy.array_split` cuts: the first `length % n` slices are one longer);
+  `numpy.array_split` cuts: the first `length % n` slices are one longer); `Shard(dim, parts=3:1)`
+  cuts it unevenly, slice k in proportion to `parts[k]` (data parallelism over devices of unequal
+  speed), which DTensor has no name for;
 - `Replicate()`: every device holds all of it;
 - `Partial()`: every device holds a full-sized part of a sum (what a matmul split along its reduced
   axis leaves).
@@ -21,9 +23,15 @@ from placer.errors import PlacerError
 @dataclass(frozen=True)
 class Shard:
     dim: int
+    parts: tuple[int, ...] | None = None   # uneven: slice k's share of the axis; None: balanced
 
     def __str__(self) -> str:
-        return f"Shard({self.dim})"
+        return f"Shard({self.dim})" if self.parts is None else f"Shard({self.dim}, parts={':'.join(map(str, self.parts))})"
+
+    @property
+    def even(self) -> Shard:
+        """The same axis cut evenly."""
+        return Shard(self.dim)
 
 
 @dataclass(frozen=True)
@@ -41,23 +49,39 @@ class Partial:
 Layout = Shard | Replicate | Partial
 REPLICATE = Replicate()
 PARTIAL = Partial()
-_FORM = re.compile(r"\s*(?:Shard\(\s*(?:dim\s*=\s*)?(\d+)\s*\)|(Replicate)\(\s*\)|(Partial)\(\s*\))\s*")
+_FORM = re.compile(r"\s*(?:Shard\(\s*(?:dim\s*=\s*)?(\d+)\s*(?:,\s*parts\s*=\s*(\d+(?:\s*:\s*\d+)+)\s*)?\)"
+                   r"|(Replicate)\(\s*\)|(Partial)\(\s*\))\s*")
 
 
 def parse_layout(text: str, where: str = "a layout") -> Layout:
-    """'Shard(0)' (or DTensor's repr 'Shard(dim=0)'), 'Replicate()', 'Partial()'; else one line."""
+    """'Shard(0)' (or DTensor's repr 'Shard(dim=0)'; uneven 'Shard(0, parts=3:1)'), 'Replicate()',
+    'Partial()'; else one line."""
     m = _FORM.fullmatch(text) if isinstance(text, str) else None
     if m is None:
         raise PlacerError(f"{where}: cannot read {text!r} as a layout; write Shard(<axis>), Replicate() or Partial()")
     if m.group(1) is not None:
-        return Shard(int(m.group(1)))
-    return REPLICATE if m.group(2) else PARTIAL
+        parts = tuple(int(x) for x in m.group(2).split(":")) if m.group(2) else None
+        if parts is not None and not all(parts):
+            raise PlacerError(f"{where}: {text!r} gives a device no part; give each device a part of 1 or more")
+        return Shard(int(m.group(1)), parts)
+    return REPLICATE if m.group(3) else PARTIAL
 
 
-def shard_sizes(length: int, n: int) -> list[int]:
-    """The lengths of the n slices `Shard` cuts an axis of `length` into."""
-    base, extra = divmod(length, n)
-    return [base + (1 if k < extra else 0) for k in range(n)]
+def shard_sizes(length: int, n: int, parts: tuple[int, ...] | None = None) -> list[int]:
+    """The lengths of the n slices `Shard` cuts an axis of `length` into: balanced, or in proportion
+    to `parts` (rounded by largest remainder, ties to the first), exact where they sum to `length`."""
+    if parts is None:
+        base, extra = divmod(length, n)
+        return [base + (1 if k < extra else 0) for k in range(n)]
+    if len(parts) != n:
+        raise PlacerError(f"Shard(parts={':'.join(map(str, parts))}) gives {len(parts)} parts to {n} devices; "
+                          "give one part per device")
+    total = sum(parts)
+    sizes = [length * p // total for p in parts]
+    order = sorted(range(n), key=lambda k: (-(length * parts[k] % total), k))
+    for k in order[:length - sum(sizes)]:
+        sizes[k] += 1
+    return sizes
 
 
 def piece_shape(shape: tuple[int, ...], layout: Layout, k: int, n: int) -> tuple[int, ...]:
@@ -66,4 +90,5 @@ def piece_shape(shape: tuple[int, ...], layout: Layout, k: int, n: int) -> tuple
         return tuple(shape)
     if not 0 <= layout.dim < len(shape):
         raise PlacerError(f"{layout} names no axis of a tensor of shape {list(shape)}")
-    return tuple(shard_sizes(shape[layout.dim], n)[k] if a == layout.dim else d for a, d in enumerate(shape))
+    return tuple(shard_sizes(shape[layout.dim], n, layout.parts)[k] if a == layout.dim else d
+                 for a, d in enumerate(shape))

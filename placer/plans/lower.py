@@ -10,6 +10,9 @@ Walking the source graph in order, each op reads its inputs in the layouts its s
   and its share of the op's FLOPs (the sharded axis's slice: every split here divides the work
   along one axis), so the cost model prices the shard, not the whole op.
 
+A weight the plan stores in a layout (`extra["placer"]["stored"]`, FSDP's `Shard(0)`) is held so
+from the start, each device its slice, and converted for its readers as any tensor (all-gathered).
+
 A graph output is left as its producer leaves it (sharded: each device holds its slice, as data
 parallelism leaves a batch), except a `Partial` one, which is all-reduced: its parts are no result.
 """
@@ -25,7 +28,7 @@ import onnx
 from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
 from placer.plans.check import op_splits
 from placer.plans.convert import Converter, Pieces
-from placer.plans.layout import PARTIAL, REPLICATE, Shard, piece_shape, shard_sizes
+from placer.plans.layout import PARTIAL, REPLICATE, Shard, parse_layout, piece_shape, shard_sizes
 from placer.plans.lowered import Lowered, LoweredBuilder
 from placer.plans.plan import Plan
 from placer.plans.rules import Split
@@ -36,6 +39,9 @@ def lower(graph: OpGraph, plan: Plan) -> Lowered:
     splits = op_splits(graph, plan)
     b = LoweredBuilder(graph, list(plan.devices))
     convert = Converter(b, graph)
+    for weight, text in plan.extra.get("placer", {}).get("stored", {}).items():   # FSDP's: held sharded
+        held = parse_layout(text, f"the stored layout of {weight}")
+        convert.produced(weight, Pieces(tuple(plan.devices), held, convert.pieces(weight, tuple(plan.devices), held)))
     for name, node in graph.nodes.items():
         devices, split = plan.ops[name].devices, splits[name]
         inputs = [convert.pieces(t, devices, layout) if t else ("",) * len(devices)
@@ -85,7 +91,7 @@ def _share(graph: OpGraph, node: OpNode, split: Split, k: int, n: int) -> float:
         for t, layout in zip(names, layouts):
             if t and isinstance(layout, Shard):
                 length = graph.tensors[t].shape[layout.dim]
-                return shard_sizes(length, n)[k] / length
+                return shard_sizes(length, n, layout.parts)[k] / length
     return 1.0
 
 

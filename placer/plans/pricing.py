@@ -37,8 +37,19 @@ class PlanCostModel:
             return self.base.op_time(node, device)
         if cost is HelperCost.FREE:
             return 0.0
+        return self.launch_time(node, device)
+
+    def launch_time(self, node: OpNode, device: str) -> float:
+        """A collective's kernel launch on `device`: `node` as an op that computes and moves nothing."""
         return self.base.op_time(replace(node, name=f"{node.name}#launch", inputs=(), output_info=(), flops=0.0,
                                          param_bytes=0), device)
+
+    def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
+        """The base's, but a layout change's backward: the reverse change, priced as the change is
+        (its copies go back over the forward edges, as every gradient does)."""
+        if kind == "backward" and node.name in self.helpers:
+            return self.op_time(node, device)
+        return self.base.training_step_time(step, kind, node, nbytes, device)
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         return self.base.transfer_time(nbytes, src, dst)

@@ -11,7 +11,9 @@ which every device computes its own piece with the op itself, as DTensor's shard
   numpy broadcasting maps there, or replicated where it is broadcast along it. Ops that act along
   some axes (softmax, normalisations, pooling, concatenation, split) likewise on the other axes.
 - Ops that move axes map them: Transpose, Gather, (Un)Squeeze with constant axes, and Flatten and
-  Reshape where they keep axis 0 (the batch).
+  Reshape where they keep axis 0 (the batch). Given the device count n, Reshape also maps an axis
+  it splits or merges as a leading factor (hidden -> heads x head_dim and back), where n divides
+  both lengths, so that device k's contiguous block is the same elements on both sides.
 - Shape and Size read only metadata, so they take a sharded input and give a replicated output.
 
 Only axes longer than 1 are offered. Every op may also be replicated: each device computes all of
@@ -46,21 +48,22 @@ def replicated(node: OpNode) -> Split:
     return Split("replicate", (REPLICATE,) * len(node.inputs), (REPLICATE,) * len(node.outputs))
 
 
-def splits(node: OpNode, graph: OpGraph) -> list[Split]:
-    """The splits of `node` over several devices that its maths allows (replication aside)."""
+def splits(node: OpNode, graph: OpGraph, n: int | None = None) -> list[Split]:
+    """The splits of `node` over several devices that its maths allows (replication aside); given
+    the device count `n`, also those that hold only for it (`_reshape`'s)."""
     if node.domain not in ("", "ai.onnx") or any(t and t not in graph.tensors for t in node.inputs):
         return []
     rule = _RULES.get(node.op_type)
     if rule is None:
         return []
-    return [s for s in rule(node, _Shapes(node, graph)) if len(s.inputs) == len(node.inputs)]
+    return [s for s in rule(node, _Shapes(node, graph, n)) if len(s.inputs) == len(node.inputs)]
 
 
 class _Shapes:
     """The node's input and output shapes (None for an omitted input) and its attributes."""
 
-    def __init__(self, node: OpNode, graph: OpGraph) -> None:
-        self.node = node
+    def __init__(self, node: OpNode, graph: OpGraph, n: int | None = None) -> None:
+        self.node, self.n = node, n
         self.ins = [graph.tensors[t].shape if t else None for t in node.inputs]
         self.outs = [info.shape for info in node.output_info]
         self.graph = graph
@@ -225,7 +228,20 @@ def _reshape(node: OpNode, s: _Shapes) -> list[Split]:
     # row-major: a reshape that keeps axis 0's length maps sample k to sample k
     x = s.ins[0]
     ok = x and s.out and x[0] == s.out[0] > 1
-    return [s.split("axis 0", {0: Shard(0)}, Shard(0))] if ok else []
+    return ([s.split("axis 0", {0: Shard(0)}, Shard(0))] if ok else []) + _reshape_blocks(s)
+
+
+def _reshape_blocks(s: _Shapes) -> list[Split]:
+    """Input axis a to output axis d (not axis 0) where the axes before them hold as many elements:
+    then each index of those axes owns one run of elements on both sides, and where n divides both
+    lengths device k's n-th of axis a is the k-th n-th of that run, as its n-th of axis d is."""
+    x, out, n = s.ins[0], s.out, s.n
+    if not x or not out or not n or n < 2:
+        return []
+    return [s.split(f"axis {a} as {d}", {0: Shard(a)}, Shard(d))
+            for a in range(1, len(x)) for d in range(1, len(out))
+            if math.prod(x[:a]) == math.prod(out[:d]) and x[a] % n == 0 and out[d] % n == 0
+            and x[a] > 1 and out[d] > 1]
 
 
 def _concat(node: OpNode, s: _Shapes) -> list[Split]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import onnx
@@ -129,3 +130,14 @@ def test_apply_counts_the_nodes_it_places_as_its_devices_do(tmp_path, capsys):
     assert main(["apply", "--graph", str(model), "--device", "cpu:0", "-o", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[0] == f"wrote {out}: 3 nodes placed (cpu:0 3)"
     assert len(onnx.load(out).graph.node) == 3
+
+
+# sha256 of what `placer apply` wrote for `placement_file` before plans could be applied: a placement
+# file must go on writing exactly that (recompute only for a change meant to alter placed files)
+PLACED_BEFORE_PLANS = "eb654be0796e7739a79c9b34cdfa3637eaebee7076045ff7f9bbdf2108c1892c"
+
+
+def test_apply_writes_a_placement_file_byte_for_byte_as_before_plans(tmp_path, diamond_file, placement_file):
+    out = tmp_path / "placed.onnx"
+    assert main(["apply", "--graph", str(diamond_file), "--placement", str(placement_file), "-o", str(out)]) == 0
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == PLACED_BEFORE_PLANS

@@ -283,3 +283,18 @@ source = "test"
     (line,) = [l for l in captured.err.splitlines() if l.startswith("error:")]
     assert code == 2 and line.startswith("error: no placement or plan ran: all ") and "oom" in line
     assert "fastest:" not in captured.out and (out / "table.txt").is_file()
+
+
+def test_compare_prices_the_plans_asked_for_and_refuses_them_off_a_cluster(tmp_path, capsys):
+    model = _tiny_model_file(tmp_path / "tiny.onnx")
+    out = tmp_path / "out"
+    argv = ["compare", "--graph", str(model), "--out", str(out), "--no-plot", "--placers", "single", "--json"]
+    assert main([*argv, "--cluster", "paper-2xk40", "--plans", "data_parallel"]) == 0
+    rows = {r["name"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert "plan_search" not in rows and "fsdp" not in rows
+    assert main([*argv, "--cluster", "paper-2xk40", "--plans", "none"]) == 0
+    assert not {r["name"] for r in json.loads(capsys.readouterr().out)["rows"]} & {"data_parallel", "plan_search"}
+    assert main([*argv, "--cluster", "paper-2xk40", "--plans", "ddp"]) == 2
+    assert "unknown plan 'ddp'" in capsys.readouterr().err
+    assert main([*argv, "--devices", "cpu:0,cpu:1", "--plans", "data_parallel"]) == 2
+    assert "add --cluster NAME, or drop --plans" in capsys.readouterr().err
