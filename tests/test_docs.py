@@ -305,3 +305,13 @@ def _zoo_name(path: str) -> bool:
     from graphs.registry import names
 
     return "/" not in path and path.removesuffix(".onnx") in names()
+
+
+def test_the_readme_is_short_and_opens_with_its_result_and_both_set_up_commands():
+    """A newcomer's first screen: the headline result and the two set-up commands (the main job's and
+    the tests') within the first 40 lines, the whole page at most 250."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    first = "\n".join(lines[:40])
+    assert len(lines) <= 250
+    assert "## What it finds" in first and "faster" in first
+    assert "placer train --graph" in first and "python -m pytest" in first and first.count("pip install -c") >= 2
