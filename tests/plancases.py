@@ -29,6 +29,18 @@ def pairwise_cluster(n: int, launch: float = LAUNCH) -> Cluster:
     return Cluster("pairwise", "GPUs joined pairwise", devices, links)
 
 
+def memory_bound(memory: tuple[int, ...] = (2**40, 2**40), bandwidth: tuple[float, ...] | None = None) -> Cluster:
+    """A GPU per `memory` cap, whose ops take the time to read their bytes (`bandwidth`, 1 GB/s
+    each by default; compute and launches next to free), all on one link: an op that reads a big
+    weight is as fast as its share."""
+    def gpu(mem: int, bw: float) -> DeviceModel:
+        return DeviceModel("slow-memory", "a GPU bound by its memory", "cuda", {"float32": 1e15}, {}, bw, mem, 1e-6,
+                           "test figures")
+    names = tuple(f"cuda:{i}" for i in range(len(memory)))
+    devices = tuple(ClusterDevice(d, gpu(m, bw)) for d, m, bw in zip(names, memory, bandwidth or (1e9,) * len(memory)))
+    return Cluster("bus", "memory-bound GPUs", devices, (Link("link", names, BANDWIDTH, LATENCY, "test"),))
+
+
 def bus_cluster(groups: int, per_group: int, launch: float = LAUNCH) -> Cluster:
     """`groups` sets of `per_group` GPUs, each set on one shared bus of its own (a switch whose
     every copy crosses it), the sets joined by a slow link between their buses."""

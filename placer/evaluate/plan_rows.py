@@ -5,7 +5,8 @@ simulated on the same cluster with the same costs (`placer.plans.pricing`).
 where it has fewer than two), weights replicated, in a training step their gradients all-reduced
 (`placer.plans.training`); `fsdp` (ZeRO-3, training only) stores each weight sharded. On an
 inference step so far: `tensor_parallel` (Megatron's split of each MLP and attention block),
-`pipeline_data` (pipeline stages, each data parallel) and `data_parallel_by_speed` (the batch cut
+`pipeline_data` (pipeline stages, each data parallel; more stages of fewer replicas where two
+do not fit the devices' memory) and `data_parallel_by_speed` (the batch cut
 in proportion to each device's speed). Then placer's search over plans, `plan_search`, and FlexFlow's
 `mcmc` (`plan_search_rows`), from the fastest placement or plan above. A plan is no placement: its row has
 no placement file, and the placements' lower bound does not bound it (it splits ops). A plan that
@@ -29,15 +30,16 @@ from placer.placers.partitioners import pipeline_dp
 from placer.plans.data_parallel import NAME as DATA_PARALLEL, data_parallel
 from placer.plans.data_parallel_by_speed import NAME as BY_SPEED, data_parallel_by_speed, describe as describe_by_speed
 from placer.plans.fsdp import NAME as FSDP, fsdp
-from placer.plans.pipeline_data import NAME as PIPELINE_DATA, describe as describe_pipeline_data, pipeline_data
+from placer.plans.pipeline_data import NAME as PIPELINE_DATA, describe as describe_pipeline_data, pipeline_data_within
 from placer.plans.pricing import simulate_plan
 from placer.plans.tensor_parallel import NAME as TENSOR_PARALLEL, describe as describe_tensor_parallel, tensor_parallel
 from placer.plans.training import simulate_training
 
 PLANS = (DATA_PARALLEL, FSDP, TENSOR_PARALLEL, PIPELINE_DATA, BY_SPEED, *SEARCHES)   # the searches start from the rows before them
 _BUILDERS = {DATA_PARALLEL: data_parallel, FSDP: fsdp, TENSOR_PARALLEL: tensor_parallel}
-_COSTED = {PIPELINE_DATA: lambda graph, devices, cost: pipeline_data(graph, devices, partial(pipeline_dp, cost=cost)),
-           BY_SPEED: data_parallel_by_speed}   # builders that read the costs
+_COSTED = {PIPELINE_DATA: lambda graph, devices, cost, caps: pipeline_data_within(graph, devices,
+                                                                                   partial(pipeline_dp, cost=cost), caps),
+           BY_SPEED: lambda graph, devices, cost, caps: data_parallel_by_speed(graph, devices, cost)}   # read the costs
 _INFERENCE_ONLY = {TENSOR_PARALLEL, PIPELINE_DATA, BY_SPEED}   # not yet lowered to a training step
 _TRAINING_ONLY = {FSDP}   # sharding weights saves only a training step's gradients and state
 
@@ -90,7 +92,8 @@ def plan_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names=PLANS,
 def _build(name: str, graph: OpGraph, devices: list[str], cluster: Cluster):
     """Plan `name` of `graph` over `devices`, the costed ones with the cluster's roofline costs."""
     if name in _COSTED:
-        return _COSTED[name](graph, devices, RooflineCostModel(cluster, graph))
+        caps = {d.name: d.model.memory_bytes for d in cluster.devices}   # pipeline stages cut to fit them
+        return _COSTED[name](graph, devices, RooflineCostModel(cluster, graph), caps)
     return _BUILDERS[name](graph, devices)
 
 

@@ -10,8 +10,9 @@ Walking the source graph in order, each op reads its inputs in the layouts its s
   and its share of the op's FLOPs (the sharded axis's slice: every split here divides the work
   along one axis), so the cost model prices the shard, not the whole op.
 
-A weight the plan stores in a layout (`extra["placer"]["stored"]`, FSDP's `Shard(0)`) is held so
-from the start, each device its slice, and converted for its readers as any tensor (all-gathered).
+A weight the plan stores in a layout (`extra["placer"]["stored"]`, FSDP's `Shard(0)`, over
+`["stored_on"]`, by default the plan's devices) is held so from the start, each device its slice,
+and converted for its readers as any tensor (all-gathered).
 
 A graph output is left as its producer leaves it (sharded: each device holds its slice, as data
 parallelism leaves a batch), except a `Partial` one, which is all-reduced: its parts are no result.
@@ -39,9 +40,10 @@ def lower(graph: OpGraph, plan: Plan) -> Lowered:
     splits = op_splits(graph, plan)
     b = LoweredBuilder(graph, list(plan.devices))
     convert = Converter(b, graph)
+    stored_on = tuple(plan.extra.get("placer", {}).get("stored_on", plan.devices))
     for weight, text in plan.extra.get("placer", {}).get("stored", {}).items():   # FSDP's: held sharded
         held = parse_layout(text, f"the stored layout of {weight}")
-        convert.produced(weight, Pieces(tuple(plan.devices), held, convert.pieces(weight, tuple(plan.devices), held)))
+        convert.produced(weight, Pieces(stored_on, held, convert.pieces(weight, stored_on, held)))
     for name, node in graph.nodes.items():
         devices, split = plan.ops[name].devices, splits[name]
         inputs = [convert.pieces(t, devices, layout) if t else ("",) * len(devices)

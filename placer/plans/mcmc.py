@@ -24,6 +24,7 @@ from placer.plans.plan import Plan
 from placer.plans.scoring import PlanScorer
 from placer.plans.search import SAMPLES, SearchResult, best_start
 from placer.plans.space import configs, device_speeds, replan
+from placer.program.training import TrainingSpec
 
 NAME = "mcmc"
 # The temperature on the relative change: a plan 5% slower is accepted with probability
@@ -33,10 +34,12 @@ PROPOSALS = 50
 
 
 def mcmc(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], devices: list[str] | None = None,
-         samples: int = SAMPLES, seed: int = 0, beta: float = BETA) -> SearchResult:
-    """Metropolis-Hastings over plans of `graph` on `devices` (default: the cluster's) from the best of `starts`."""
+         samples: int = SAMPLES, seed: int = 0, beta: float = BETA,
+         training: TrainingSpec | None = None) -> SearchResult:
+    """Metropolis-Hastings over plans of `graph` on `devices` (default: the cluster's) from the best
+    of `starts`, on the training step with `training`."""
     devices = devices or [d.name for d in cluster.devices]
-    scorer = PlanScorer(graph, cluster, samples)
+    scorer = PlanScorer(graph, cluster, samples, training)
     name, current, now = best_start(scorer, starts, devices)
     best_plan, best, start_time, improvements = current, now, now, []
     rng = np.random.default_rng(seed)

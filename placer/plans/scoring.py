@@ -1,5 +1,12 @@
-"""A plan search's evaluator: each plan lowered and simulated once (`pricing.simulate_plan`),
+"""A plan search's evaluator: each plan lowered and simulated once, its inference step
+(`pricing.simulate_plan`) or, given a `TrainingSpec`, its training step (`training.simulate_training`),
 counted against a budget of simulated plans (`samples`), served from a cache after that.
+
+On a training step, a plan that splits no op is a placement, and is priced as a comparison prices a
+placement's training step (`placer.costmodel.roofline.cluster_measurer`: each weight once, on its
+device, sent to readers elsewhere), not as a lowered plan (a copy of the weight on each reading
+device, their gradients all-reduced): so a placement the search starts from scores as its row
+does, and the search is never slower than that row.
 
 A plan that does not fit a device's memory, or that cannot be lowered, scores infinity: no
 search takes it. The seconds spent simulating are kept, so a search reports plans per second
@@ -11,6 +18,8 @@ from __future__ import annotations
 import math
 import time
 
+from placer.costmodel.roofline import cluster_measurer
+from placer.costmodel.simulator import SimulatedMeasurer
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
@@ -18,17 +27,20 @@ from placer.measure.measurement import Measurement
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.space import plan_key
+from placer.plans.training import simulate_training
+from placer.program.training import TrainingSpec
 
 
 class PlanScorer:
-    """Step times of plans of `graph` on `cluster`, at most `samples` simulated."""
+    """Step times of plans of `graph` on `cluster` (training steps with `training`), at most `samples` simulated."""
 
-    def __init__(self, graph: OpGraph, cluster: Cluster, samples: int) -> None:
+    def __init__(self, graph: OpGraph, cluster: Cluster, samples: int, training: TrainingSpec | None = None) -> None:
         if samples < 1:
             raise PlacerError(f"a plan search needs at least 1 sample, not {samples}")
-        self.graph, self.cluster, self.samples = graph, cluster, samples
+        self.graph, self.cluster, self.samples, self.training = graph, cluster, samples, training
         self.cache: dict[tuple, Measurement | None] = {}
         self.seconds = 0.0
+        self._placements: SimulatedMeasurer | None = None   # built once, for the plans that are placements
 
     @property
     def simulated(self) -> int:
@@ -51,11 +63,20 @@ class PlanScorer:
         if key not in self.cache:
             start = time.perf_counter()
             try:
-                self.cache[key] = simulate_plan(self.graph, plan, self.cluster)
+                self.cache[key] = self._simulate(plan)
             except PlacerError:   # a layout the lowering cannot make: no plan to take
                 self.cache[key] = None
             self.seconds += time.perf_counter() - start
         return self.cache[key]
+
+    def _simulate(self, plan: Plan) -> Measurement:
+        if self.training is None:
+            return simulate_plan(self.graph, plan, self.cluster)
+        if plan.is_placement and not plan.extra.get("placer", {}).get("stored"):
+            if self._placements is None:
+                self._placements = cluster_measurer(self.cluster, self.graph, training=self.training)
+            return self._placements.measure(plan.to_placement())
+        return simulate_training(self.graph, plan, self.cluster, self.training)
 
     @property
     def plans_per_second(self) -> float:

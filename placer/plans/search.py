@@ -8,8 +8,9 @@ whole graph (one move makes a DDP-like or a one-device plan), then the ops the s
 device (a placement's stage made data parallel over its neighbours), then the groups of
 `placer.graph.grouping` (at most `GROUPS`; a Constant follows its group's leader). Each pass scans
 every (unit, config) move in a seeded shuffled order, the whole-graph moves first, and takes a move
-as soon as it lowers the simulated step time (`pricing.simulate_plan`) by more than `MIN_GAIN` of
-it and fits every device's memory; passes repeat until one takes nothing (a local optimum) or
+as soon as it lowers the simulated step time (`scoring.PlanScorer`: the inference step, or the
+training step given a `TrainingSpec`) by more than `MIN_GAIN` of it and fits every device's
+memory; passes repeat until one takes nothing (a local optimum) or
 `samples` plans have been simulated (the starts included; a plan met again is served from the
 cache and costs none). Deterministic for a seed.
 """
@@ -30,6 +31,7 @@ from placer.measure.measurement import Measurement
 from placer.plans.plan import Plan
 from placer.plans.scoring import PlanScorer
 from placer.plans.space import configs, device_speeds, plan_key, replan
+from placer.program.training import TrainingSpec
 
 NAME = "plan_search"
 SAMPLES = 200       # simulated plans: a zoo model's search in a minute or two
@@ -80,10 +82,12 @@ def units(graph: OpGraph, start: Plan, groups: int = GROUPS) -> list[list[list[s
 
 
 def plan_search(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], devices: list[str] | None = None,
-                samples: int = SAMPLES, seed: int = 0, groups: int = GROUPS) -> SearchResult:
-    """Local search over plans of `graph` on `devices` (default: the cluster's) from the best of `starts`."""
+                samples: int = SAMPLES, seed: int = 0, groups: int = GROUPS,
+                training: TrainingSpec | None = None) -> SearchResult:
+    """Local search over plans of `graph` on `devices` (default: the cluster's) from the best of
+    `starts`, on the training step with `training`."""
     devices = devices or [d.name for d in cluster.devices]
-    scorer = PlanScorer(graph, cluster, samples)
+    scorer = PlanScorer(graph, cluster, samples, training)
     name, current, best = best_start(scorer, starts, devices)
     start_time, improvements = best, []
     rng = np.random.default_rng(seed)

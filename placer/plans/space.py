@@ -1,5 +1,6 @@
 """The space the plan searches move in: a set of ops (a group, or one op) takes a `Config`, and
-`replan` rewrites those ops of a plan to it, leaving every other op as it was.
+`replan` rewrites those ops of a plan to it, leaving every other op as it was (and a weight FSDP
+stores sharded stored so while its readers read it as FSDP's do, `fsdp.still_stored`).
 
 A config is either whole on one device, or split over a device set, with a preference among the
 splits `rules.py` allows:
@@ -27,6 +28,7 @@ from placer.costmodel.roofline import RooflineCostModel
 from placer.devices import device_kind
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
+from placer.plans.fsdp import still_stored
 from placer.plans.layout import REPLICATE, Layout, Shard
 from placer.plans.plan import OpPlan, Plan
 from placer.plans.rules import Split, replicated, splits
@@ -68,9 +70,12 @@ def device_speeds(graph: OpGraph, cluster: Cluster, devices: Sequence[str]) -> d
     return {d: 1 / max(sum(cost.op_time(node, d) for node in graph.nodes.values()), 1e-30) for d in devices}
 
 
-def plan_key(graph: OpGraph, plan: Plan) -> tuple[OpPlan, ...]:
-    """What tells two plans of `graph` apart (their op plans in graph order): a cache key."""
-    return tuple(plan.ops[n] for n in graph.nodes)
+def plan_key(graph: OpGraph, plan: Plan) -> tuple:
+    """What tells two plans of `graph` apart (their op plans in graph order, and the weights stored
+    sharded and where: DDP's and FSDP's ops are alike): a cache key."""
+    held = plan.extra.get("placer", {})
+    stored = tuple(sorted(held.get("stored", {}).items()))
+    return (*(plan.ops[n] for n in graph.nodes), stored, tuple(held.get("stored_on", plan.devices)) if stored else ())
 
 
 def replan(graph: OpGraph, plan: Plan, names: Iterable[str], config: Config) -> Plan:
@@ -85,7 +90,9 @@ def replan(graph: OpGraph, plan: Plan, names: Iterable[str], config: Config) -> 
             continue
         split = _pick(graph, name, ops, config)
         ops[name] = OpPlan(config.devices, _cut(split.inputs, config), _cut(split.outputs, config))
-    return Plan(list(plan.devices), ops, plan.graph_sha256, extra={"placer": {"name": "plan"}})
+    # weights stored sharded (FSDP's) stay so while their readers read them as FSDP's do
+    return Plan(list(plan.devices), ops, plan.graph_sha256,
+                extra={"placer": {"name": "plan", **still_stored(graph, plan, ops)}})
 
 
 def _pick(graph: OpGraph, name: str, ops: dict[str, OpPlan], config: Config) -> Split:

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from placer.devices import as_devices
-from placer.hardware import Cluster, ClusterDevice, DeviceModel, Link
+from placer.hardware import Cluster
 from placer.jobs.compare import simulated_comparison
 from placer.placement import Placement
 from placer.plans.data_parallel import data_parallel
@@ -16,22 +16,10 @@ from placer.plans.mcmc import mcmc
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.search import plan_search
-from plancases import BANDWIDTH, LATENCY, conv_net, matmul_relu
+from plancases import conv_net, matmul_relu, memory_bound
 
 TWO = ["cuda:0", "cuda:1"]
 SEARCHES = [plan_search, mcmc]
-
-
-def memory_bound(memory: tuple[int, ...] = (2**40, 2**40), bandwidth: tuple[float, ...] | None = None) -> Cluster:
-    """A GPU per `memory` cap, whose ops take the time to read their bytes (`bandwidth`, 1 GB/s
-    each by default; compute and launches next to free), all on one link: an op that reads a big
-    weight is as fast as its share."""
-    def gpu(mem: int, bw: float) -> DeviceModel:
-        return DeviceModel("slow-memory", "a GPU bound by its memory", "cuda", {"float32": 1e15}, {}, bw, mem, 1e-6,
-                           "test figures")
-    names = tuple(f"cuda:{i}" for i in range(len(memory)))
-    devices = tuple(ClusterDevice(d, gpu(m, bw)) for d, m, bw in zip(names, memory, bandwidth or (1e9,) * len(memory)))
-    return Cluster("bus", "memory-bound GPUs", devices, (Link("link", names, BANDWIDTH, LATENCY, "test"),))
 
 
 def memory_bound_pair(memory: tuple[int, int] = (2**40, 2**40)) -> Cluster:
