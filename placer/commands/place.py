@@ -21,7 +21,7 @@ def register(subparsers) -> None:
     add_graph_args(parser)
     add_cluster_arg(parser, "the hardware to place for: a catalogue cluster (placer cluster list) or a TOML file "
                             "(placer cluster describe-local writes this machine's); required")
-    parser.add_argument("--out", required=True, metavar="PLACEMENT.json", help="where to write the placement")
+    parser.add_argument("-o", "--out", required=True, metavar="PLACEMENT.json", help="where to write the placement")
     parser.add_argument("--policy", default=None, metavar="POLICY.pt",
                         help="a graph policy checkpoint (default: the pre-trained one shipped with placer)")
     parser.add_argument("--chains", type=int, default=SAMPLED_CHAINS, metavar="K",

@@ -55,7 +55,8 @@ def test_an_onnx_file_with_an_op_outside_the_vocabulary_is_placed(tmp_path, poli
     model = tmp_path / "mish.onnx"
     onnx.save(unseen_op_model(), model)
     out = tmp_path / "placement.json"
-    assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "--out", str(out),
+    # -o, as apply and zoo export take it
+    assert main(["place", "--graph", str(model), "--cluster", "2xt4-pcie", "-o", str(out),
                  "--policy", str(policy_file)]) == 0
     nodes = json.loads(out.read_text())["nodes"]
     assert set(nodes) == {"relu", "mish", "mm"}
