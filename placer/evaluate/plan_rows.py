@@ -31,6 +31,7 @@ from placer.plans.data_parallel import NAME as DATA_PARALLEL, data_parallel
 from placer.plans.data_parallel_by_speed import NAME as BY_SPEED, data_parallel_by_speed, describe as describe_by_speed
 from placer.plans.fsdp import NAME as FSDP, fsdp
 from placer.plans.pipeline_data import NAME as PIPELINE_DATA, describe as describe_pipeline_data, pipeline_data_within
+from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.tensor_parallel import NAME as TENSOR_PARALLEL, describe as describe_tensor_parallel, tensor_parallel
 from placer.plans.training import simulate_training
@@ -52,22 +53,27 @@ def plan_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names=PLANS,
     unknown = [n for n in names if n not in PLANS]
     if unknown:
         raise PlacerError(f"unknown plan(s) {', '.join(unknown)}; choose from {', '.join(PLANS)}")
+    rows, notes, built = _fixed_rows(graph, cluster, devices, [n for n in names if n not in SEARCHES], training,
+                                     pipeline)
     searches = [n for n in names if n in SEARCHES]
-    if searches:
-        rows, notes = plan_rows(graph, cluster, devices, [n for n in names if n not in SEARCHES], training=training,
-                                pipeline=pipeline)
-        gpus = [d for d in devices if device_kind(d) == "cuda"]
-        plans = {r.name: _build(r.name, graph, gpus if len(gpus) >= 2 else devices, cluster) for r in rows}
-        found, more = searched_rows(graph, cluster, devices, searches, placements or {}, plans, samples, seed, training,
+    if searches:   # from the plans just priced (each built once), and the placements
+        found, more = searched_rows(graph, cluster, devices, searches, placements or {}, built, samples, seed, training,
                                     pipeline is not None and pipeline.pipelined)
-        return rows + found, notes + more
+        rows, notes = rows + found, notes + more
+    return rows, notes
+
+
+def _fixed_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, training, pipeline
+                ) -> tuple[list[CompareRow], list[str], dict[str, Plan]]:
+    """The rows of the plans users run (`names`, no search), the notes of those that do not apply,
+    and each row's plan by name."""
     if not names:
-        return [], []
+        return [], [], {}
     if pipeline is not None and pipeline.pipelined:
-        return [], [f"{', '.join(names)}: not simulated; plans are priced on one step, not a pipelined one, so far"]
+        return [], [f"{', '.join(names)}: not simulated; plans are priced on one step, not a pipelined one, so far"], {}
     gpus = [d for d in devices if device_kind(d) == "cuda"]
     devices = gpus if len(gpus) >= 2 else devices
-    rows, notes = [], []
+    rows, notes, built = [], [], {}
     for name in names:
         if name in _TRAINING_ONLY and training is None:
             notes.append(f"{name}: not simulated; it shards a training step's weights (--objective training)")
@@ -86,7 +92,8 @@ def plan_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names=PLANS,
                        else simulate_training(graph, plan, cluster, training))
         rows.append(CompareRow(name, name, False, found, measurement=measurement, note=_note(plan, devices),
                                predicted_step_time=measurement.step_time if measurement.ok else None, plan=True))
-    return rows, notes
+        built[name] = plan
+    return rows, notes, built
 
 
 def _build(name: str, graph: OpGraph, devices: list[str], cluster: Cluster):
