@@ -5,12 +5,13 @@ node's inputs (torch tensors, None for omitted optional inputs) on every step an
 outputs. `unsupported_ops` / `check_supported` report every op without a kernel before anything
 runs. Modules by family: elementwise, activation, conv, pool, norm, linalg, reduce, shape, index,
 generate, pad, resize, rnn, vision, quant, attention, losses, spectral, random, control (If, Loop,
-Scan: their subgraphs run with these kernels).
+Scan: their subgraphs run with these kernels), collectives (the steps of a lowered plan's layout changes).
 """
 
 from placer.kernels import (  # noqa: F401  (importing registers the kernels)
     activation,
     attention,
+    collectives,
     control,
     conv,
     elementwise,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from onnx import helper
 
 from placer.graph.opgraph import OpNode, TensorInfo
-from placer.plans.layout import Shard, piece_shape, shard_sizes
+from placer.plans.layout import Shard, piece_bounds, piece_shape, shard_sizes
 from placer.plans.lowered import HelperCost, LoweredBuilder
 
 
@@ -28,26 +28,27 @@ def all_reduce(b: LoweredBuilder, devices: Sequence[str], parts: Sequence[str], 
     """The sum of `parts` (device k's part, full-sized) whole on every device: one kernel, a ring
     reduce-scatter of the flattened tensor's n-ths, then a ring all-gather of the reduced n-ths."""
     n = len(devices)
+    flat = Shard(0)   # the chunks are n-ths of the flattened tensor
     chunks = [(size,) for size in shard_sizes(info.numel, n)]
-    reduced = _reduce_scatter_ring(b, devices, parts, chunks, info.dtype, base)
-    return _all_gather_ring(b, devices, reduced, chunks, info, base, launch=False)
+    reduced = _reduce_scatter_ring(b, devices, parts, chunks, info.dtype, base, flat, info.numel, flatten=1)
+    return _all_gather_ring(b, devices, reduced, chunks, info, base, launch=False, axis=flat, flatten=1)
 
 
 def reduce_scatter(b: LoweredBuilder, devices: Sequence[str], parts: Sequence[str], info: TensorInfo,
                    axis: int | Shard, base: str) -> list[str]:
     """The sum of `parts`, device k holding its k-th slice along `axis` (Shard(axis), or the Shard given)."""
-    n = len(devices)
-    return _reduce_scatter_ring(b, devices, parts, [piece_shape(info.shape, _shard(axis), k, n) for k in range(n)],
-                                info.dtype, base)
+    n, axis = len(devices), _shard(axis)
+    return _reduce_scatter_ring(b, devices, parts, [piece_shape(info.shape, axis, k, n) for k in range(n)],
+                                info.dtype, base, axis, info.shape[axis.dim])
 
 
 def all_gather(b: LoweredBuilder, devices: Sequence[str], pieces: Sequence[str], info: TensorInfo,
                axis: int | Shard, base: str) -> list[str]:
     """The tensor whose slice k along `axis` (Shard(axis), or the Shard given) is `pieces[k]`, whole on
     every device."""
-    n = len(devices)
-    return _all_gather_ring(b, devices, pieces, [piece_shape(info.shape, _shard(axis), k, n) for k in range(n)],
-                            info, base, launch=True)
+    n, axis = len(devices), _shard(axis)
+    return _all_gather_ring(b, devices, pieces, [piece_shape(info.shape, axis, k, n) for k in range(n)],
+                            info, base, launch=True, axis=axis)
 
 
 def all_to_all(b: LoweredBuilder, devices: Sequence[str], pieces: Sequence[str], info: TensorInfo,
@@ -60,9 +61,10 @@ def all_to_all(b: LoweredBuilder, devices: Sequence[str], pieces: Sequence[str],
         held = piece_shape(info.shape, source, i, n)
         outs = [b.tensor(f"{base}/all-to-all@{device}->{devices[k]}", piece_shape(held, target, k, n),
                          info.dtype) for k in range(n)]
-        cuts.append(b.helper("AllToAll", device, [piece], outs, HelperCost.LAUNCH, base))
+        cuts.append(b.helper("AllToAll", device, [piece], outs, HelperCost.LAUNCH, base, axis=target.dim,
+                             sizes=shard_sizes(held[target.dim], n, target.parts)))
     return [_join(b, device, [cuts[i][k] for i in range(n)], piece_shape(info.shape, target, k, n), info,
-                  base) for k, device in enumerate(devices)]
+                  base, source.dim) for k, device in enumerate(devices)]
 
 
 def _shard(axis: int | Shard) -> Shard:
@@ -70,10 +72,10 @@ def _shard(axis: int | Shard) -> Shard:
     return axis if isinstance(axis, Shard) else Shard(axis)
 
 
-def gather(b: LoweredBuilder, root: str, pieces: Sequence[str], info: TensorInfo, base: str) -> str:
-    """The tensor whose slices are `pieces`, whole on `root` (each piece copied there)."""
+def gather(b: LoweredBuilder, root: str, pieces: Sequence[str], info: TensorInfo, axis: Shard, base: str) -> str:
+    """The tensor whose slices along `axis` are `pieces`, whole on `root` (each piece copied there)."""
     out = b.tensor(f"{base}/gathered@{root}", info.shape, info.dtype)
-    return b.helper("Gather", root, pieces, [out], HelperCost.LAUNCH, base)[0]
+    return b.helper("Gather", root, pieces, [out], HelperCost.LAUNCH, base, axis=axis.dim)[0]
 
 
 def reduce(b: LoweredBuilder, root: str, parts: Sequence[str], info: TensorInfo, opset: int, base: str) -> str:
@@ -90,13 +92,17 @@ def cut(b: LoweredBuilder, holder: str, whole: str, info: TensorInfo, layout: Sh
         base: str) -> str:
     """Slice k of n of `whole` along the layout's axis, made on `holder` (a view: free)."""
     out = b.tensor(f"{base}/{layout}[{k}/{n}]@{holder}", piece_shape(info.shape, layout, k, n), info.dtype)
-    return b.helper("Slice", holder, [whole], [out], HelperCost.FREE, base)[0]
+    start, size = piece_bounds(info.shape[layout.dim], layout, k, n)
+    return b.helper("Slice", holder, [whole], [out], HelperCost.FREE, base, axis=layout.dim, start=start,
+                    size=size)[0]
 
 
 def _reduce_scatter_ring(b: LoweredBuilder, devices: Sequence[str], parts: Sequence[str],
-                         chunks: Sequence[tuple[int, ...]], dtype: str, base: str) -> list[str]:
+                         chunks: Sequence[tuple[int, ...]], dtype: str, base: str, axis: Shard, length: int,
+                         flatten: int = 0) -> list[str]:
     """Ring reduce-scatter: at step s device i sends the running sum of chunk (i - s - 1) mod n to
-    device i + 1, which adds its own part of it; after n - 1 steps device i holds chunk i summed."""
+    device i + 1, which adds its own part of it; after n - 1 steps device i holds chunk i summed.
+    Chunk c is slice c along `axis` (of `length`), of the flattened parts with `flatten`."""
     n = len(devices)
     sent: list[str] = []
     for s in range(n):
@@ -106,16 +112,20 @@ def _reduce_scatter_ring(b: LoweredBuilder, devices: Sequence[str], parts: Seque
             c = i if last else (i - s - 1) % n
             inputs = [parts[i]] if s == 0 else [sent[(i - 1) % n], parts[i]]
             out = b.tensor(f"{base}/reduce-scatter{s}@{device}", chunks[c], dtype)
+            start, size = piece_bounds(length, axis, c, n)
             now.append(b.helper("ReduceScatter", device, inputs, [out],
-                                HelperCost.LAUNCH if s == 0 else HelperCost.FREE, base)[0])
+                                HelperCost.LAUNCH if s == 0 else HelperCost.FREE, base, axis=axis.dim,
+                                start=start, size=size, flatten=flatten)[0])
         sent = now
     return sent
 
 
 def _all_gather_ring(b: LoweredBuilder, devices: Sequence[str], pieces: Sequence[str],
-                     shapes: Sequence[tuple[int, ...]], info: TensorInfo, base: str, launch: bool) -> list[str]:
+                     shapes: Sequence[tuple[int, ...]], info: TensorInfo, base: str, launch: bool, axis: Shard,
+                     flatten: int = 0) -> list[str]:
     """Ring all-gather: at step s device i hands piece (i - s) mod n on to device i + 1; after n - 1
-    steps every device joins the n pieces into the whole tensor."""
+    steps every device joins the n pieces (slices along `axis`, of the flattened tensor with
+    `flatten`) into the whole tensor."""
     n = len(devices)
     held = [{i: piece} for i, piece in enumerate(pieces)]
     sent = list(pieces)
@@ -129,12 +139,14 @@ def _all_gather_ring(b: LoweredBuilder, devices: Sequence[str], pieces: Sequence
         sent = now
         for i in range(n):   # what device i received at this step: piece (i - 1 - s) mod n
             held[i][(i - 1 - s) % n] = sent[(i - 1) % n]
-    return [_join(b, device, [held[i][k] for k in range(n)], info.shape, info, base)
+    return [_join(b, device, [held[i][k] for k in range(n)], info.shape, info, base, axis.dim, flatten)
             for i, device in enumerate(devices)]
 
 
 def _join(b: LoweredBuilder, device: str, pieces: Sequence[str], shape: tuple[int, ...], info: TensorInfo,
-          base: str) -> str:
-    """The pieces a collective delivered to `device`, as one tensor there (NCCL writes them in place)."""
+          base: str, axis: int, flatten: int = 0) -> str:
+    """The pieces a collective delivered to `device`, as one tensor there (NCCL writes them in
+    place): joined along `axis`, or with `flatten` joined flat and shaped as the tensor."""
     out = b.tensor(f"{base}@{device}", shape, info.dtype)
-    return b.helper("Join", device, pieces, [out], HelperCost.FREE, base)[0]
+    return b.helper("Join", device, pieces, [out], HelperCost.FREE, base, axis=axis, flatten=flatten,
+                    shape=list(shape))[0]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from placer.graph.opgraph import OpGraph, TensorInfo
 from placer.plans import collectives
 from placer.plans.layout import PARTIAL, REPLICATE, Layout, Shard, piece_shape
-from placer.plans.lowered import LoweredBuilder
+from placer.plans.lowered import LoweredBuilder, SourceSlice
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ class Converter:
             raise ValueError(f"no split reads a {layout} input ({tensor})")
         n = len(devices)
         return tuple(self.b.add_source(TensorInfo(f"{tensor}[{layout} {k}/{n}]@{device}",
-                                                  piece_shape(info.shape, layout, k, n), info.dtype), weight)
+                                                  piece_shape(info.shape, layout, k, n), info.dtype), weight,
+                                       SourceSlice(tensor, layout, k, n))
                      for k, device in enumerate(devices))
 
     def _convert(self, tensor: str, src: Pieces, devices: tuple[str, ...], layout: Layout) -> tuple[str, ...]:
@@ -109,4 +110,4 @@ class Converter:
         if src.layout == PARTIAL:
             opset = self.graph.opsets.get("", 13)
             return collectives.reduce(self.b, root, src.names, info, opset, f"{tensor}/reduce")
-        return collectives.gather(self.b, root, src.names, info, f"{tensor}/gather")
+        return collectives.gather(self.b, root, src.names, info, src.layout, f"{tensor}/gather")

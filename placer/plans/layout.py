@@ -92,3 +92,9 @@ def piece_shape(shape: tuple[int, ...], layout: Layout, k: int, n: int) -> tuple
         raise PlacerError(f"{layout} names no axis of a tensor of shape {list(shape)}")
     return tuple(shard_sizes(shape[layout.dim], n, layout.parts)[k] if a == layout.dim else d
                  for a, d in enumerate(shape))
+
+
+def piece_bounds(length: int, layout: Shard, k: int, n: int) -> tuple[int, int]:
+    """Where device k's slice (of n) of an axis of `length` starts, and its length."""
+    sizes = shard_sizes(length, n, layout.parts)
+    return sum(sizes[:k]), sizes[k]

@@ -53,14 +53,14 @@ def lower(graph: OpGraph, plan: Plan) -> Lowered:
         for t, names, layout in zip(node.outputs, outputs, split.outputs):
             if t:
                 convert.produced(t, Pieces(devices, layout, names))
-    results = []
+    results = {}
     for out in graph.outputs:
         held = convert.held.get(out.name)
         layout = REPLICATE if held is None or held.layout == PARTIAL else held.layout
         devices = held.devices if held is not None else (plan.devices[0],)
-        results.extend(convert.pieces(out.name, devices, layout))
+        results[out.name] = (layout, convert.pieces(out.name, devices, layout))
     digest = hashlib.sha256(json.dumps(plan.to_dict()["ops"], sort_keys=True).encode()).hexdigest()
-    return b.build(list(dict.fromkeys(results)), digest)
+    return b.build(results, digest)
 
 
 def _whole(b: LoweredBuilder, node: OpNode, device: str, inputs: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
@@ -77,10 +77,11 @@ def _shards(b: LoweredBuilder, graph: OpGraph, node: OpNode, split: Split, devic
     n = len(devices)
     outputs = [tuple(b.unique(f"{t}@{d}") if t else "" for d in devices) for t in node.outputs]
     for k, device in enumerate(devices):
-        read = tuple(p[k] for p in inputs)
+        read, name = tuple(p[k] for p in inputs), b.unique(f"{node.name}@{device}")
+        b.shard_of[name] = node.name
         infos = tuple(TensorInfo(names[k], piece_shape(graph.tensors[t].shape, layout, k, n), graph.tensors[t].dtype)
                       for t, names, layout in zip(node.outputs, outputs, split.outputs) if t)
-        b.add(_renamed(node, b.unique(f"{node.name}@{device}"), read, tuple(names[k] for names in outputs),
+        b.add(_renamed(node, name, read, tuple(names[k] for names in outputs),
                        output_info=infos, param_bytes=b.param_bytes(read),
                        flops=node.flops * _share(graph, node, split, k, n)), device)
     return outputs

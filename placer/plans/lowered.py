@@ -12,7 +12,7 @@ simulator prices those as copies over the devices' routes, queued on shared link
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -23,8 +23,9 @@ from onnx import helper
 from placer.graph.load import build_dag
 from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
 from placer.placement import Placement
+from placer.plans.layout import Layout
 
-DOMAIN = "placer.plan"
+DOMAIN = "placer.plan"   # placer.kernels.collectives runs its ops
 
 
 class HelperCost(Enum):
@@ -32,13 +33,31 @@ class HelperCost(Enum):
     FREE = "free"       # a step whose time is its transfers, or a view
 
 
+@dataclass(frozen=True)
+class SourceSlice:
+    """Device k's slice (of n) of a source tensor (a weight or graph input) in `layout` (a
+    `Replicate()` one is a whole copy under another name)."""
+
+    tensor: str
+    layout: Layout
+    k: int
+    n: int
+
+
 @dataclass
 class Lowered:
-    """A plan as a graph and placement, and how its helper nodes are priced (the rest as any op)."""
+    """A plan as a graph and placement, and how its helper nodes are priced (the rest as any op).
+
+    What running it needs besides: where each sliced weight or input comes from (`slices`), which
+    source op each shard computes a part of (`shard_of`), and how each source output lies on its
+    devices (`outputs`: its layout and what each device holds)."""
 
     graph: OpGraph
     placement: Placement
     helpers: dict[str, HelperCost]
+    slices: dict[str, SourceSlice] = field(default_factory=dict)
+    shard_of: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, tuple[Layout, tuple[str, ...]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -53,6 +72,8 @@ class LoweredBuilder:
     initializers: dict[str, TensorInfo] = field(default_factory=dict)
     inputs: dict[str, TensorInfo] = field(default_factory=dict)
     helpers: dict[str, HelperCost] = field(default_factory=dict)
+    slices: dict[str, SourceSlice] = field(default_factory=dict)
+    shard_of: dict[str, str] = field(default_factory=dict)
 
     def unique(self, name: str) -> str:
         """`name`, or `name#k` for the first k that names no node or tensor yet, nor one of the source's."""
@@ -62,9 +83,11 @@ class LoweredBuilder:
             k, candidate = k + 1, f"{name}#{k}"
         return candidate
 
-    def add_source(self, info: TensorInfo, weight: bool) -> str:
-        """A weight or graph input (or a piece of one) that its readers hold from the start."""
+    def add_source(self, info: TensorInfo, weight: bool, origin: SourceSlice | None = None) -> str:
+        """A weight or graph input (or a slice of one, `origin`) that its readers hold from the start."""
         self.tensors.setdefault(info.name, info)
+        if origin is not None:
+            self.slices[info.name] = origin
         (self.initializers if weight else self.inputs).setdefault(info.name, info)
         return info.name
 
@@ -77,10 +100,12 @@ class LoweredBuilder:
         return node
 
     def helper(self, op_type: str, device: str, inputs: Sequence[str], outputs: Sequence[TensorInfo],
-               cost: HelperCost, base: str) -> list[str]:
-        """A layout-change step on `device`, named after `base`; gives its outputs' names."""
+               cost: HelperCost, base: str, **attrs: int | list[int]) -> list[str]:
+        """A layout-change step on `device`, named after `base`, with the attributes its kernel
+        runs it by (`placer.kernels.collectives`); gives its outputs' names."""
         name = self.unique(f"{base}/{op_type}@{device}")
-        proto = helper.make_node(op_type, list(inputs), [o.name for o in outputs], name=name, domain=DOMAIN)
+        proto = helper.make_node(op_type, list(inputs), [o.name for o in outputs], name=name, domain=DOMAIN,
+                                 **attrs)
         self.add(OpNode(name, op_type, DOMAIN, 1, tuple(inputs), tuple(o.name for o in outputs), proto,
                         output_info=tuple(outputs)), device)
         self.helpers[name] = cost
@@ -96,8 +121,10 @@ class LoweredBuilder:
         """Bytes of the weights among `inputs`, each once (as `OpNode.param_bytes` counts them)."""
         return sum(self.initializers[t].nbytes for t in dict.fromkeys(inputs) if t in self.initializers)
 
-    def build(self, outputs: Sequence[str], plan_digest: str) -> Lowered:
-        """The lowered graph returning `outputs`, its placement and its helpers' prices."""
+    def build(self, held: Mapping[str, tuple[Layout, tuple[str, ...]]], plan_digest: str) -> Lowered:
+        """The lowered graph returning what each source output's devices hold of it (`held`:
+        output -> its layout and names), its placement and its helpers' prices."""
+        outputs = list(dict.fromkeys(t for _, names in held.values() for t in names))
         src = self.source
         protos = [n.proto for n in self.nodes.values()]
         model = helper.make_model(
@@ -110,7 +137,8 @@ class LoweredBuilder:
                         inputs=list(self.inputs.values()), outputs=[self.tensors[t] for t in outputs],
                         initializers=dict(self.initializers), opsets={**src.opsets, DOMAIN: 1}, sha256=sha,
                         dag=build_dag(self.nodes, self.tensors), source=f"{src.source} (a plan, lowered)")
-        return Lowered(graph, Placement(list(self.devices), dict(self.placed), sha), dict(self.helpers))
+        return Lowered(graph, Placement(list(self.devices), dict(self.placed), sha), dict(self.helpers),
+                       dict(self.slices), dict(self.shard_of), dict(held))
 
 
 def _value_info(info: TensorInfo) -> onnx.ValueInfoProto:

@@ -43,7 +43,8 @@ class StepBuilder:
         return info
 
     def helper(self, op_type: str, device: str, inputs: Sequence[str], outputs: Sequence[TensorInfo],
-               cost: HelperCost, base: str) -> list[str]:
+               cost: HelperCost, base: str, **attrs: int | list[int]) -> list[str]:
+        """A collective's step, priced (its `attrs`, which say how a kernel runs it, unused here)."""
         self.steps.append(Step(self.unique(f"{base}/{op_type}@{device}"), op_type, tuple(inputs),
                                tuple(o.name for o in outputs)))
         self.devices.append(device)

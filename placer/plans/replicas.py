@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from placer.graph.opgraph import TensorInfo
 from placer.plans.lower import _renamed
-from placer.plans.lowered import Lowered, LoweredBuilder
+from placer.plans.layout import REPLICATE
+from placer.plans.lowered import Lowered, LoweredBuilder, SourceSlice
 
 
 def own_copies(lowered: Lowered) -> tuple[Lowered, dict[str, dict[str, str]]]:
@@ -34,12 +35,15 @@ def own_copies(lowered: Lowered) -> tuple[Lowered, dict[str, dict[str, str]]]:
         if len(devices) < 2:
             b.add_source(info, weight=True)
             continue
-        copies[name] = {d: b.add_source(TensorInfo(b.unique(f"{name}@{d}"), info.shape, info.dtype), weight=True)
-                        for d in devices}
+        origin = lowered.slices.get(name, SourceSlice(name, REPLICATE, 0, 1))
+        copies[name] = {d: b.add_source(TensorInfo(b.unique(f"{name}@{d}"), info.shape, info.dtype), weight=True,
+                                        origin=origin) for d in devices}
     for name, node in graph.nodes.items():
         device = where[name]
         read = tuple(copies[t][device] if t in copies else t for t in node.inputs)
         b.add(node if read == node.inputs else _renamed(node, name, read, node.outputs), device)
     b.helpers.update(lowered.helpers)
-    rebuilt = b.build([t.name for t in graph.outputs], lowered.placement.graph_sha256 or "")
+    b.shard_of.update(lowered.shard_of)
+    b.slices.update((t, origin) for t, origin in lowered.slices.items() if t not in copies)
+    rebuilt = b.build(lowered.outputs, lowered.placement.graph_sha256 or "")
     return rebuilt, copies
