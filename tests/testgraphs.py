@@ -42,3 +42,19 @@ def unseen_op_model() -> onnx.ModelProto:
     graph = helper.make_graph(nodes, "unseen", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def tiny_conv_file(path, batch: int = 1):
+    """x -> two 3x3 Convs (8 channels) -> Relu and Sigmoid -> Add, saved at `path`; returns it."""
+    rng = np.random.default_rng(0)
+    w = lambda name, *shape: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+             helper.make_node("Relu", ["a"], ["ar"], name="relu_a"),
+             helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1], name="conv_b"),
+             helper.make_node("Sigmoid", ["b"], ["bs"], name="sig_b"),
+             helper.make_node("Add", ["ar", "bs"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8, 16, 16])],
+                              initializer=[w("w1", 8, 3, 3, 3), w("w2", 8, 3, 3, 3)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path

@@ -16,7 +16,7 @@ HELP = "measure every baseline placer (and a learned placement) side by side"
 
 def register(subparsers) -> None:
     """Add the `compare` sub-command."""
-    from placer.jobs.compare import ALL_PLANS, BLOCKS, DEFAULT_PLANS, DEFAULT_SAMPLES
+    from placer.jobs.compare import ALL_PLANS, BLOCKS, DEFAULT_PLANS, DEFAULT_SAMPLES, MEASURED_DEFAULT
     from placer.placers import PLACERS
 
     parser = subparsers.add_parser(
@@ -48,9 +48,10 @@ def register(subparsers) -> None:
     parser.add_argument("--placers", default=",".join(PLACERS), metavar="P1,P2",
                         help=f"which placers to run (default: all: {','.join(PLACERS)})")
     parser.add_argument("--plans", default=None, metavar="P1,P2",
-                        help="with --cluster, the plans priced beside the placements, 'none' for none (default: "
-                             f"{','.join(DEFAULT_PLANS)}; also: {','.join(p for p in ALL_PLANS if p not in DEFAULT_PLANS)})"
-                             "; plan_search starts from the best of the rows and spends --samples")
+                        help="the plans beside the placements, 'none' for none: with --cluster priced (default: "
+                             f"{','.join(DEFAULT_PLANS)}; also: {','.join(p for p in ALL_PLANS if p not in DEFAULT_PLANS)}"
+                             "; plan_search starts from the best of the rows and spends --samples), on this machine's "
+                             f"devices run for real (default: {','.join(MEASURED_DEFAULT)}; forward steps, torch engine)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
                         help="random placements random_search simulates (default: the learner's sample count "
                              f"from the --include-rl run's summary.json, else {DEFAULT_SAMPLES})")

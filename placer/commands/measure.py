@@ -55,7 +55,9 @@ def run(args: argparse.Namespace) -> int:
     graph, placement, training, pipeline = placed.graph, placed.placement, placed.training, placed.pipeline
     counts = ", ".join(f"{d} ({n})" for d, n in placement.device_counts().items())
     print(f"graph        {graph.source}  (sha256 {graph.sha256[:12]})")
-    print(f"placement    {len(placement.nodes)} nodes on {counts}" +
+    what = f"{len(placement.nodes)} nodes" if hasattr(placement, "nodes") else \
+        f"plan of {len(placement.ops)} ops ({sum(not op.whole for op in placement.ops.values())} split)"
+    print(f"placement    {what} on {counts}" +
           ("  (onnxruntime engine)" if args.engine == "onnxruntime" else ""))
     if training is not None:
         print(f"objective    training step (loss {training.loss.kind}, "

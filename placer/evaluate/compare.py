@@ -460,7 +460,8 @@ def headline_verdicts(rows: list[CompareRow], speedup, best_single: CompareRow |
         return []
     plan = fastest_plan(ok)
     references = [(best_placer, "the best baseline placer"), (best_single, "the best single device")] + \
-                 [(r, r.note) for r in ok if r.opener is not None] + ([(plan, "the fastest plan")] if plan else [])
+                 [(r, r.note) for r in ok if r.opener is not None and not is_plan(r)] + \
+                 ([(plan, "the fastest plan")] if plan else [])
     out = []
     for ref, what in references:
         if ref is None or ref is subject:

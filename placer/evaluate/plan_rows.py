@@ -118,3 +118,39 @@ def _note(plan, devices: list[str]) -> str:
 
 _DESCRIBE = {TENSOR_PARALLEL: describe_tensor_parallel, PIPELINE_DATA: describe_pipeline_data,
              BY_SPEED: describe_by_speed}
+
+
+# What runs for real on this machine's devices so far: forward steps in the torch engine, the plans
+# built without a search (`data_parallel_by_speed` reads the profiled costs)
+MEASURED = (DATA_PARALLEL, TENSOR_PARALLEL, BY_SPEED)
+
+
+def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost) -> tuple[list[CompareRow], list[str]]:
+    """The rows of the plans `names` over this machine's `devices`, each run for real by `measurer`
+    (`placer.plans.engine`: its own lowered graph, in the same rounds as the placements), and a note
+    for each that does not run."""
+    from placer.plans.engine import check_runs, measures_plans
+
+    if not names:
+        return [], []
+    try:
+        check_runs(measurer.engine.name, measurer.training, measurer.pipeline)
+    except PlacerError as exc:
+        return [], [f"{', '.join(names)}: not measured; {exc}"]
+    measures_plans(measurer)
+    rows, notes = [], []
+    for name in names:
+        if name not in MEASURED:
+            notes.append(f"{name}: not measured; on this machine's devices plans run so far: {', '.join(MEASURED)} "
+                         "(price the others on a described --cluster)")
+            continue
+        start = time.perf_counter()
+        try:
+            plan = data_parallel_by_speed(graph, devices, cost) if name == BY_SPEED else _BUILDERS[name](graph, devices)
+        except PlacerError as exc:
+            notes.append(f"{name}: not measured; {exc}")
+            continue
+        rows.append(CompareRow(name, name, False, time.perf_counter() - start, note=_note(plan, devices), plan=True,
+                               opener=partial(measurer.open, plan), run_record=measurer.run_record()))
+    return rows, notes
+

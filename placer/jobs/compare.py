@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 # best of them; FlexFlow's MCMC is the benchmarks' baseline (--plans adds it: its budget doubles the time)
 DEFAULT_PLANS = ("data_parallel", "fsdp", "tensor_parallel", "pipeline_data", "data_parallel_by_speed", "plan_search")
 ALL_PLANS = (*DEFAULT_PLANS, "mcmc")
+# Those run for real beside the placements on this machine's devices by default (forward steps, torch engine)
+MEASURED_DEFAULT = ("data_parallel", "tensor_parallel")
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
 # Blocks of rounds, every row built afresh in each: three let a block that moved (as a run does)
 # show in the interval, at the cost of two more builds and warm-ups of every row.
@@ -52,8 +54,8 @@ class CompareSettings:
     history: bool = True                      # read and append to the history of compare's runs
     history_dir: str | None = None            # None: `placer.evaluate.history.default_history_dir`
     plot: bool = True                         # draw compare.png
-    # plans simulated beside the placements on a described cluster (`placer.evaluate.plan_rows.PLANS`);
-    # None: DEFAULT_PLANS there, and none on this machine's devices (plans do not run for real yet)
+    # plans beside the placements (`placer.evaluate.plan_rows.PLANS`): simulated on a described cluster,
+    # run on this machine's devices; None: DEFAULT_PLANS there, MEASURED_DEFAULT here (where plans run)
     plans: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -94,9 +96,6 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
     check_placer_names(list(settings.placers))
     settings.step.check_engine()
     hardware = settings.hardware
-    if settings.plans is not None and not hardware.simulated_only:
-        raise PlacerError("--plans prices plans on a described cluster, and plans do not run on this machine's "
-                          "devices yet: add --cluster NAME, or drop --plans")
     unknown = [p for p in settings.plans or () if p not in ALL_PLANS]
     if unknown:
         raise PlacerError(f"unknown plan {unknown[0]!r} in --plans; choose from {', '.join(ALL_PLANS)}, or none")
@@ -129,24 +128,36 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
     comparison = _measure_side_by_side(graph, devices, cost, placers, settings.include_rl, settings.samples,
                                        settings.seed, protocol, settings.rounds, progress=report, training=training,
                                        engine=settings.step.engine, pipeline=pipeline, included=included,
-                                       shortcut="--max-seconds or --blocks 1 shortens them")
+                                       shortcut="--max-seconds or --blocks 1 shortens them",
+                                       plans=_measured_plans(settings, training, pipeline))
     if settings.history_folder is not None:
         comparison.notes += check_and_record(comparison, settings.history_folder)
     return CompareResult(comparison, write_outputs(comparison, settings.out_dir, plot=settings.plot),
                          profile_drift_notes(comparison, cost.from_cache))
 
 
+def _measured_plans(settings: CompareSettings, training, pipeline) -> tuple[str, ...]:
+    """The plans run beside the placements on this machine's devices: those asked for, else what
+    runs here (`MEASURED_DEFAULT`) where plans run (forward steps, the torch engine)."""
+    if settings.plans is not None:
+        return settings.plans
+    runs = settings.step.engine == "torch" and training is None and not (pipeline is not None and pipeline.pipelined)
+    return MEASURED_DEFAULT if runs else ()
+
+
 def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, samples: int | None, seed: int,
                           protocol, rounds, progress=None, training=None, engine: str = "torch", pipeline=None,
-                          included=(), shortcut: str = ""):
-    """Run the placers (and add the run's placements and what a user runs instead: the whole machine
-    as one device, ONNX Runtime), then measure them all in the same interleaved rounds in `engine`;
+                          included=(), shortcut: str = "", plans=()):
+    """Run the placers (and add the run's placements, what a user runs instead: the whole machine
+    as one device, ONNX Runtime, and the `plans` that split ops over the same devices), then
+    measure them all in the same interleaved rounds in `engine`;
     with `training` (the protocol's objective is then training) every placement on the training
     step, with `pipeline` on the pipelined step. `progress` hears what it does (`shortcut`: the
     option that shortens the rounds)."""
     from placer.placers import caps_from_devices
     from placer.measure.measurer import measurer_for
     from placer.evaluate.compare import baseline_rows, compare as compare_rows
+    from placer.evaluate.plan_rows import measured_plan_rows
     from placer.evaluate.user_baselines import user_baseline_rows
 
     names = [d.name for d in devices]
@@ -162,9 +173,10 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     rows.extend(included)
     users, skipped = user_baseline_rows(graph, devices, protocol, seed, training, engine, pipeline)
     measurer = measurer_for(engine, graph, devices, protocol, seed=seed, training=training, pipeline=pipeline)
-    comparison = compare_rows(graph, names, measurer, cost, rows + users, caps, progress=progress, training=training,
-                              rounds=rounds, pipeline=pipeline, shortcut=shortcut)
-    comparison.notes += skipped
+    planned, not_planned = measured_plan_rows(graph, names, plans, measurer, cost)
+    comparison = compare_rows(graph, names, measurer, cost, rows + users + planned, caps, progress=progress,
+                              training=training, rounds=rounds, pipeline=pipeline, shortcut=shortcut)
+    comparison.notes += skipped + not_planned
     comparison.info = {"profile": str(getattr(cost, "path", None)), "profile_cached": getattr(cost, "from_cache", None),
                        "protocol": measurer.protocol_record(), "devices": [str(d) for d in devices],
                        "engine": engine}

@@ -58,6 +58,7 @@ def measure(settings: MeasureSettings) -> MeasureResult:
     """Measure the placement; profile the graph on its devices when asked."""
     from placer.kernels.prepare import prepare
     from placer.measure.measurer import MeasureProtocol, measurer_for
+    from placer.placement import Placement
 
     s = settings
     placed = placed_model("placer measure", s.model, s.placement, s.hardware, s.step, {"--profile": s.profile})
@@ -67,6 +68,10 @@ def measure(settings: MeasureSettings) -> MeasureResult:
     prepared = prepare(graph) if s.step.engine == "torch" else None
     measurer = measurer_for(s.step.engine, graph, devices, protocol=protocol, seed=s.seed,
                             prepared=prepared, training=training, pipeline=pipeline)
+    if not isinstance(placed.placement, Placement):   # a plan that splits ops
+        from placer.plans.engine import measures_plans
+
+        measures_plans(measurer)
     m = measurer.measure(placed.placement)
     # a pipelined step pushes M micro-batches: what it is worth is micro-batches per second
     throughput = pipeline.micro_batches / m.step_time if m.ok and m.step_time else None

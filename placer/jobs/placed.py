@@ -31,6 +31,7 @@ def placed_model(what: str, model: ModelSettings, placement: PlacementSettings, 
     asked for), the model, the placement, its devices. With `split_inputs`, the --inputs arrays
     `name#k` feed micro-batch k alone."""
     from placer.graph.placement_check import assignment
+    from placer.placement import Placement
 
     step.check_engine()
     for option, path in writes.items():
@@ -40,5 +41,12 @@ def placed_model(what: str, model: ModelSettings, placement: PlacementSettings, 
     chosen = placement.to_run(graph)
     hardware.refuse_real(what)
     devices = hardware.devices_for(chosen)
-    assignment(graph, chosen, [d.name for d in devices])   # here, not as a failed measurement: a user's error
-    return PlacedModel(graph, chosen, devices, step.training_spec(graph), step.pipeline(), micro_batch_inputs)
+    training, pipeline = step.training_spec(graph), step.pipeline()
+    if isinstance(chosen, Placement):   # checked here, not as a failed measurement: a user's error
+        assignment(graph, chosen, [d.name for d in devices])
+    else:
+        from placer.plans.engine import check_devices, check_runs
+
+        check_runs(step.engine, training, pipeline)
+        check_devices(chosen, [d.name for d in devices])
+    return PlacedModel(graph, chosen, devices, training, pipeline, micro_batch_inputs)

@@ -69,7 +69,13 @@ def run(settings: RunSettings) -> RunResult:
 
 
 def _run_step(placed, feeds, engine: str, timeout_s: float | None) -> dict:
-    """The step's outputs as arrays, run by `engine`."""
+    """The step's outputs as arrays, run by `engine` (a plan that splits ops: by the torch engine)."""
+    from placer.placement import Placement
+
+    if not isinstance(placed.placement, Placement):
+        from placer.plans.engine import run_plan
+
+        return run_plan(placed.graph, placed.placement, placed.devices, feeds, timeout_s)
     if engine == "onnxruntime":
         # the engine placer.engines.onnxruntime.load runs split models with: the partitions' sessions at once
         from placer.engines.onnxruntime.placed import OrtPlacement

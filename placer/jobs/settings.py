@@ -109,7 +109,8 @@ class HardwareSettings:
 class PlacementSettings:
     """Which placement: a `file` (format placer.placement/1, or a plan, placer.plan/1), else every
     node on one `device`, else the one `placer apply` stored in the model; `device_map` renames its
-    devices ("cuda:1=cuda:0"). A plan that splits ops is written and shown (`plan_to_write`), not run."""
+    devices ("cuda:1=cuda:0"). A plan that splits ops is written and shown (`plan_to_write`) and run
+    (`to_run`: its forward step, in the torch engine)."""
 
     file: str | None = None
     device: str | None = None
@@ -180,10 +181,14 @@ class PlacementSettings:
 
     def to_run(self, graph):
         """The placement to run on this machine: the one named, else everything on the plain CPU;
-        checked against `graph` and the devices here."""
+        checked against `graph` and the devices here. A plan that splits ops is run as that plan
+        (checked against `graph`; its devices are checked by the job that runs it)."""
         from placer.annotate.resolve import parse_device_map, resolve_placement
         from placer.placement import Placement
 
+        plan = None if self.device else self.plan_to_write(graph, None)
+        if plan is not None:
+            return plan
         placement = self.chosen(graph) or Placement.single_device(list(graph.nodes), "cpu", graph.sha256)
         return resolve_placement(graph, placement, parse_device_map(self.device_map))
 

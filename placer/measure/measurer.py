@@ -84,9 +84,9 @@ class RealMeasurer:
                               "measure with MeasureProtocol(objective='training')")
         self.training = (training or TrainingSpec()) if protocol.objective == "training" else None
         self._generated = [n for n in generated_inputs(graph) if n not in (feeds or {})]
-        self.engine = make_engine(engine, graph, self.device_objs, {**step_feeds(graph, seed), **(feeds or {})},
-                                  prepared=prepared, training=self.training, pipeline=self.pipeline,
-                                  timeout_s=protocol.timeout_s)
+        self.inputs = {**step_feeds(graph, seed), **(feeds or {})}   # every step's, as numpy arrays
+        self.engine = make_engine(engine, graph, self.device_objs, self.inputs, prepared=prepared,
+                                  training=self.training, pipeline=self.pipeline, timeout_s=protocol.timeout_s)
 
     @property
     def prepared(self) -> PreparedGraph | None:

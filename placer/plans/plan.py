@@ -100,6 +100,14 @@ class Plan:
     def is_placement(self) -> bool:
         return all(op.whole and all(x == REPLICATE for x in op.inputs + op.outputs) for op in self.ops.values())
 
+    def device_counts(self) -> dict[str, int]:
+        """How many ops run on each device (a split op on each of its devices), devices with none as 0."""
+        counts = {d: 0 for d in self.devices}
+        for op in self.ops.values():
+            for d in op.devices:
+                counts[d] += 1
+        return counts
+
     def to_placement(self) -> Placement:
         """The placement this plan is; a plan that splits an op is none (PlacerError naming it)."""
         split = next((n for n, op in self.ops.items() if not op.whole), None)

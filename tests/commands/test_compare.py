@@ -3,29 +3,12 @@ tiny model, the files it saves, and --json."""
 
 import json
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from placer.cli import main
+from testgraphs import tiny_conv_file as _tiny_model_file
 
 DEVICES = ["cpu:0", "cpu:1"]
-
-
-def _tiny_model_file(path):
-    rng = np.random.default_rng(0)
-    w = lambda name, *shape: numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.3, name)  # noqa: E731
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
-             helper.make_node("Relu", ["a"], ["ar"], name="relu_a"),
-             helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1], name="conv_b"),
-             helper.make_node("Sigmoid", ["b"], ["bs"], name="sig_b"),
-             helper.make_node("Add", ["ar", "bs"], ["y"], name="add")]
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
-                              initializer=[w("w1", 8, 3, 3, 3), w("w2", 8, 3, 3, 3)])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-    return path
 
 
 def test_placer_compare_measures_the_baselines_and_a_learned_placement_for_real(tmp_path, monkeypatch, capsys):
@@ -231,3 +214,25 @@ def test_placer_compare_refuses_no_blocks_and_a_history_dir_that_is_a_file(tmp_p
     assert main(base + ["--history-dir", str(tmp_path / "file")]) == 2
     err = capsys.readouterr().err
     assert "--blocks" in err and "--history-dir" in err and "give a folder" in err
+
+
+def test_placer_compare_runs_plans_for_real_beside_the_placements(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx", batch=4)
+    out = tmp_path / "out"
+    argv = ["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
+            "--max-rounds", "6", "--min-rounds", "6", "--blocks", "1", "--no-plot", "--placers", "single"]
+    assert main([*argv, "--out", str(out), "--json", "--plans", "data_parallel,fsdp"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in data["rows"]}
+    assert rows["data_parallel"]["status"] == "ok" and rows["data_parallel"]["step_time_s"] > 0
+    assert any(n.startswith("fsdp: not measured; on this machine's devices plans run so far") for n in data["notes"])
+    # by default the plans that run here; a training step's are not run yet, said in a note
+    assert main([*argv, "--out", str(tmp_path / "t"), "--json", "--objective", "training"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert "data_parallel" not in {r["name"] for r in data["rows"]}
+    assert main([*argv, "--out", str(tmp_path / "ort"), "--json", "--engine", "onnxruntime", "--plans",
+                 "data_parallel"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("data_parallel: not measured; ONNX Runtime runs placements, not yet plans") for n in notes)
+

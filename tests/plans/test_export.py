@@ -156,14 +156,18 @@ def test_apply_then_show_draw_the_split_ops_and_where_collectives_sit(tmp_path, 
     assert {c["tensor"]: c["changes"] for c in data["plan"]["layout_changes"]}["p"] == ["all-reduce", "cut"]
 
 
-def test_a_plan_is_refused_where_a_placement_is_run_or_split(tmp_path, graph, capsys):
-    model, plan_file = tmp_path / "mlp.onnx", tmp_path / "plan.json"
+def test_a_plan_is_refused_where_a_placement_is_split_and_run_where_one_is_run(tmp_path, graph, capsys):
+    model, plan_file, placed = tmp_path / "mlp.onnx", tmp_path / "plan.json", tmp_path / "placed.onnx"
     onnx.save(mlp(), model)
     plan_of(graph).save(plan_file)
     assert main(["apply", "--graph", str(model), "--placement", str(plan_file), "--split", str(tmp_path / "s")]) == 2
     assert "--split" in capsys.readouterr().err
-    assert main(["measure", "--graph", str(model), "--placement", str(plan_file)]) == 2
-    assert "splits op mm1 across cpu:0, cpu:1" in capsys.readouterr().err
+    # measured from the file, and from the model apply wrote it into
+    assert main(["apply", "--graph", str(model), "--placement", str(plan_file), "-o", str(placed)]) == 0
+    for argv in (["--graph", str(model), "--placement", str(plan_file)], ["--graph", str(placed)]):
+        capsys.readouterr()
+        assert main(["measure", *argv, "--warmup", "0", "--repeats", "1"]) == 0
+        assert "placement    plan of " in capsys.readouterr().out
 
 
 def test_a_tensor_read_twice_in_two_layouts_comes_back_through_its_note():

@@ -1,0 +1,84 @@
+"""Plans measured as placements are: `PlanEngine` opens a plan that splits ops in an engine of its
+own lowered graph (`runnable`), fed the source's inputs cut as the plan cuts them, and anything
+else (a placement, a plan that splits nothing) in the engine it wraps. The measurer, the rounds
+and their verdicts hold it as any engine, so plans and placements are timed side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from placer.engines import make_engine
+from placer.errors import PlacerError
+from placer.graph.opgraph import OpGraph
+from placer.placement import Placement
+from placer.plans.plan import Plan
+from placer.plans.runnable import runnable
+
+NOT_IN_ORT = ("ONNX Runtime runs placements, not yet plans that split ops (their collectives have no ONNX ops); "
+              "measure plans with --engine torch")
+NOT_TRAINED = "a plan that splits ops runs its forward step for real, not yet its training step; measure it " \
+              "with --objective inference, or price its training step on a described --cluster"
+
+
+def check_runs(engine: str, training: Any = None, pipeline: Any = None) -> None:
+    """What running a plan that splits ops needs, refused in one line when missing."""
+    if engine != "torch":
+        raise PlacerError(NOT_IN_ORT)
+    if training is not None:
+        raise PlacerError(NOT_TRAINED)
+    if pipeline is not None and getattr(pipeline, "pipelined", False):
+        raise PlacerError("a plan that splits ops runs one batch a step, not micro-batches; drop --micro-batches")
+
+
+def check_devices(plan: Plan, devices: list[str]) -> None:
+    """A plan's devices are among those it runs on, or it is refused in one line."""
+    outside = [d for d in plan.devices if d not in devices]
+    if outside:
+        raise PlacerError(f"the plan uses {', '.join(outside)}, which are not among the devices given "
+                          f"({', '.join(devices)}); give --devices that include them, or a plan made for these")
+
+
+class PlanEngine:
+    """`base` (an engine of `graph` fed `inputs`) that also opens plans (see the module doc)."""
+
+    def __init__(self, base: Any, graph: OpGraph, inputs: Mapping[str, np.ndarray]) -> None:
+        self.base, self.graph, self.inputs = base, graph, dict(inputs)
+        self.name, self.devices, self.live_node_times = base.name, base.devices, base.live_node_times
+        self.folded_nodes, self.prepared = base.folded_nodes, base.prepared
+
+    def open(self, item: Placement | Plan):
+        if isinstance(item, Plan) and item.is_placement:
+            item = item.to_placement()
+        if isinstance(item, Placement):
+            return self.base.open(item)
+        check_runs(self.base.name, getattr(self.base, "training", None), getattr(self.base, "pipeline", None))
+        made = runnable(self.graph, item)
+        engine = make_engine(self.base.name, made.graph, self.devices, made.feeds(self.inputs),
+                             timeout_s=getattr(self.base, "timeout_s", 60.0))
+        return engine.open(made.placement)
+
+    def record(self) -> dict[str, Any]:
+        return self.base.record()
+
+    def control_flow(self, since: dict | None = None) -> dict[str, dict[str, int]]:
+        return self.base.control_flow(since)
+
+
+def measures_plans(measurer: Any) -> Any:
+    """`measurer` (a `RealMeasurer`) measuring plans too; the same measurer, its engine wrapped."""
+    if not isinstance(measurer.engine, PlanEngine):
+        measurer.engine = PlanEngine(measurer.engine, measurer.graph, measurer.inputs)
+    return measurer
+
+
+def run_plan(graph: OpGraph, plan: Plan, devices: list, feeds: Mapping[str, np.ndarray],
+             timeout_s: float | None = None) -> dict[str, np.ndarray]:
+    """One forward step of `plan` on `devices` in the torch engine: the source's outputs, whole."""
+    from placer.engines.torch.executor import PlacedExecutor
+
+    made = runnable(graph, plan)
+    with PlacedExecutor(made.graph, made.placement, devices) as executor:
+        return made.outputs(executor.run(made.feeds(feeds), timeout_s=timeout_s))
