@@ -147,6 +147,7 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
         start = time.perf_counter()
         try:
             plan = data_parallel_by_speed(graph, devices, cost) if name == BY_SPEED else _BUILDERS[name](graph, devices)
+            check_runs(measurer.engine.name, graph=graph, plan=plan)
         except PlacerError as exc:
             notes.append(f"{name}: not measured; {exc}")
             continue

@@ -69,13 +69,17 @@ def run(settings: RunSettings) -> RunResult:
 
 
 def _run_step(placed, feeds, engine: str, timeout_s: float | None) -> dict:
-    """The step's outputs as arrays, run by `engine` (a plan that splits ops: by the torch engine)."""
+    """The step's outputs as arrays, run by `engine` (a plan that splits ops: its lowered graph)."""
+    from dataclasses import replace
+
     from placer.placement import Placement
 
     if not isinstance(placed.placement, Placement):
-        from placer.plans.engine import run_plan
+        from placer.plans.runnable import runnable
 
-        return run_plan(placed.graph, placed.placement, placed.devices, feeds, timeout_s)
+        made = runnable(placed.graph, placed.placement)
+        lowered = replace(placed, graph=made.graph, placement=made.placement)
+        return made.outputs(_run_step(lowered, made.feeds(feeds), engine, timeout_s))
     if engine == "onnxruntime":
         # the engine placer.engines.onnxruntime.load runs split models with: the partitions' sessions at once
         from placer.engines.onnxruntime.placed import OrtPlacement

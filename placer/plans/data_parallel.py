@@ -31,7 +31,7 @@ def data_parallel(graph: OpGraph, devices: Sequence[str]) -> Plan:
     lengths = batch_lengths(graph)
     ops, whole, split_any = {}, [], False
     for name, node in graph.nodes.items():
-        chosen, free, batch = batch_split(graph, node, held, lengths)
+        chosen, free, batch = batch_split(graph, node, held, lengths, len(devices))
         if not free and any(node.inputs):   # a Constant is made on every device, as in DDP
             whole.append(name)
         split_any = split_any or batch
@@ -47,10 +47,11 @@ def batch_lengths(graph: OpGraph) -> set[int]:
     return {t.shape[0] for t in graph.inputs if t.shape}
 
 
-def batch_split(graph: OpGraph, node: OpNode, held: dict[str, Layout], lengths: set[int]) -> tuple[Split, bool, bool]:
-    """The node's split as DDP takes it given the layouts `held` so far (which it updates with its
-    outputs'), whether that split needs no collective, and whether it splits the batch."""
-    free = [s for s in splits(node, graph)
+def batch_split(graph: OpGraph, node: OpNode, held: dict[str, Layout], lengths: set[int],
+                n: int | None = None) -> tuple[Split, bool, bool]:
+    """The node's split as DDP takes it over `n` devices given the layouts `held` so far (which it
+    updates with its outputs'), whether that split needs no collective, and whether it splits the batch."""
+    free = [s for s in splits(node, graph, n)
             if _keeps_weights(graph, s, node.inputs, lengths) and not _needs_collective(s, node.inputs, held)]
     batch = [s for s in free if all(x == Shard(0) for t, x in zip(node.outputs, s.outputs) if t)]
     chosen = (batch or free or [replicated(node)])[0]

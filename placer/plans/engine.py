@@ -1,6 +1,9 @@
 """Plans measured as placements are: `PlanEngine` opens a plan that splits ops in an engine of its
 own lowered graph (`runnable`), fed the source's inputs cut as the plan cuts them, and anything
-else (a placement, a plan that splits nothing) in the engine it wraps. The measurer, the rounds
+else (a placement, a plan that splits nothing) in the engine it wraps. ONNX Runtime runs a lowered
+graph as any placed one, so the plans whose devices never talk (data parallelism: a session per
+device on its slice of the batch, a placement or pipeline stages within each); the torch engine
+runs every plan, its collectives on `placer.kernels.collectives`. The measurer, the rounds
 and their verdicts hold it as any engine, so plans and placements are timed side by side."""
 
 from __future__ import annotations
@@ -14,23 +17,31 @@ from placer.engines import make_engine
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.placement import Placement
+from placer.plans.lower import lower
 from placer.plans.plan import Plan
 from placer.plans.runnable import runnable
 
-NOT_IN_ORT = ("ONNX Runtime runs placements, not yet plans that split ops (their collectives have no ONNX ops); "
-              "measure plans with --engine torch")
+NOT_IN_ORT = ("ONNX Runtime runs the plans whose devices never talk (data parallelism: each device a session on "
+              "its slice of the batch), and this one has collectives, which have no ONNX ops; run it with --engine torch")
 NOT_TRAINED = "a plan that splits ops runs its forward step for real, not yet its training step; measure it " \
               "with --objective inference, or price its training step on a described --cluster"
 
 
-def check_runs(engine: str, training: Any = None, pipeline: Any = None) -> None:
-    """What running a plan that splits ops needs, refused in one line when missing."""
-    if engine != "torch":
+def check_runs(engine: str, training: Any = None, pipeline: Any = None, graph: OpGraph | None = None,
+               plan: Plan | None = None) -> None:
+    """What running a plan that splits ops (`plan` of `graph`, when given) needs, refused in one
+    line when missing."""
+    if engine != "torch" and graph is not None and plan is not None and talks(graph, plan):
         raise PlacerError(NOT_IN_ORT)
     if training is not None:
         raise PlacerError(NOT_TRAINED)
     if pipeline is not None and getattr(pipeline, "pipelined", False):
         raise PlacerError("a plan that splits ops runs one batch a step, not micro-batches; drop --micro-batches")
+
+
+def talks(graph: OpGraph, plan: Plan) -> bool:
+    """Whether the plan's devices exchange data (its lowered graph has collectives' steps)."""
+    return bool(lower(graph, plan).helpers)
 
 
 def check_devices(plan: Plan, devices: list[str]) -> None:
@@ -56,6 +67,8 @@ class PlanEngine:
             return self.base.open(item)
         check_runs(self.base.name, getattr(self.base, "training", None), getattr(self.base, "pipeline", None))
         made = runnable(self.graph, item)
+        if self.base.name != "torch" and made.lowered.helpers:
+            raise PlacerError(NOT_IN_ORT)
         engine = make_engine(self.base.name, made.graph, self.devices, made.feeds(self.inputs),
                              timeout_s=getattr(self.base, "timeout_s", 60.0))
         return engine.open(made.placement)
@@ -73,12 +86,3 @@ def measures_plans(measurer: Any) -> Any:
         measurer.engine = PlanEngine(measurer.engine, measurer.graph, measurer.inputs)
     return measurer
 
-
-def run_plan(graph: OpGraph, plan: Plan, devices: list, feeds: Mapping[str, np.ndarray],
-             timeout_s: float | None = None) -> dict[str, np.ndarray]:
-    """One forward step of `plan` on `devices` in the torch engine: the source's outputs, whole."""
-    from placer.engines.torch.executor import PlacedExecutor
-
-    made = runnable(graph, plan)
-    with PlacedExecutor(made.graph, made.placement, devices) as executor:
-        return made.outputs(executor.run(made.feeds(feeds), timeout_s=timeout_s))

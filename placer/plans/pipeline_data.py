@@ -72,7 +72,7 @@ def _staged(graph: OpGraph, groups: list[tuple[str, ...]], staged: Placement) ->
         if len(group) == 1:
             ops[name] = OpPlan(group)
             continue
-        chosen, _, batch = batch_split(graph, node, held, lengths)
+        chosen, _, batch = batch_split(graph, node, held, lengths, len(group))
         split_any = split_any or batch
         ops[name] = OpPlan(group, chosen.inputs, chosen.outputs)
     if not split_any and len(groups[0]) > 1:

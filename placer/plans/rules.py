@@ -12,8 +12,9 @@ which every device computes its own piece with the op itself, as DTensor's shard
   some axes (softmax, normalisations, pooling, concatenation, split) likewise on the other axes.
 - Ops that move axes map them: Transpose, Gather, (Un)Squeeze with constant axes, and Flatten and
   Reshape where they keep axis 0 (the batch). Given the device count n, Reshape also maps an axis
-  it splits or merges as a leading factor (hidden -> heads x head_dim and back), where n divides
-  both lengths, so that device k's contiguous block is the same elements on both sides.
+  it splits or merges as a leading factor (hidden -> heads x head_dim and back; the batch with the
+  steps after it, batch x steps -> rows and back), where n divides both lengths, so that device k's
+  contiguous block is the same elements on both sides.
 - Shape and Size read only metadata, so they take a sharded input and give a replicated output.
 
 Only axes longer than 1 are offered. Every op may also be replicated: each device computes all of
@@ -225,10 +226,14 @@ def _flatten(node: OpNode, s: _Shapes) -> list[Split]:
 
 
 def _reshape(node: OpNode, s: _Shapes) -> list[Split]:
-    # row-major: a reshape that keeps axis 0's length maps sample k to sample k
-    x = s.ins[0]
-    ok = x and s.out and x[0] == s.out[0] > 1
-    return ([s.split("axis 0", {0: Shard(0)}, Shard(0))] if ok else []) + _reshape_blocks(s)
+    # row-major: a reshape that keeps axis 0's length maps sample k to sample k; one that changes it
+    # (the batch merged with the axes after it, or cut) maps device k's contiguous n-th of the
+    # elements to the same n-th where n divides both lengths
+    x, out, n = s.ins[0], s.out, s.n
+    keeps = x and out and x[0] == out[0] > 1
+    merges = x and out and n and n > 1 and x[0] != out[0] and x[0] % n == 0 and out[0] % n == 0 \
+        and min(x[0], out[0]) > 1
+    return ([s.split("axis 0", {0: Shard(0)}, Shard(0))] if keeps or merges else []) + _reshape_blocks(s)
 
 
 def _reshape_blocks(s: _Shapes) -> list[Split]:

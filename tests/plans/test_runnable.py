@@ -135,3 +135,26 @@ def test_a_shard_of_shape_gives_the_whole_tensors_shape():
                             "add": OpPlan(TWO[:1])}, graph.sha256)
     x = np.arange(24, dtype=np.float32).reshape(4, 6) - 12
     np.testing.assert_array_equal(run_plan(graph, plan, {"x": x})["y"], np.maximum(x, 0) + 1)
+
+
+def test_a_reshape_merging_the_batch_with_the_steps_stays_split_where_n_divides_both():
+    """[4, 5, 8] -> Reshape [20, 8] -> MatMul -> Reshape [4, 5, 6]: data parallel on two devices
+    with no op replicated (so no collective), on three (4 rows do not cut in three) replicated."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in (("rows", [20, 8]), ("back", [4, 5, 6]))]
+    inits.append(numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w"))
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["r"], name="merge"),
+             helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
+             helper.make_node("Reshape", ["m", "back"], ["y"], name="cut")]
+    proto = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5, 8])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5, 6])], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph = load_graph(proto)
+    plan = data_parallel(graph, TWO)
+    assert plan.extra["placer"]["replicated"] == [] and all(op.outputs == (Shard(0),) for op in plan.ops.values())
+    assert data_parallel(graph, ("cpu:0", "cpu:1", "cpu:2")).extra["placer"]["replicated"] == ["merge", "cut"]
+    x = rng.standard_normal((4, 5, 8)).astype(np.float32)
+    want = (x.reshape(20, 8) @ numpy_helper.to_array(inits[2])).reshape(4, 5, 6)
+    np.testing.assert_allclose(run_plan(graph, plan, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
