@@ -47,11 +47,10 @@ def register(subparsers) -> None:
                              "another cluster is refused")
     parser.add_argument("--placers", default=",".join(PLACERS), metavar="P1,P2",
                         help=f"which placers to run (default: all: {','.join(PLACERS)})")
-    parser.add_argument("--plans", default=None, metavar="P1,P2",
-                        help="the plans beside the placements, 'none' for none: with --cluster priced (default: "
-                             f"{','.join(DEFAULT_PLANS)}; also: {','.join(p for p in ALL_PLANS if p not in DEFAULT_PLANS)}"
-                             "; plan_search starts from the best of the rows and spends --samples), on this machine's "
-                             f"devices run for real (default: {','.join(MEASURED_DEFAULT)}; forward steps, torch engine)")
+    more = ",".join(p for p in ALL_PLANS if p not in DEFAULT_PLANS)
+    parser.add_argument("--plans", default=None, metavar="P1,P2", help=f"plans beside the placements, or 'none': with "
+                        f"--cluster priced (default: {','.join(DEFAULT_PLANS)}; also: {more}; plan_search spends "
+                        f"--samples), on this machine run (default: {','.join(MEASURED_DEFAULT)}; ONNX Runtime: DDP)")
     parser.add_argument("--samples", type=int, default=None, metavar="N",
                         help="random placements random_search simulates (default: the learner's sample count "
                              f"from the --include-rl run's summary.json, else {DEFAULT_SAMPLES})")

@@ -120,8 +120,9 @@ _DESCRIBE = {TENSOR_PARALLEL: describe_tensor_parallel, PIPELINE_DATA: describe_
              BY_SPEED: describe_by_speed}
 
 
-# What runs for real on this machine's devices so far: forward steps in the torch engine, the plans
-# built without a search (`data_parallel_by_speed` reads the profiled costs)
+# What runs for real on this machine's devices so far (forward and training steps; ONNX Runtime
+# runs those whose devices never talk): the plans built without a search (`data_parallel_by_speed`
+# reads the profiled costs)
 MEASURED = (DATA_PARALLEL, TENSOR_PARALLEL, BY_SPEED)
 
 
@@ -134,7 +135,7 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
     if not names:
         return [], []
     try:
-        check_runs(measurer.engine.name, measurer.training, measurer.pipeline)
+        check_runs(measurer.engine.name, measurer.pipeline)
     except PlacerError as exc:
         return [], [f"{', '.join(names)}: not measured; {exc}"]
     measures_plans(measurer)

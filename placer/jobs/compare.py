@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # best of them; FlexFlow's MCMC is the benchmarks' baseline (--plans adds it: its budget doubles the time)
 DEFAULT_PLANS = ("data_parallel", "fsdp", "tensor_parallel", "pipeline_data", "data_parallel_by_speed", "plan_search")
 ALL_PLANS = (*DEFAULT_PLANS, "mcmc")
-# Those run for real beside the placements on this machine's devices by default (forward steps, torch engine)
+# Those run for real beside the placements on this machine's devices by default
 MEASURED_DEFAULT = ("data_parallel", "tensor_parallel")
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
 # Blocks of rounds, every row built afresh in each: three let a block that moved (as a run does)
@@ -129,20 +129,19 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
                                        settings.seed, protocol, settings.rounds, progress=report, training=training,
                                        engine=settings.step.engine, pipeline=pipeline, included=included,
                                        shortcut="--max-seconds or --blocks 1 shortens them",
-                                       plans=_measured_plans(settings, training, pipeline))
+                                       plans=_measured_plans(settings, pipeline))
     if settings.history_folder is not None:
         comparison.notes += check_and_record(comparison, settings.history_folder)
     return CompareResult(comparison, write_outputs(comparison, settings.out_dir, plot=settings.plot),
                          profile_drift_notes(comparison, cost.from_cache))
 
 
-def _measured_plans(settings: CompareSettings, training, pipeline) -> tuple[str, ...]:
+def _measured_plans(settings: CompareSettings, pipeline) -> tuple[str, ...]:
     """The plans run beside the placements on this machine's devices: those asked for, else what
-    runs here (`MEASURED_DEFAULT`) where plans run (forward steps, the torch engine)."""
+    runs here (`MEASURED_DEFAULT`) where plans run (one step, not micro-batches)."""
     if settings.plans is not None:
         return settings.plans
-    runs = settings.step.engine == "torch" and training is None and not (pipeline is not None and pipeline.pipelined)
-    return MEASURED_DEFAULT if runs else ()
+    return () if pipeline is not None and pipeline.pipelined else MEASURED_DEFAULT
 
 
 def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, samples: int | None, seed: int,

@@ -47,6 +47,6 @@ def placed_model(what: str, model: ModelSettings, placement: PlacementSettings, 
     else:
         from placer.plans.engine import check_devices, check_runs
 
-        check_runs(step.engine, training, pipeline, graph, chosen)
+        check_runs(step.engine, pipeline, graph, chosen)
         check_devices(chosen, [d.name for d in devices])
     return PlacedModel(graph, chosen, devices, training, pipeline, micro_batch_inputs)

@@ -21,20 +21,16 @@ from placer.plans.lower import lower
 from placer.plans.plan import Plan
 from placer.plans.runnable import runnable
 
-NOT_IN_ORT = ("ONNX Runtime runs the plans whose devices never talk (data parallelism: each device a session on "
-              "its slice of the batch), and this one has collectives, which have no ONNX ops; run it with --engine torch")
-NOT_TRAINED = "a plan that splits ops runs its forward step for real, not yet its training step; measure it " \
-              "with --objective inference, or price its training step on a described --cluster"
+NOT_IN_ORT = ("ONNX Runtime runs the plans whose devices never talk (data parallelism: each device a session "
+              "on its slice of the batch), and this one has collectives, which have no ONNX ops; run it with "
+              "--engine torch")
 
 
-def check_runs(engine: str, training: Any = None, pipeline: Any = None, graph: OpGraph | None = None,
-               plan: Plan | None = None) -> None:
+def check_runs(engine: str, pipeline: Any = None, graph: OpGraph | None = None, plan: Plan | None = None) -> None:
     """What running a plan that splits ops (`plan` of `graph`, when given) needs, refused in one
-    line when missing."""
+    line when missing (a training step runs in the torch engine alone, which the engines check)."""
     if engine != "torch" and graph is not None and plan is not None and talks(graph, plan):
         raise PlacerError(NOT_IN_ORT)
-    if training is not None:
-        raise PlacerError(NOT_TRAINED)
     if pipeline is not None and getattr(pipeline, "pipelined", False):
         raise PlacerError("a plan that splits ops runs one batch a step, not micro-batches; drop --micro-batches")
 
@@ -65,11 +61,13 @@ class PlanEngine:
             item = item.to_placement()
         if isinstance(item, Placement):
             return self.base.open(item)
-        check_runs(self.base.name, getattr(self.base, "training", None), getattr(self.base, "pipeline", None))
-        made = runnable(self.graph, item)
+        training = getattr(self.base, "training", None)
+        check_runs(self.base.name, getattr(self.base, "pipeline", None))
+        made = runnable(self.graph, item, training=training is not None)
         if self.base.name != "torch" and made.lowered.helpers:
             raise PlacerError(NOT_IN_ORT)
         engine = make_engine(self.base.name, made.graph, self.devices, made.feeds(self.inputs),
+                             training=made.training(training) if training is not None else None,
                              timeout_s=getattr(self.base, "timeout_s", 60.0))
         return engine.open(made.placement)
 

@@ -26,8 +26,9 @@ from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
 from placer.placement import Placement
 from placer.plans.layout import Shard, piece_bounds
 from placer.plans.lower import lower
-from placer.plans.lowered import Lowered, SourceSlice
+from placer.plans.lowered import DOMAIN, Lowered, SourceSlice
 from placer.plans.plan import Plan
+from placer.program.training import TrainingSpec
 
 
 @dataclass
@@ -55,13 +56,57 @@ class RunnablePlan:
             out[name] = np.concatenate(pieces, layout.dim) if isinstance(layout, Shard) else pieces[0]
         return out
 
+    def training(self, spec: TrainingSpec) -> TrainingSpec:
+        """`spec` for the lowered graph: a sharded output's loss term as its pieces' terms, each
+        weighted by its share of the elements (a replicated output's first copy alone), and their
+        targets cut as the outputs are, so that the loss and its gradients are the source's."""
+        shares, targets = [], {}
+        for name, (layout, names) in self.lowered.outputs.items():
+            if not isinstance(layout, Shard):   # whole copies: the first one's term alone
+                copies = list(dict.fromkeys(names))
+                shares += [(copy, 0.0) for copy in copies[1:]]
+                if name in spec.targets:
+                    targets[copies[0]] = spec.targets[name]
+                continue
+            total = sum(self.graph.tensors[t].numel for t in names)
+            for k, piece in enumerate(names):
+                shares.append((piece, self.graph.tensors[piece].numel / total))
+                if name in spec.targets:
+                    targets[piece] = slice_of(np.asarray(_to_numpy(spec.targets[name])),
+                                              SourceSlice(name, layout, k, len(names)))
+        return replace(spec, loss=replace(spec.loss, shares=tuple(shares)), targets=targets)
 
-def runnable(source: OpGraph, plan: Plan) -> RunnablePlan:
-    """`plan` over `source` (whose weights are loaded), lowered and made runnable."""
+    def weights(self, values: Mapping[str, object], prefix: str = "updated:") -> dict[str, np.ndarray]:
+        """Each source weight whole, from what a training step gives of the lowered graph's
+        (`prefix` + name: its updated values, or ``grad:`` its gradients): slices joined."""
+        pieces: dict[str, dict[int, np.ndarray]] = {}
+        layouts: dict[str, Shard] = {}
+        out = {}
+        for name in self.graph.initializers:
+            if prefix + name not in values:
+                continue
+            value = np.array(_to_numpy(values[prefix + name]))   # a copy: a live parameter changes in place
+            origin = self.lowered.slices.get(name)
+            if origin is None or not isinstance(origin.layout, Shard):
+                out[origin.tensor if origin else name] = value
+            else:
+                pieces.setdefault(origin.tensor, {})[origin.k] = value
+                layouts[origin.tensor] = origin.layout
+        for name, held in pieces.items():
+            out[name] = np.concatenate([held[k] for k in sorted(held)], layouts[name].dim)
+        return out
+
+
+def runnable(source: OpGraph, plan: Plan, training: bool = False) -> RunnablePlan:
+    """`plan` over `source` (whose weights are loaded), lowered and made runnable; for `training`,
+    with the slices of a weight also read otherwise cut from the weight itself (`_tie`)."""
     lowered = lower(source, plan)
     low = lowered.graph
-    nodes: dict[str, OpNode] = {}
-    weights = {name: _weight(source, name, lowered.slices.get(name)) for name in low.initializers}
+    placed = dict(lowered.placement.nodes)
+    nodes: dict[str, OpNode] = _tie(source, lowered, placed) if training else {}
+    cut = {t for n in nodes.values() for t in n.outputs}
+    weights = {name: _weight(source, name, lowered.slices.get(name)) for name in low.initializers if name not in cut}
+    weights.update((n.inputs[0], source.initializer_array(n.inputs[0])) for n in nodes.values())
     for name, node in low.nodes.items():
         origin = source.nodes.get(lowered.shard_of.get(name, ""))
         if origin is not None and origin.op_type in ("Shape", "Size"):
@@ -75,13 +120,45 @@ def runnable(source: OpGraph, plan: Plan) -> RunnablePlan:
     initializers = {t: tensors[t] for t in weights}
     model = helper.make_model(
         helper.make_graph([n.proto for n in nodes.values()], low.model.graph.name,
-                          [v for v in low.model.graph.input if v.name not in weights],
+                          [v for v in low.model.graph.input if v.name not in weights and v.name not in cut],
                           list(low.model.graph.output),
                           [numpy_helper.from_array(a, t) for t, a in weights.items()]),
         opset_imports=list(low.model.opset_import))
+    # the file's Constant weights (and their slices) stay literals, never trained; no node holds
+    # them here, so each is keyed by its own name
+    fixed = set(source.constants.values())
+    constants = {t: t for t in weights if (lowered.slices[t].tensor if t in lowered.slices else t) in fixed}
     graph = replace(low, model=model, nodes=nodes, tensors=tensors, initializers=initializers,
-                    dag=build_dag(nodes, tensors), constants={})
-    return RunnablePlan(graph, lowered.placement, lowered)
+                    dag=build_dag(nodes, tensors), constants=constants)
+    return RunnablePlan(graph, replace(lowered.placement, nodes=placed), lowered)
+
+
+def _tie(source: OpGraph, lowered: Lowered, placed: dict[str, str]) -> dict[str, OpNode]:
+    """For a weight whose slices are not its only reading (it is read whole too, or sliced for
+    more devices than one set of slices covers), a node cutting each slice from the weight itself
+    on the slice's reader's device (added to `placed`): one parameter, whose gradient gathers every
+    reading's, as a model's weight does. Lowering holds slices as weights of their own, which prices
+    the same but trains as untied copies."""
+    low, readers = lowered.graph, lowered.graph.consumers
+    by_weight: dict[str, list[str]] = {}
+    for name, origin in lowered.slices.items():
+        if name in low.initializers and isinstance(origin.layout, Shard):
+            by_weight.setdefault(origin.tensor, []).append(name)
+    cuts = {}
+    for weight, names in by_weight.items():
+        ks = [lowered.slices[t].k for t in names]
+        if weight not in low.initializers and len(ks) == len(set(ks)):
+            continue   # one set of slices: each its own parameter, as tensor parallelism keeps them
+        for t in names:
+            origin, info = lowered.slices[t], low.tensors[t]
+            start, size = piece_bounds(source.tensors[weight].shape[origin.layout.dim], origin.layout, origin.k,
+                                       origin.n)
+            name = f"{t}/cut"
+            proto = helper.make_node("Slice", [weight], [t], name=name, domain=DOMAIN, axis=origin.layout.dim,
+                                     start=start, size=size)
+            cuts[name] = OpNode(name, "Slice", DOMAIN, 1, (weight,), (t,), proto, output_info=(info,))
+            placed[name] = placed[readers[t][0]]
+    return cuts
 
 
 def slice_of(array: np.ndarray, origin: SourceSlice) -> np.ndarray:

@@ -95,20 +95,29 @@ def check_differentiable(graph: OpGraph, nodes: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class Loss:
-    """The loss of a training step: `kind` is 'mse' or 'cross_entropy' (see `LOSS_HELP`)."""
+    """The loss of a training step: `kind` is 'mse' or 'cross_entropy' (see `LOSS_HELP`).
+
+    `shares` (output -> its share of its term, default 1) weights the terms of outputs that are
+    pieces of one tensor: a lowered plan's loss on a sharded output is its pieces' terms, each
+    weighted by the piece's share of the elements, so that it equals the whole output's; a share
+    of 0 leaves an output out (a replicated output's copies but one)."""
 
     kind: str = "mse"
+    shares: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in LOSSES:
             raise PlacerError(f"unknown loss {self.kind!r}; choose one of {', '.join(LOSSES)}")
 
+    def share(self, output: str) -> float:
+        return dict(self.shares).get(output, 1.0)
+
     def outputs(self, graph: OpGraph, targets: Mapping[str, Any]) -> list[str]:
         """The graph outputs the loss reads, in graph order: where the gradients, and so the
         trained parameters, start from."""
         if self.kind == "cross_entropy":
-            return [o.name for o in graph.outputs if o.name in targets]
-        return [o.name for o in graph.outputs if is_float(graph, o.name)]
+            return [o.name for o in graph.outputs if o.name in targets and self.share(o.name)]
+        return [o.name for o in graph.outputs if is_float(graph, o.name) and self.share(o.name)]
 
 
 def class_axis(name: str, logits: tuple[int, ...], labels: tuple[int, ...]) -> int:

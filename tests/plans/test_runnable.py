@@ -24,6 +24,8 @@ from placer.plans.plan import OpPlan, Plan
 from placer.plans.rules import splits
 from placer.plans.runnable import runnable
 from placer.plans.tensor_parallel import tensor_parallel
+from placer.placement import Placement
+from placer.program.training import OptimizerSpec, TrainingSpec
 from testgraphs import ZOO_SMALL
 
 TWO = ("cpu:0", "cpu:1")
@@ -126,8 +128,9 @@ def test_a_shard_of_shape_gives_the_whole_tensors_shape():
              helper.make_node("ConstantOfShape", ["s"], ["c"], name="ones",
                               value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0])),
              helper.make_node("Add", ["r", "c"], ["y"], name="add")]
-    proto = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])],
-                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])]),
+    value = helper.make_tensor_value_info
+    proto = helper.make_model(helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [4, 6])],
+                                                [value("y", TensorProto.FLOAT, [4, 6])]),
                               opset_imports=[helper.make_opsetid("", 17)])
     graph = load_graph(proto)
     split = lambda s: OpPlan(TWO, (Shard(0),), s)   # noqa: E731
@@ -143,13 +146,15 @@ def test_a_reshape_merging_the_batch_with_the_steps_stays_split_where_n_divides_
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in (("rows", [20, 8]), ("back", [4, 5, 6]))]
+    inits = [numpy_helper.from_array(np.array(v, dtype=np.int64), n)
+             for n, v in (("rows", [20, 8]), ("back", [4, 5, 6]))]
     inits.append(numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w"))
     nodes = [helper.make_node("Reshape", ["x", "rows"], ["r"], name="merge"),
              helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
              helper.make_node("Reshape", ["m", "back"], ["y"], name="cut")]
-    proto = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5, 8])],
-                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5, 6])], inits),
+    value = helper.make_tensor_value_info
+    proto = helper.make_model(helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [4, 5, 8])],
+                                                [value("y", TensorProto.FLOAT, [4, 5, 6])], inits),
                               opset_imports=[helper.make_opsetid("", 17)])
     graph = load_graph(proto)
     plan = data_parallel(graph, TWO)
@@ -158,3 +163,56 @@ def test_a_reshape_merging_the_batch_with_the_steps_stays_split_where_n_divides_
     x = rng.standard_normal((4, 5, 8)).astype(np.float32)
     want = (x.reshape(20, 8) @ numpy_helper.to_array(inits[2])).reshape(4, 5, 6)
     np.testing.assert_allclose(run_plan(graph, plan, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def train_three_steps(graph: OpGraph, plan: Plan | None, feeds: dict[str, np.ndarray], spec: TrainingSpec) -> list:
+    """Per step: (loss, gradients, updated weights) of `graph` under `plan` (None: one device),
+    each weight whole (a plan's slices joined)."""
+    if plan is None:
+        executor = PlacedExecutor(graph, Placement.single_device(list(graph.nodes), "cpu:0", graph.sha256),
+                                  as_devices(["cpu:0"]), training=spec)
+        made, step_feeds = None, feeds
+    else:
+        made = runnable(graph, plan, training=True)
+        executor = PlacedExecutor(made.graph, made.placement, as_devices(list(TWO)), training=made.training(spec))
+        step_feeds = made.feeds(feeds)
+    steps = []
+    with executor:
+        for _ in range(3):
+            got = executor.run(step_feeds)
+            # copies: `updated:` is the live parameter, which the next step updates in place
+            arrays = {k: v.detach().cpu().numpy().copy() for k, v in got.items() if k != "loss"}
+            split = (lambda prefix: made.weights(got, prefix)) if made else \
+                (lambda prefix: {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)})
+            steps.append((float(got["loss"]), split("grad:"), split("updated:")))
+    return steps
+
+
+# the quick ones in the default run (every kind of split among them); the CNNs (minutes) under `long`
+QUICK_TO_TRAIN = {"transformer", "rnnlm"}
+
+
+@pytest.mark.parametrize("make, model", [m if m[1] in QUICK_TO_TRAIN else pytest.param(*m, marks=pytest.mark.long)
+                                         for m in MODELS], ids=[m for _, m in MODELS])
+def test_every_plan_trains_as_one_device_does_for_three_steps(make, model, tmp_path):
+    graph = load_graph(make(model, tmp_path))
+    feeds = feeds_for(graph)
+    spec = TrainingSpec(optimizer=OptimizerSpec("sgd", lr=1e-3))   # small steps: a trajectory float32 can follow
+    want = train_three_steps(graph, None, feeds, spec)
+    plans = {**PLANS, **({"megatron": lambda g: tensor_parallel(g, TWO)} if model == "transformer" else {})}
+    for kind, make_plan in plans.items():
+        got = train_three_steps(graph, make_plan(graph), feeds, spec)
+        for step, ((loss, grads, weights), (loss_1, grads_1, weights_1)) in enumerate(zip(got, want)):
+            where = f"{model}, {kind} plan, step {step}"
+            assert loss == pytest.approx(loss_1, rel=1e-4), where
+            assert grads.keys() == grads_1.keys() and weights.keys() == weights_1.keys(), where
+            # float32 sums in another order: a first conv's gradient (a sum of many terms that
+            # mostly cancel) is off by up to 1e-2 of its own norm, and a deep net's drift grows a
+            # little each step (ResNet-50's third: 1.4e-3 of the largest gradient), so each is held
+            # to 5e-3 of the largest gradient; a collective left out or a slice off by one is off by all of it
+            largest = max(np.linalg.norm(g) for g in grads_1.values())
+            for name in grads_1:
+                off = np.linalg.norm(grads[name] - grads_1[name]) / largest
+                assert off < 5e-3, f"{where}: the gradient of {name} is off by {off:.1e} of the largest gradient"
+                np.testing.assert_allclose(weights[name], weights_1[name], rtol=1e-4, atol=1e-5,
+                                           err_msg=f"{where}: {name} updated")

@@ -42,14 +42,17 @@ def check_targets(loss: Loss, graph: OpGraph, targets: Mapping[str, torch.Tensor
 
 
 def loss_term(loss: Loss, name: str, output: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
-    """Output `name`'s term of `loss` (a scalar on the output's device)."""
+    """Output `name`'s term of `loss` (a scalar on the output's device), times its share."""
     if loss.kind == "mse":
         y = output.float() if output.dtype in (torch.float16, torch.bfloat16) else output
         d = y if target is None else y - target.to(y.device, y.dtype)   # no target: zero, y - 0 is y
-        return torch.mean(d ** 2) / 2
-    axis = class_axis(name, tuple(output.shape), tuple(target.shape))
-    logits = output.movedim(axis, 1) if axis != 1 else output
-    return torch.nn.functional.cross_entropy(logits.float(), target.to(output.device))
+        term = torch.mean(d ** 2) / 2
+    else:
+        axis = class_axis(name, tuple(output.shape), tuple(target.shape))
+        logits = output.movedim(axis, 1) if axis != 1 else output
+        term = torch.nn.functional.cross_entropy(logits.float(), target.to(output.device))
+    share = loss.share(name)
+    return term if share == 1.0 else term * share
 
 
 def loss_term_and_grad(loss: Loss, name: str, output: torch.Tensor, target: torch.Tensor | None
