@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from graphs.export import OPSET, export
-from graphs.registry import MODELS, get, make_options
+from graphs.registry import get, make_options, names, onnx_names
 from placer.errors import PlacerError
 
 # Bump when a zoo model's definition changes, so caches made by older code are not reused.
@@ -39,7 +39,7 @@ def _zoo_name(graph_arg: str) -> str | None:
     if os.sep in graph_arg or (os.altsep and os.altsep in graph_arg):
         return None  # a path with folders means a file the user has, not a zoo model
     stem = graph_arg[:-len(".onnx")] if graph_arg.endswith(".onnx") else graph_arg
-    return stem if stem in MODELS else None
+    return stem if stem in names() + onnx_names() else None
 
 
 def resolve(graph_arg: str | os.PathLike) -> Path:
@@ -53,7 +53,7 @@ def resolve(graph_arg: str | os.PathLike) -> Path:
         raise PlacerError(f"{graph_arg} is a folder; --graph takes an ONNX file or a zoo name")
     name = _zoo_name(graph_arg)
     if name is None:
-        zoo = ", ".join(f"{n}.onnx" for n in MODELS)
+        zoo = ", ".join(f"{n}.onnx" for n in names() + onnx_names())
         raise PlacerError(f"{graph_arg} does not exist; give an ONNX file or a zoo model: {zoo}")
     target = cached_path(get(name).name)
     if not target.is_file():

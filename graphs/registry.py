@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from graphs import inception_v3, nmt, resnet50, rnnlm, transformer
-from graphs.spec import ZooModel
+from graphs import inception_v3, llama, nmt, resnet50, rnnlm, transformer
+from graphs.spec import OnnxZooModel, ZooModel
 from placer.errors import PlacerError
 
 # Every export starts from this seed, so the same options always give the same weights and inputs.
@@ -23,18 +23,27 @@ MODELS: dict[str, ZooModel] = {entry.name: entry for entry in (
     transformer.ENTRY,
 )}
 
+# Models built directly as ONNX, apart: a sweep over `names()` (benchmarks, every-model tests) must not
+# export and run a 70B-parameter shape.
+ONNX_MODELS: dict[str, OnnxZooModel] = {entry.name: entry for entry in llama.ENTRIES}
+
 
 def names() -> list[str]:
-    """The zoo's model names, in catalogue order."""
+    """The names of the zoo's torch models, in catalogue order."""
     return list(MODELS)
 
 
-def get(name: str) -> ZooModel:
+def onnx_names() -> list[str]:
+    """The names of the zoo's models built directly as ONNX (the Llama shapes), in catalogue order."""
+    return list(ONNX_MODELS)
+
+
+def get(name: str) -> ZooModel | OnnxZooModel:
     """The zoo entry called `name`; PlacerError listing the zoo when there is none."""
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise PlacerError(f"{name!r} is not a zoo model; the zoo has: {', '.join(MODELS)}") from None
+    entry = MODELS.get(name) or ONNX_MODELS.get(name)
+    if entry is None:
+        raise PlacerError(f"{name!r} is not a zoo model; the zoo has: {', '.join([*MODELS, *ONNX_MODELS])}")
+    return entry
 
 
 def make_options(name: str, **options: int | None) -> Any:
@@ -54,6 +63,8 @@ def make_options(name: str, **options: int | None) -> Any:
 def build_model(name: str, **options: int | None) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The zoo model `name` in eval mode with seeded weights, and seeded example inputs."""
     entry = get(name)
+    if isinstance(entry, OnnxZooModel):
+        raise PlacerError(f"{name} is built directly as ONNX and has no torch model; export it instead")
     opts = make_options(name, **options)
     # fork_rng: seeding must not disturb the caller's random stream
     with torch.random.fork_rng(devices=[]):
@@ -67,6 +78,8 @@ def parameter_count(name: str, **options: int | None) -> int:
     """Number of parameters of `name`, counted on the meta device (no memory, no init cost)."""
     entry = get(name)
     opts = make_options(name, **options)
+    if isinstance(entry, OnnxZooModel):
+        return entry.parameters(opts)
     with torch.device("meta"):
         model = entry.model(opts)
     return sum(p.numel() for p in model.parameters())
@@ -76,6 +89,8 @@ def input_shapes(name: str, **options: int | None) -> dict[str, tuple[int, ...]]
     """Graph input name -> shape for these options (computed on the meta device)."""
     entry = get(name)
     opts = make_options(name, **options)
+    if isinstance(entry, OnnxZooModel):
+        return entry.input_shapes(opts)
     with torch.device("meta"):
         inputs = entry.example_inputs(opts)
     return {n: tuple(t.shape) for n, t in zip(entry.input_names, inputs)}

@@ -302,9 +302,9 @@ def _resolves(chain: list[str], module: str | None) -> bool:
 
 def _zoo_name(path: str) -> bool:
     """`path` is a zoo model's name (inception_v3.onnx), exported on first use."""
-    from graphs.registry import names
+    from graphs.registry import names, onnx_names
 
-    return "/" not in path and path.removesuffix(".onnx") in names()
+    return "/" not in path and path.removesuffix(".onnx") in names() + onnx_names()
 
 
 def test_the_readme_is_short_and_opens_with_its_result_and_both_set_up_commands():

@@ -22,9 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--seq-len", type=int, default=None, metavar="N",
                         help="sequence length (sequence models only)")
     export.add_argument("--layers", type=int, default=None, metavar="N",
-                        help="number of layers (models that have the option: transformer)")
+                        help="number of layers (models that have the option: transformer, the llamas)")
     export.add_argument("--vocab", type=int, default=None, metavar="N",
-                        help="vocabulary size (models that have the option: rnnlm, nmt, transformer)")
+                        help="vocabulary size (models that have the option: rnnlm, nmt, transformer, the llamas)")
     parser.set_defaults(func=run)
 
 
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 def _list() -> int:
     from placer.jobs.zoo import LISTING
 
-    print_table([(e.name, f"{e.parameters / 1e6:.1f}M",
+    print_table([(e.name, f"{e.parameters / 1e9:.1f}B" if e.parameters >= 1e9 else f"{e.parameters / 1e6:.1f}M",
                   " ".join(f"{name}={'x'.join(map(str, shape))}" for name, shape in e.input_shapes.items()),
                   " ".join(f"{k}={v}" for k, v in e.defaults.items()), e.description) for e in LISTING],
                 ("NAME", "PARAMS", "INPUTS", "DEFAULTS", "DESCRIPTION"))

@@ -38,6 +38,19 @@ LISTING = (
              "LSTM encoder-decoder with attention (bidirectional encoder, 512 units), unrolled"),
     ZooEntry("transformer", 124_490_065, {"tokens": (1, 64)}, {"batch": 1, "seq_len": 64, "layers": 12, "vocab": 50257},
              "GPT-2-small-shaped decoder: 12 layers, d_model 768, 12 heads, tied LM head"),
+    # built directly as ONNX (graphs.llama): any size, the large ones with no weights
+    ZooEntry("llama", 119_104, {"tokens": (1, 16)},
+             {"batch": 1, "seq_len": 16, "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "mlp": 160,
+              "vocab": 256},
+             "Llama-shaped decoder, tiny: 2 layers, hidden 64, 4 heads sharing 2 key-value heads"),
+    ZooEntry("llama2_7b", 6_738_415_616, {"tokens": (1, 4096)},
+             {"batch": 1, "seq_len": 4096, "layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "mlp": 11008,
+              "vocab": 32000},
+             "Llama-2-7B shape: 32 layers, hidden 4096, 32 heads, MLP 11008; no weights"),
+    ZooEntry("llama2_70b", 68_976_648_192, {"tokens": (1, 4096)},
+             {"batch": 1, "seq_len": 4096, "layers": 80, "hidden": 8192, "heads": 64, "kv_heads": 8, "mlp": 28672,
+              "vocab": 32000},
+             "Llama-2-70B shape: 80 layers, hidden 8192, 64 heads over 8 key-value heads, MLP 28672; no weights"),
 )
 
 

@@ -17,7 +17,8 @@ def test_list_shows_every_model_with_parameters_and_input_shapes(capsys):
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["NAME", "PARAMS", "INPUTS"]
     rows = {line.split()[0]: line for line in lines[1:]}
-    assert list(rows) == graphs.names()
+    assert list(rows) == graphs.names() + graphs.onnx_names()
+    assert "69.0B" in rows["llama2_70b"] and "kv_heads=8" in rows["llama2_70b"]
     assert "23.8M" in rows["inception_v3"] and "input=1x3x299x299" in rows["inception_v3"]
     assert "src_tokens=16x20 tgt_tokens=16x20" in rows["nmt"]
     assert "124.5M" in rows["transformer"] and "layers=12" in rows["transformer"]
@@ -27,7 +28,7 @@ def test_the_listing_written_out_is_the_models_own():
     """`zoo list` reads `LISTING`, so that it loads no torch; a model added or changed shows here."""
     assert list(LISTING) == [ZooEntry(name, graphs.parameter_count(name), graphs.input_shapes(name),
                                       dataclasses.asdict(graphs.get(name).options()), graphs.get(name).description)
-                             for name in graphs.names()]
+                             for name in graphs.names() + graphs.onnx_names()]
 
 
 def test_export_writes_the_model_with_the_given_options(tmp_path, capsys):
