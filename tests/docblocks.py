@@ -22,8 +22,8 @@ LANGUAGES = ("shell", "python", "text")
 # The reader's own files, which a page names as examples: a command that reads one is checked
 # (its flags, names and the rest of its files) but cannot run here. A path with <...> in it
 # (runs/<run>/placement.json) is one of them too.
-PLACEHOLDERS = {"model.onnx", "vad.onnx", "decoder.onnx", "sample.npz", "p.json", "mine.json", "theirs.json",
-                "my_cluster.toml", "profile.json", "parts/"}
+PLACEHOLDERS = {"model.onnx", "vad.onnx", "decoder.onnx", "sample.npz", "p.json", "plan.json", "mine.json",
+                "theirs.json", "my_cluster.toml", "profile.json", "parts/"}
 
 # The options of placer commands that name a file or folder the command reads, and those it writes.
 READS = {"--graph", "--placement", "--inputs", "--include-rl", "--include-placement", "--targets", "--policy",
