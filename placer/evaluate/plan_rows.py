@@ -32,7 +32,7 @@ from placer.plans.data_parallel_by_speed import NAME as BY_SPEED, data_parallel_
 from placer.plans.fsdp import NAME as FSDP, fsdp
 from placer.plans.pipeline_data import NAME as PIPELINE_DATA, describe as describe_pipeline_data, pipeline_data_within
 from placer.plans.plan import Plan
-from placer.plans.pricing import simulate_plan
+from placer.plans.pricing import predict_plan, simulate_plan
 from placer.plans.tensor_parallel import NAME as TENSOR_PARALLEL, describe as describe_tensor_parallel, tensor_parallel
 from placer.plans.training import simulate_training
 
@@ -152,7 +152,10 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
         except PlacerError as exc:
             notes.append(f"{name}: not measured; {exc}")
             continue
+        # predicted from the profile's op times (forward steps so far): each shard its op's share
+        predicted = predict_plan(graph, plan, cost) if measurer.training is None else None
         rows.append(CompareRow(name, name, False, time.perf_counter() - start, note=_note(plan, devices), plan=True,
-                               opener=partial(measurer.open, plan), run_record=measurer.run_record()))
+                               opener=partial(measurer.open, plan), run_record=measurer.run_record(),
+                               predicted_step_time=predicted.step_time if predicted and predicted.ok else None))
     return rows, notes
 

@@ -6,6 +6,7 @@ the devices' routes, queued on shared links with every other copy. Memory caps a
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -69,3 +70,39 @@ def simulate_plan(graph: OpGraph, plan: Plan, cluster: Cluster) -> Measurement:
     lowered = lower(graph, plan)
     cost = plan_cost(lowered, lambda g: RooflineCostModel(cluster, g))
     return cluster_measurer(cluster, lowered.graph, cost).measure(lowered.placement)
+
+
+class SourceCosts:
+    """The source graph's costs (a profile, which knows the source's ops by name) read for its
+    lowered graph: a whole op as itself; a shard as its op's time times its share of the op's work
+    (its FLOPs over the op's, else one n-th); a collective's launch as nothing (on CPU devices, which
+    share memory, a step's hand-over is the transfer the base prices)."""
+
+    def __init__(self, base: CostModel, source: OpGraph, lowered: Lowered) -> None:
+        self.base, self.source, self.lowered = base, source, lowered
+        self.devices = base.devices
+        self._ways = Counter(lowered.shard_of.values())   # op -> how many shards it has
+
+    def __getattr__(self, name: str):
+        return getattr(self.base, name)
+
+    def op_time(self, node: OpNode, device: str) -> float:
+        name = self.lowered.shard_of.get(node.name, node.name)
+        op = self.source.nodes.get(name)
+        if op is None:
+            return 0.0
+        t = self.base.op_time(op, device)
+        if name == node.name:
+            return t
+        return t * (node.flops / op.flops if op.flops else 1.0 / self._ways[name])
+
+
+def predict_plan(graph: OpGraph, plan: Plan, base: CostModel) -> Measurement:
+    """`plan`'s forward step predicted from `base`, the costs of `graph` on the plan's devices (a
+    profile of this machine), as the simulator predicts a placement's."""
+    from placer.costmodel.simulator import SimulatedMeasurer
+
+    lowered = lower(graph, plan)
+    cost = plan_cost(lowered, lambda g: SourceCosts(base, graph, lowered))
+    return SimulatedMeasurer(lowered.graph, list(lowered.placement.devices), cost).measure(lowered.placement)
+

@@ -79,3 +79,18 @@ def test_a_data_parallel_row_that_does_not_fit_fails_saying_which_device():
     row = compare_on(small, conv_net(batch=8)).row("data_parallel")
     assert not row.measurement.ok and row.measurement.failure == OOM
     assert "cuda:0 needs" in row.measurement.reason and "over its cap of 2000" in row.measurement.reason
+
+
+def test_a_plan_is_predicted_from_the_source_graphs_costs_each_shard_its_share(tmp_path):
+    """What compare predicts for a plan row on this machine: each shard its op's profiled time times
+    its share of the work; with costs that scale with the work, DDP on two devices is half of one."""
+    from placer.costmodel.simulator import AnalyticCostModel, SimulatedMeasurer
+    from placer.kernels.loading import load_graph
+    from placer.plans.pricing import predict_plan
+    from testgraphs import tiny_conv_file
+
+    graph = load_graph(tiny_conv_file(tmp_path / "tiny.onnx", batch=8))
+    costs = AnalyticCostModel(["cpu:0", "cpu:1"])
+    alone = Placement.single_device(list(graph.nodes), "cpu:0", graph.sha256)
+    one = SimulatedMeasurer(graph, ["cpu:0", "cpu:1"], costs).measure(alone).step_time
+    assert predict_plan(graph, data_parallel(graph, ["cpu:0", "cpu:1"]), costs).step_time == pytest.approx(one / 2)
