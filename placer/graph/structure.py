@@ -111,6 +111,28 @@ def _collect_free_names(graph: onnx.GraphProto, outer_defined: set[str], reads: 
             reads.setdefault(out.name, None)
 
 
+def rename_outer_reads(node: onnx.NodeProto, names: dict[str, str]) -> None:
+    """Rename, in place, what `node`'s subgraphs read from the enclosing graph (`names`: old -> new);
+    a name a subgraph defines itself shadows the outer one and keeps its name."""
+    for graph in subgraphs(node):
+        _rename_free_names(graph, set(), names)
+
+
+def _rename_free_names(graph: onnx.GraphProto, outer_defined: set[str], names: dict[str, str]) -> None:
+    defined = set(outer_defined) | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined.update(t.values.name for t in graph.sparse_initializer)
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in names and name not in defined:
+                node.input[i] = names[name]
+        for sub in subgraphs(node):
+            _rename_free_names(sub, defined, names)
+        defined.update(o for o in node.output if o)
+    for out in graph.output:
+        if out.name in names and out.name not in defined:
+            out.name = names[out.name]
+
+
 def node_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
     """A node's inputs as placer runs it: the listed ones (with '' for omitted ones), then the
     tensors its subgraphs read from the enclosing graph that it does not list. A control-flow

@@ -27,6 +27,7 @@ from dataclasses import replace
 import onnx
 
 from placer.graph.opgraph import OpGraph, OpNode, TensorInfo
+from placer.graph.structure import rename_outer_reads, subgraphs
 from placer.plans.check import op_splits
 from placer.plans.convert import Converter, Pieces
 from placer.plans.layout import PARTIAL, REPLICATE, Shard, parse_layout, piece_shape, shard_sizes
@@ -100,8 +101,8 @@ def _share(graph: OpGraph, node: OpNode, split: Split, k: int, n: int) -> float:
 
 def _renamed(node: OpNode, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], **changes) -> OpNode:
     """`node` as `name`, reading `inputs` (its implicit ones last, as `OpNode.inputs` lists them)
-    and writing `outputs`, with `changes` to its other fields; its proto renamed alike (a
-    control-flow body keeps its own names)."""
+    and writing `outputs`, with `changes` to its other fields; its proto renamed alike, what a
+    control-flow body reads from outside it too (its own names kept)."""
     proto = onnx.NodeProto()
     proto.CopyFrom(node.proto)
     proto.name = name
@@ -109,5 +110,8 @@ def _renamed(node: OpNode, name: str, inputs: tuple[str, ...], outputs: tuple[st
     proto.input.extend(inputs[:len(node.proto.input)])
     del proto.output[:]
     proto.output.extend(outputs)
+    moved = {old: new for old, new in zip(node.inputs, inputs) if old and old != new}
+    if moved and (node.implicit_inputs or subgraphs(proto)):
+        rename_outer_reads(proto, moved)
     implicit = inputs[len(inputs) - len(node.implicit_inputs):] if node.implicit_inputs else ()
     return replace(node, name=name, inputs=inputs, outputs=outputs, proto=proto, implicit_inputs=implicit, **changes)

@@ -216,3 +216,20 @@ def test_every_plan_trains_as_one_device_does_for_three_steps(make, model, tmp_p
                 assert off < 5e-3, f"{where}: the gradient of {name} is off by {off:.1e} of the largest gradient"
                 np.testing.assert_allclose(weights[name], weights_1[name], rtol=1e-4, atol=1e-5,
                                            err_msg=f"{where}: {name} updated")
+
+
+@pytest.mark.parametrize("model", ["gate", "decode", "scan"])
+def test_plans_of_models_with_control_flow_give_onnx_runtimes_outputs(model, tmp_path):
+    """An If, a Loop and a Scan (whose bodies read tensors of the graph around them, some of them
+    renamed by the plan) replicated or whole beside split ops."""
+    import controlflow
+
+    proto = controlflow.scan_model() if model == "scan" else controlflow.export_scripted(model, tmp_path / "m.onnx")[1]
+    graph = load_graph(proto)
+    feeds = controlflow.feeds(proto, 0, scale=3.0)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    for kind, make_plan in PLANS.items():
+        got = run_plan(graph, make_plan(graph), feeds)
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=f"{model}, {kind} plan: {name}")
