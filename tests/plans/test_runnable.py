@@ -233,3 +233,30 @@ def test_plans_of_models_with_control_flow_give_onnx_runtimes_outputs(model, tmp
         got = run_plan(graph, make_plan(graph), feeds)
         for name, value in want.items():
             np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-5, err_msg=f"{model}, {kind} plan: {name}")
+
+
+def test_pipeline_stages_each_data_parallel_run_in_both_engines(tmp_path):
+    """Two stages, each split on the batch over two devices: a stage's pieces go on to the next
+    stage's devices as they are, so no device talks to another of its stage, and ONNX Runtime runs
+    the plan as a placed graph (a session per device's partition) as the torch engine does."""
+    from placer.engines.onnxruntime.placed import OrtPlacement
+    from placer.plans.engine import talks
+    from placer.plans.pipeline_data import pipeline_data
+    from testgraphs import tiny_conv_file
+
+    proto = onnx.load(str(tiny_conv_file(tmp_path / "tiny.onnx", batch=4)))
+    graph = load_graph(proto)
+    four = ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
+    order = list(graph.nodes)
+    def halves(g, heads):   # the first half of the ops on the first stage
+        return Placement(list(heads), {n: heads[i >= len(order) // 2] for i, n in enumerate(order)}, g.sha256)
+
+    plan = pipeline_data(graph, four, halves)
+    assert not talks(graph, plan)
+    feeds = feeds_for(graph)
+    want = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    made = runnable(graph, plan)
+    with OrtPlacement(made.graph, made.placement, as_devices(four)) as session:
+        np.testing.assert_allclose(made.outputs(session.run_arrays(made.feeds(feeds)))["y"], want, atol=1e-5)
+    with PlacedExecutor(made.graph, made.placement, as_devices(four)) as executor:
+        np.testing.assert_allclose(made.outputs(executor.run(made.feeds(feeds)))["y"], want, atol=1e-5)
