@@ -34,7 +34,7 @@ def resolve_placement(graph: OpGraph, placement: Placement, device_map: dict[str
     machine does not have. Writing annotations (`placer apply`, `placer show`) passes
     ``check_devices=False``: a placement for a GPU machine can be written and looked at anywhere."""
     device_map = device_map or {}
-    if placement.graph_sha256 and graph.sha256 and placement.graph_sha256 != graph.sha256:
+    if not graph.is_named_by(placement.graph_sha256):
         raise PlacerError(
             f"the placement was made for another graph (sha256 {placement.graph_sha256[:12]}…, "
             f"{graph.source or 'this graph'} has {graph.sha256[:12]}…); make one for this graph "

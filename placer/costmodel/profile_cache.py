@@ -189,7 +189,7 @@ def _read(path: Path, graph: OpGraph, devices: list[Device]) -> Profile | None:
     except (PlacerError, ValueError, KeyError, TypeError) as exc:
         log.warning("ignoring the unreadable cached profile %s (%s); profiling again", path, exc)
         return None
-    if profile is None or profile.graph_sha256 != graph.sha256 or not set(graph.nodes) <= set(profile.op_times):
+    if profile is None or not graph.is_named_by(profile.graph_sha256) or not set(graph.nodes) <= set(profile.op_times):
         log.warning("cached profile %s does not match the graph or devices; profiling again", path)
         return None
     return profile

@@ -12,12 +12,12 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 
 from placer.errors import PlacerError
 from placer.graph import shapes
 from placer.graph.constants import constants_to_initializers
 from placer.graph.feeds import check_sample_inputs
+from placer.graph.files import WEIGHTS, load_external_data, looks_like_model, read_file, read_model
 from placer.graph.control_flow import CONTROL_FLOW, data_dependence, node_cost, small_constants
 from placer.graph.flops import node_flops
 from placer.graph.identity import graph_sha256
@@ -28,7 +28,7 @@ from placer.graph.support import KernelTable, device_kinds
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_graph", "parse_input_shapes", "read_model", "graph_sha256"]
+__all__ = ["WEIGHTS", "load_graph", "parse_input_shapes", "read_model", "graph_sha256"]
 
 _SHAPE_ARG = re.compile(r"^(?P<name>.+)=(?P<dims>\d+(?:[x,]\d+)*)?$")
 
@@ -53,56 +53,13 @@ def parse_input_shapes(specs: Sequence[str] | None) -> dict[str, tuple[int, ...]
     return result
 
 
-def read_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """Read an ONNX file with its external data; a missing or unreadable file is a `PlacerError`."""
-    path = Path(path)
-    if not path.exists():
-        raise PlacerError(f"model file {path} does not exist; give the path of an .onnx file "
-                          "or a zoo name such as inception_v3.onnx")
-    if not path.is_file():
-        raise PlacerError(f"{path} is not a file; give the path of an .onnx file")
+def _weights_for_shapes(model: onnx.ModelProto, path: Path, missing: list[str]) -> None:
+    """Read every weight for the real run that finishes the `missing` shapes."""
     try:
-        model = onnx.load(str(path), load_external_data=False)
-    except DecodeError:
-        raise PlacerError(f"{path} is not an ONNX model (it does not parse as an ONNX protobuf); "
-                          "give an .onnx file exported by torch.onnx, paddle2onnx, tf2onnx or similar") from None
-    except (OSError, ValueError) as exc:
-        raise PlacerError(f"cannot read {path} as an ONNX model: {_first_line(exc)}") from None
-    if not _looks_like_model(model):
-        raise PlacerError(f"{path} is not an ONNX model (no graph or opset in it); "
-                          "give an .onnx file exported by torch.onnx, paddle2onnx, tf2onnx or similar")
-    _load_external_data(model, path)
-    return model
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
-    """Read the weights a model keeps in separate files, which live next to it."""
-    from onnx import external_data_helper
-
-    tensors = [t for t in external_data_helper._get_all_tensors(model)
-               if external_data_helper.uses_external_data(t)]
-    if not tensors:
-        return
-    locations = sorted({external_data_helper.ExternalDataInfo(t).location for t in tensors})
-    missing = [loc for loc in locations if not (path.parent / loc).is_file()]
-    if missing:
-        raise PlacerError(f"{path} keeps its weights in external data files that are missing: "
-                          f"{', '.join(missing)}; put them next to the model, as it was saved")
-    try:
-        external_data_helper.load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError, onnx.checker.ValidationError) as exc:
-        raise PlacerError(f"cannot read the external data of {path}: {_first_line(exc)}") from None
-
-
-def _looks_like_model(model: onnx.ModelProto) -> bool:
-    # Protobuf parses many byte strings without complaint; a real model has these.
-    return model.ir_version > 0 and len(model.opset_import) > 0 and model.HasField("graph") \
-        and (len(model.graph.node) > 0 or len(model.graph.output) > 0)
+        load_external_data(model, path)
+    except PlacerError as exc:
+        raise PlacerError(f"shape inference leaves {len(missing)} tensors without a static shape, and the real run "
+                          f"that finds them needs the weights: {exc}") from None
 
 
 def _check_domains(model: onnx.ModelProto) -> None:
@@ -139,7 +96,7 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
-               input_shapes: Mapping[str, tuple[int, ...]] | None = None, *,
+               input_shapes: Mapping[str, tuple[int, ...]] | None = None, *, weights: str = "load",
                run_model: shapes.ModelRunner | None = None, is_supported: KernelTable | None = None,
                inputs: Mapping[str, np.ndarray] | None = None, inputs_label: str = "inputs=") -> OpGraph:
     """Load an ONNX model (a path or a `ModelProto`, which is not modified) as an `OpGraph`.
@@ -149,18 +106,21 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     the model first, their shapes bind their inputs, the real run that finishes shapes is fed
     them, and the graph keeps them (`OpGraph.sample_inputs`) for every later run. Every tensor of
     the result has a static shape and dtype; problems a user can fix are `PlacerError`.
+    `weights="shapes"` leaves a file's large external weights unread (and missing files a note,
+    `OpGraph.weights_note`), for what needs shapes alone; `OpGraph.read_weights` reads them later.
     `run_model` finishes shapes inference cannot find (data-dependent ones) with one real run,
     `is_supported` says which ops have a kernel (see `placer.kernels.loading.load_graph`, which
     passes placer's own); without them such shapes are an error and every op is assumed to run."""
     if isinstance(path_or_model, onnx.ModelProto):
-        original, source = path_or_model, "the model"
-        if not _looks_like_model(original):
+        original, source, origin, note = path_or_model, "the model", path_or_model, ""
+        if not looks_like_model(original):
             raise PlacerError("the model given is empty (no graph or opset); pass a loaded ONNX model")
         if any(t.data_location == onnx.TensorProto.EXTERNAL for t in original.graph.initializer):
             raise PlacerError("the model given refers to external data that is not loaded; pass its path, "
                               "or load it with onnx.load(path) (which reads the data)")
     else:
-        original, source = read_model(path_or_model), str(path_or_model)
+        source = origin = str(path_or_model)
+        original, note = read_file(Path(source), weights)
     _check_opset(original, source)
     input_shapes = dict(input_shapes or {})
     weights = {t.name for t in original.graph.initializer}
@@ -218,6 +178,8 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     inputs = [infos[i.name] if i.name in infos else TensorInfo(i.name, bound[i.name], "float32")
               for i in model.graph.input if i.name not in weights]
     if missing:
+        if isinstance(origin, str):
+            _weights_for_shapes(model, Path(origin), missing)
         infos.update(shapes.complete_shapes(model, missing, inputs, run_model, given))
     shapes.write_value_info(model, {n: infos[n] for n in _node_outputs(model)})
     constants = constants_to_initializers(model)
@@ -229,6 +191,7 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto,
     graph.constants = constants
     graph.sample_inputs = given
     graph.run_shapes = tuple(missing)
+    graph.origin, graph.weights_note = origin, note
     return graph
 
 

@@ -109,6 +109,11 @@ class OpGraph:
     sample_inputs: dict[str, np.ndarray] = field(default_factory=dict)
     # Tensors whose shapes only a real run on those inputs found (an If's branch, a Loop's count).
     run_shapes: tuple[str, ...] = ()
+    # What it was loaded from: the file's path (external data beside it, read late when loading left
+    # it there: `read_weights`) or the caller's ModelProto; for `legacy_sha256` too.
+    origin: str | onnx.ModelProto | None = None
+    # Why the weights loading left unread cannot be read later (their files missing), in one line; else "".
+    weights_note: str = ""
 
     @property
     def order(self) -> list[str]:
@@ -135,14 +140,49 @@ class OpGraph:
         return constant_devices(self.constants, self.consumers, nodes)
 
     def initializer_array(self, name: str) -> np.ndarray:
-        """The value of an initializer (external data already loaded)."""
+        """The value of an initializer (external data loading left unread is read first)."""
         return self._initializer_arrays[name]
 
     @cached_property
     def _initializer_arrays(self) -> dict[str, np.ndarray]:
         from onnx import numpy_helper
 
+        self.read_weights()
         return {t.name: numpy_helper.to_array(t) for t in self.model.graph.initializer}
+
+    def read_weights(self) -> None:
+        """Read into `model` the weights `load_graph(weights="shapes")` left in external data files,
+        for what needs their values (a real run, a weight's value); a `PlacerError` when the files
+        are not there."""
+        from pathlib import Path
+
+        from placer.graph.files import load_external_data
+
+        if isinstance(self.origin, str):
+            load_external_data(self.model, Path(self.origin))
+
+    @cached_property
+    def legacy_sha256(self) -> str | None:
+        """The hash placer recorded for this graph before large weights were hashed by shape
+        (`placer.graph.identity.legacy_graph_sha256`), or None when its weights cannot be read;
+        computed on first use only: it reads every weight, one at a time."""
+        from pathlib import Path
+
+        from placer.errors import PlacerError
+        from placer.graph.identity import legacy_graph_sha256
+        from placer.graph.files import read_model
+
+        if not isinstance(self.origin, str):
+            return None if self.origin is None else legacy_graph_sha256(self.origin)
+        try:
+            return legacy_graph_sha256(read_model(self.origin, weights="shapes"), Path(self.origin).parent)
+        except PlacerError:
+            return None
+
+    def is_named_by(self, recorded: str | None) -> bool:
+        """Whether a graph hash recorded beside something made for a graph (a placement, a plan, a
+        run, a profile) names this one: none recorded, this hash, or the one placer recorded before."""
+        return not recorded or not self.sha256 or recorded == self.sha256 or recorded == self.legacy_sha256
 
     @property
     def total_flops(self) -> float:

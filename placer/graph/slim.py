@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import external_data_helper, helper
 
 # Initializers at or below this size keep their values: shape inference's data propagation
 # reads small constants (Reshape targets, Slice bounds, Resize scales).
@@ -22,6 +22,12 @@ def _nbytes(t: onnx.TensorProto) -> int:
         return t.ByteSize()
     itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
     return int(np.prod(t.dims, dtype=np.int64)) * itemsize
+
+
+def is_large(t: onnx.TensorProto) -> bool:
+    """Whether `t` is a weight no pass needs the value of (over SMALL_INITIALIZER_BYTES): `slim_copy`
+    moves it out, `graph_sha256` hashes its shape, `load_graph(weights="shapes")` leaves it unread."""
+    return _nbytes(t) > SMALL_INITIALIZER_BYTES
 
 
 def _copy_fields(src, dst, skip: set[str]) -> None:
@@ -40,7 +46,8 @@ def _copy_fields(src, dst, skip: set[str]) -> None:
 
 
 def slim_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """A copy of `model` without its large initializers, which become graph inputs.
+    """A copy of `model` without its large initializers, nor those left in external data files
+    (the checker would look for the files), which become graph inputs.
 
     Returns the copy and the names of the initializers moved, for `with_weights`."""
     slim = onnx.ModelProto()
@@ -51,7 +58,7 @@ def slim_copy(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     listed = {i.name for i in graph.input}
     moved: list[str] = []
     for t in graph.initializer:
-        if _nbytes(t) <= SMALL_INITIALIZER_BYTES:
+        if not is_large(t) and not external_data_helper.uses_external_data(t):
             out.initializer.append(t)
             continue
         moved.append(t.name)

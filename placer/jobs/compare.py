@@ -103,7 +103,7 @@ def compare(settings: CompareSettings, report: Callable[[str], None] = log.info)
         check_run_hardware(hardware, settings.include_rl)
     if settings.samples is not None and settings.samples < 1:
         raise PlacerError("--samples must be at least 1")
-    graph = settings.model.graph_only()
+    graph = settings.model.graph_only(weights=hardware.weights)
     devices = hardware.device_list()
     # checked before any profiling or placing: a wrong file costs nothing
     included = included_rows(graph, settings.include_placement, [d.name for d in devices],

@@ -33,11 +33,11 @@ def inspect(settings: InspectSettings) -> InspectResult:
     """Load the model; read the profile, checked to be of this graph."""
     from placer.costmodel.profile import Profile
 
-    graph = settings.model.graph_only()
+    graph = settings.model.graph_only(weights="shapes")   # a first look runs nothing
     if not settings.profile:
         return InspectResult(graph, None)
     profile = Profile.load(settings.profile)
-    if profile.graph_sha256 not in (None, graph.sha256):
+    if not graph.is_named_by(profile.graph_sha256):
         raise PlacerError(f"profile {settings.profile} is of another graph (sha256 {profile.graph_sha256[:12]}...); "
                           f"give a profile of {graph.source or 'this graph'} (placer measure --profile)")
     return InspectResult(graph, profile.control_flow)

@@ -74,7 +74,7 @@ def place(settings: PlaceSettings) -> PlaceResult:
 
     cluster = load_cluster(settings.cluster)
     policy, _ = load_policy(settings.policy or PRETRAINED)
-    graph = settings.model.graph_only()
+    graph = settings.model.graph_only(weights="shapes")   # every figure is simulated
     started = time.monotonic()
     episode = make_episode(graph, cluster)   # the best list heuristic too: the policy improves on it as well
     placement = place_episode(policy, episode, seed=settings.seed, chains=settings.chains)

@@ -8,6 +8,7 @@ these from its arguments (`placer.commands.common`), a script builds them direct
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -33,24 +34,30 @@ class ModelSettings:
     input_shapes: tuple[str, ...] = ()
     inputs: str | None = None
 
-    def load(self, micro_batches: int = 1):
+    def load(self, micro_batches: int = 1, weights: str = "load"):
         """The `OpGraph` (a zoo name is exported on first use), and per micro-batch k the
-        `inputs` arrays `name#k` (`placer run --micro-batches M` only), checked against it."""
+        `inputs` arrays `name#k` (`placer run --micro-batches M` only), checked against it.
+        `weights` "shapes": large external weights stay unread, for jobs that run nothing
+        (`placer.graph.load.load_graph`); weights it cannot read are a note on stderr."""
         from placer.graph.feeds import check_micro_batch_inputs, read_inputs, split_micro_batches
         from placer.kernels.loading import load_graph
 
         if not self.inputs:
-            return load_graph(self.graph, list(self.input_shapes)), [{} for _ in range(micro_batches)]
-        label = f"--inputs {self.inputs}"
-        every, each = split_micro_batches(read_inputs(self.inputs), micro_batches, label)
-        graph = load_graph(self.graph, list(self.input_shapes), every, inputs_label=label)
-        for k, arrays in enumerate(each):
-            check_micro_batch_inputs(graph, arrays, k, label)
+            graph = load_graph(self.graph, list(self.input_shapes), weights=weights)
+            each = [{} for _ in range(micro_batches)]
+        else:
+            label = f"--inputs {self.inputs}"
+            every, each = split_micro_batches(read_inputs(self.inputs), micro_batches, label)
+            graph = load_graph(self.graph, list(self.input_shapes), every, inputs_label=label, weights=weights)
+            for k, arrays in enumerate(each):
+                check_micro_batch_inputs(graph, arrays, k, label)
+        if graph.weights_note:   # one line, not a warning: the job goes on without the weights
+            print(f"note: {graph.weights_note}", file=sys.stderr)
         return graph, each
 
-    def graph_only(self):
+    def graph_only(self, weights: str = "load"):
         """The `OpGraph` alone."""
-        return self.load()[0]
+        return self.load(weights=weights)[0]
 
 
 @dataclass(frozen=True)
@@ -94,6 +101,12 @@ class HardwareSettings:
         """Whether the cluster is hardware this machine is not: every figure is then simulated, and
         whatever would run for real is refused (`refuse_real`)."""
         return self.described is not None and not self.described.is_this_machine()
+
+    @property
+    def weights(self) -> str:
+        """How much of the model to read (`ModelSettings.load`): shapes alone when every figure is
+        simulated, the weights too when something may run."""
+        return "shapes" if self.simulated_only else "load"
 
     def refuse_real(self, what: str) -> None:
         """A `PlacerError` in one line when `what` (something that runs placements for real) is

@@ -69,18 +69,21 @@ def show(settings: ShowSettings) -> ShowResult:
     from placer.annotate.summary import cross_device_bytes, summarize
     from placer.engines.torch.executor import accounted_memory
     from placer.hardware import load_cluster
+    from placer.kernels.prepare import prepare
 
     if settings.picture:
         check_writable(settings.picture, "-o")
     cluster = load_cluster(settings.cluster) if settings.cluster else None
-    graph = settings.model.graph_only()
+    graph = settings.model.graph_only(weights="shapes")   # predicted, never run
     plan = settings.placement.plan_to_write(graph, cluster)
     if plan is not None:
         return _show_plan(settings, graph, plan, cluster)
     placement = settings.placement.to_write(graph, cluster, f"{settings.model.graph} holds no placement; write one "
                                                             "with placer apply, or give --placement P.json")
     training = settings.step.training_spec(graph)
-    memory = {d: m.peak for d, m in accounted_memory(graph, placement, training=training).items()}
+    # accounted from the weights' shapes: their values are not read
+    prepared = prepare(graph, weights="shapes")
+    memory = {d: m.peak for d, m in accounted_memory(graph, placement, prepared=prepared, training=training).items()}
     predicted = None
     if cluster is not None:
         from placer.costmodel.roofline import cluster_measurer

@@ -179,7 +179,7 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
 
     hardware, step = settings.hardware, settings.step
     described = hardware.simulated_only   # a cluster this machine is not: every figure simulated
-    graph = settings.model.graph_only()
+    graph = settings.model.graph_only(weights=hardware.weights)
     devices = hardware.device_list()
     training = step.training_spec(graph)
     pipeline = step.pipeline()   # --micro-batches: every step, real or simulated, is pipelined
@@ -190,7 +190,7 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
                 "costs": hardware.described.name if described else settings.cost_model, "engine": step.engine,
                 "objective": {"objective": step.objective, **(training.to_dict() if training is not None else {})},
                 "pipeline": [pipeline.micro_batches, pipeline.schedule] if pipeline.pipelined else None}
-    start = RunStart.resume(run_dir, identity) if settings.resume else RunStart.begin(run_dir, identity)
+    start = RunStart.resume(run_dir, identity, graph) if settings.resume else RunStart.begin(run_dir, identity)
     if described:
         from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
 
@@ -417,7 +417,7 @@ def _graph_policy(settings: TrainSettings, run_dir: Path, report: Report) -> Tra
     reward = settings.reward or "simulated"
     path = policy_path(settings.policy)
     policy, info = load_policy(path)
-    graph = settings.model.graph_only()
+    graph = settings.model.graph_only(weights="shapes" if reward == "simulated" else "load")
     cluster = settings.hardware.described
     episode = make_episode(graph, cluster, name=f"{graph.source}@{cluster.name}")
     rewards = MeasuredRewards(episode, _measured(settings, graph, episode, run_dir)) if reward == "real" \

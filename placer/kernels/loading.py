@@ -21,14 +21,16 @@ SampleInputs = Mapping[str, np.ndarray] | str | os.PathLike
 
 
 def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto, input_shapes: InputShapes | None = None,
-               inputs: SampleInputs | None = None, *, inputs_label: str | None = None) -> OpGraph:
+               inputs: SampleInputs | None = None, *, inputs_label: str | None = None,
+               weights: str = "load") -> OpGraph:
     """`placer.graph.load.load_graph` with the kernel table (which ops can run) and the reference
     interpreter (one real run, fed `inputs`, finishes the shapes inference cannot find).
 
     `path_or_model` is an ONNX file, a zoo name such as "resnet50.onnx" (exported on first use,
     as --graph does) or a `ModelProto`; `input_shapes` binds dynamic dimensions as --input-shape
     does; `inputs` are the sample inputs of --inputs (see `placer.graph.load.load_graph`), and
-    `inputs_label` where they came from, for messages (default: the path, or "inputs=")."""
+    `inputs_label` where they came from, for messages (default: the path, or "inputs="); `weights`
+    "shapes" leaves large external weights unread, for what runs nothing (see there)."""
     from placer.kernels import is_supported
     from placer.kernels.reference import run_model
 
@@ -41,5 +43,5 @@ def load_graph(path_or_model: str | os.PathLike | onnx.ModelProto, input_shapes:
         from graphs import resolve   # the zoo: a name not on disk is exported into its cache
 
         path_or_model = resolve(path_or_model)
-    return load.load_graph(path_or_model, input_shapes, run_model=run_model, is_supported=is_supported,
-                           inputs=inputs, inputs_label=label)
+    return load.load_graph(path_or_model, input_shapes, weights=weights, run_model=run_model,
+                           is_supported=is_supported, inputs=inputs, inputs_label=label)

@@ -38,6 +38,7 @@ class PreparedGraph:
     params: dict[str, torch.Tensor]            # initializer name -> CPU tensor
     folded: dict[str, torch.Tensor] = field(default_factory=dict)  # tensor -> value of a folded node
     folded_nodes: list[str] = field(default_factory=list)
+    weights: str = "load"                      # "shapes": unread weights are meta tensors (see `prepare`)
 
     def constant(self, name: str) -> torch.Tensor:
         """The CPU value of a parameter or folded tensor."""
@@ -74,18 +75,34 @@ def to_tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-def prepare(graph: OpGraph, fold: bool = True, variables: Collection[str] = ()) -> PreparedGraph:
+def prepare(graph: OpGraph, fold: bool = True, variables: Collection[str] = (), weights: str = "load") -> PreparedGraph:
     """Bind every node's kernel (refusing unsupported ops up front) and fold constant subgraphs;
-    initializers in `variables` (a training step's parameters) are not constants there."""
+    initializers in `variables` (a training step's parameters) are not constants there. With
+    `weights` "shapes", a weight `load_graph(weights="shapes")` left in its file is a meta tensor of
+    its shape, and so is what folds from it: bytes to account (`accounted_memory`), nothing to run."""
     from placer.kernels import bind_node, check_supported
 
     check_supported(graph.model)
-    params = {name: to_tensor(graph.initializer_array(name)) for name in graph.initializers}
     kernels = {name: bind_node(node.proto, node.opset) for name, node in graph.nodes.items()}
-    prepared = PreparedGraph(graph=graph, kernels=kernels, params=params)
+    prepared = PreparedGraph(graph=graph, kernels=kernels, params=_params(graph, weights), weights=weights)
     if fold:
         _fold(prepared, set(variables))
     return prepared
+
+
+def _params(graph: OpGraph, weights: str) -> dict[str, torch.Tensor]:
+    if weights == "load":
+        return {name: to_tensor(graph.initializer_array(name)) for name in graph.initializers}
+    from onnx import external_data_helper, numpy_helper
+
+    protos = {t.name: t for t in graph.model.graph.initializer}
+    return {name: _meta_tensor(graph, name) if external_data_helper.uses_external_data(protos[name])
+            else to_tensor(numpy_helper.to_array(protos[name])) for name in graph.initializers}
+
+
+def _meta_tensor(graph: OpGraph, tensor: str) -> torch.Tensor:
+    info = graph.tensors[tensor]
+    return torch.empty(info.shape, dtype=torch_dtype(info.dtype), device="meta")
 
 
 def training_prepared(graph: OpGraph, prepared: PreparedGraph | None) -> PreparedGraph:
@@ -95,7 +112,7 @@ def training_prepared(graph: OpGraph, prepared: PreparedGraph | None) -> Prepare
     trained = set(trained_parameters(graph, host_read_inputs(graph)))
     if prepared is not None and not any(t in trained for n in prepared.folded_nodes for t in graph.nodes[n].inputs):
         return prepared
-    return prepare(graph, variables=trained)
+    return prepare(graph, variables=trained, weights="load" if prepared is None else prepared.weights)
 
 
 def _fold(prepared: PreparedGraph, variables: set[str]) -> None:
@@ -106,12 +123,15 @@ def _fold(prepared: PreparedGraph, variables: set[str]) -> None:
         if variables and any(t in variables for t in node.inputs):
             continue
         inputs = [t for t in node.inputs if t]
+        # a meta output is kept only where it stands for a constant's value, with weights="shapes"
+        keep_meta = False
         if node.op_type in _SHAPE_OPS and inputs and not prepared.is_constant(inputs[0]):
             args = _meta_input(graph, inputs[0])
             if args is None:
                 continue
         elif all(prepared.is_constant(t) for t in inputs):
             args = [prepared.constant(t) if t else None for t in node.inputs]
+            keep_meta = prepared.weights == "shapes"
         else:
             continue
         try:
@@ -120,11 +140,12 @@ def _fold(prepared: PreparedGraph, variables: set[str]) -> None:
         except Exception as exc:  # noqa: BLE001 - a node that cannot fold simply runs every step
             log.debug("not folding %s (%s): %s", name, node.op_type, exc)
             continue
-        if any(o.device.type == "meta" for o in outs):
+        if not keep_meta and any(o.device.type == "meta" for o in outs):
             continue
         for t, value in zip(node.outputs, outs):
             if t:
-                prepared.folded[t] = value.detach().cpu().contiguous()
+                value = value.detach()
+                prepared.folded[t] = value if value.device.type == "meta" else value.cpu().contiguous()
         prepared.folded_nodes.append(name)
         del prepared.kernels[name]
     if prepared.folded_nodes:

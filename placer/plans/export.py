@@ -35,7 +35,7 @@ from placer.plans.specs import to_specs
 def checked_plan(graph: OpGraph, plan: Plan) -> Plan:
     """`plan` checked against `graph` (its hash, its node names, each op's split, `check.op_splits`),
     its ops in graph order; a Constant weight the file names is dropped, as it goes with its reader."""
-    if plan.graph_sha256 and graph.sha256 and plan.graph_sha256 != graph.sha256:
+    if not graph.is_named_by(plan.graph_sha256):
         raise PlacerError(f"the plan was made for another graph (sha256 {plan.graph_sha256[:12]}…, "
                           f"{graph.source or 'this graph'} has {graph.sha256[:12]}…); make one for this graph, "
                           "or use the model file it was made for")

@@ -50,11 +50,23 @@ def save_checkpoint(run_dir: Path, data: dict[str, Any]) -> Path:
     return save_atomically({"format": FORMAT, **data}, Path(run_dir) / FILENAME)
 
 
-def load_checkpoint(run_dir: Path, expect: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+def differing_key(recorded: dict[str, Any], expect: dict[str, Any], graph=None) -> str | None:
+    """The first key of `expect` whose value `recorded` has not, or None; the graph hash recorded
+    matches when it names `graph` (`OpGraph.is_named_by`: a run begun before the hash changed)."""
+    for key, value in expect.items():
+        found = recorded.get(key)
+        if found != value and not (key == "graph_sha256" and found and graph is not None and graph.is_named_by(found)):
+            return key
+    return None
+
+
+def load_checkpoint(run_dir: Path, expect: dict[str, Any], defaults: dict[str, Any] | None = None,
+                    graph=None) -> dict[str, Any]:
     """Read the run folder's checkpoint; refuse a corrupt one or one made for something else.
 
     `expect` maps keys (graph hash, devices, grouping, policy shape) to the values this run has;
-    `defaults` gives the value of a key that checkpoints written by older versions lack.
+    `defaults` gives the value of a key that checkpoints written by older versions lack; `graph`
+    (the `OpGraph`) accepts the graph hash placer recorded for it before (`differing_key`).
     """
     path = Path(run_dir) / FILENAME
     if not path.is_file():
@@ -68,9 +80,9 @@ def load_checkpoint(run_dir: Path, expect: dict[str, Any], defaults: dict[str, A
         raise PlacerError(f"{path} is not a placer checkpoint; delete it or train into a new --run-dir")
     for key, value in (defaults or {}).items():
         data.setdefault(key, value)
-    for key, value in expect.items():
-        if data.get(key) != value:
-            raise PlacerError(f"checkpoint {path} was made with a different {key.replace('_', ' ')} "
-                              f"({data.get(key)!r}, this run has {value!r}); resume with the same options "
-                              "or train into a new --run-dir")
+    key = differing_key(data, expect, graph)
+    if key is not None:
+        raise PlacerError(f"checkpoint {path} was made with a different {key.replace('_', ' ')} "
+                          f"({data.get(key)!r}, this run has {expect[key]!r}); resume with the same options "
+                          "or train into a new --run-dir")
     return data

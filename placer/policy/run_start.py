@@ -23,7 +23,7 @@ from placer.errors import PlacerError
 from placer.graph.grouping import Grouping
 from placer.placement import Placement
 from placer.policy.budget import POLISH, SampleBudget
-from placer.policy.checkpoint import save_atomically
+from placer.policy.checkpoint import differing_key, save_atomically
 from placer.policy.summary_file import RunSummary
 from placer.policy.search_warm_start import SearchedStart
 from placer.policy.warm_start import WarmStart
@@ -48,8 +48,9 @@ class RunStart:
         return start
 
     @classmethod
-    def resume(cls, run_dir: Path, identity: dict[str, Any]) -> RunStart:
-        """The record of the run in `run_dir`, refused when it was started with other options."""
+    def resume(cls, run_dir: Path, identity: dict[str, Any], graph=None) -> RunStart:
+        """The record of the run in `run_dir`, refused when it was started with other options
+        (`graph`: the `OpGraph`, whose hash placer recorded before is its too, `differing_key`)."""
         path = Path(run_dir) / FILENAME
         if not path.is_file():   # a run from before the record existed: its summary says how local search ran
             return cls(run_dir, {"format": FORMAT, "identity": identity, **_from_summary(Path(run_dir))})
@@ -59,11 +60,12 @@ class RunStart:
             raise PlacerError(f"{path} is corrupt ({type(exc).__name__}); train into a new --run-dir") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise PlacerError(f"{path} is not a placer run record; train into a new --run-dir")
-        for key, value in identity.items():
-            if data["identity"].get(key) != value:
-                raise PlacerError(f"{run_dir} was started with a different {key.replace('_', ' ')} "
-                                  f"({data['identity'].get(key)!r}, this run has {value!r}); resume with the "
-                                  "same options or train into a new --run-dir")
+        key = differing_key(data["identity"], identity, graph)
+        if key is not None:
+            raise PlacerError(f"{run_dir} was started with a different {key.replace('_', ' ')} "
+                              f"({data['identity'].get(key)!r}, this run has {identity[key]!r}); resume with the "
+                              "same options or train into a new --run-dir")
+        data["identity"].update(identity)   # the graph's hash as it is now, so that it is not looked up again
         return cls(run_dir, data)
 
     def _save(self) -> None:

