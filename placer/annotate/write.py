@@ -119,14 +119,50 @@ def ort_layer_settings(placement: Placement) -> str:
     return "; ".join(f"{kind}(={kind})" for kind in kinds)
 
 
-def save_model(model: onnx.ModelProto, path: str | Path) -> Path:
+def save_model(model: onnx.ModelProto, path: str | Path, weights_from: str | Path | None = None) -> Path:
     """Write `model` to `path` (weights to a side file when too big for one protobuf) and check it
-    with onnx.checker from the file, so large models are checked too."""
+    with onnx.checker from the file, so large models are checked too. Weights `model` still keeps
+    in external data files beside `weights_from` (the model read with only its shapes) are copied
+    beside `path` file to file, never read into memory."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if weights_from is not None and _carry_external_data(model, Path(weights_from), path):
+        onnx.save_model(model, str(path))
+        return _checked(path)
     large = model.ByteSize() >= _INLINE_LIMIT
     onnx.save_model(model, str(path), save_as_external_data=large,
                     location=path.name + ".data" if large else None)
+    return _checked(path)
+
+
+def _carry_external_data(model: onnx.ModelProto, source: Path, path: Path) -> bool:
+    """Copy the external data files `model`'s tensors refer to (beside the model `source`) beside
+    `path`, as `<path name>.data` (`.data1`, ... for more files), and point the tensors there;
+    False when no tensor is external. A missing file is a `PlacerError`."""
+    import shutil
+
+    from onnx import external_data_helper
+
+    tensors = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
+    if not tensors:
+        return False
+    locations = list(dict.fromkeys(external_data_helper.ExternalDataInfo(t).location for t in tensors))
+    renamed = {loc: f"{path.name}.data" + (str(k) if k else "") for k, loc in enumerate(locations)}
+    for loc, new in renamed.items():
+        if not (source.parent / loc).is_file():
+            raise PlacerError(f"{source} keeps its weights in {loc}, which is missing, and the model written "
+                              "carries them; put the file next to the model, as it was saved")
+        if (source.parent / loc).resolve() != (path.parent / new).resolve():
+            shutil.copyfile(source.parent / loc, path.parent / new)   # in chunks: no weight held in memory
+    for t in tensors:
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = renamed[entry.value]
+    return True
+
+
+def _checked(path: Path) -> Path:
+    """`path`, checked by onnx.checker from the file (so a large model is checked too)."""
     try:
         onnx.checker.check_model(str(path))
     except onnx.checker.ValidationError as exc:

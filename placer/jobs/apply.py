@@ -81,19 +81,22 @@ def apply(settings: ApplySettings) -> ApplyResult:
         check_writable(settings.split, "--split", folder=True)
     cluster = load_cluster(settings.cluster) if settings.cluster else None
     path = resolve(settings.model.graph)
-    original = read_model(path)
+    # the annotations need the graph alone: large external weights stay in their files and are copied
+    # beside the output file to file (save_model); a split writes each device's weights into its model
+    weights = "load" if settings.split else "shapes"
+    original = read_model(path, weights)
     # --inputs: the shapes they decide
-    graph = load_graph(original, parse_input_shapes(list(settings.model.input_shapes)), settings.model.inputs)
-    graph.source = str(path)
+    graph = load_graph(path, parse_input_shapes(list(settings.model.input_shapes)), settings.model.inputs,
+                       weights=weights)
     plan = settings.placement.plan_to_write(graph, cluster, model=original)
     if plan is not None:
-        return _apply_plan(settings, original, graph, cluster, plan)
+        return _apply_plan(settings, path, original, graph, cluster, plan)
     placement = settings.placement.to_write(
         graph, cluster, f"{path} holds no placement; give --placement P.json (from placer train) or --device D",
         model=original)
     placed = apply_placement(original, placement, graph)
     if settings.output:
-        save_model(placed, settings.output)
+        save_model(placed, settings.output, weights_from=path)
     index, devices = None, []
     if settings.split:
         index = write_split(placed, placement, graph, settings.split)
@@ -103,7 +106,7 @@ def apply(settings: ApplySettings) -> ApplyResult:
     return ApplyResult(placement, graph, cluster, index, devices, ort_layer_settings(placement), written)
 
 
-def _apply_plan(settings: ApplySettings, original, graph, cluster, plan) -> ApplyResult:
+def _apply_plan(settings: ApplySettings, path, original, graph, cluster, plan) -> ApplyResult:
     """A plan that splits ops, written as IR-11 sharding specs (`placer.plans.export`)."""
     from placer.annotate.write import ort_layer_settings, save_model
     from placer.placement import Placement
@@ -112,6 +115,6 @@ def _apply_plan(settings: ApplySettings, original, graph, cluster, plan) -> Appl
     if settings.split:
         raise PlacerError("--split cuts a model into one model per device, and the plan splits ops across devices, "
                           "which no one device's model holds; write it with -o alone")
-    save_model(apply_plan(original, plan, graph), settings.output)
+    save_model(apply_plan(original, plan, graph), settings.output, weights_from=path)
     whole = Placement(list(plan.devices), {n: op.devices[0] for n, op in plan.ops.items() if op.whole})
     return ApplyResult(None, graph, cluster, None, [], ort_layer_settings(whole), plan=plan)
