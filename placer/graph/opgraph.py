@@ -140,15 +140,27 @@ class OpGraph:
         return constant_devices(self.constants, self.consumers, nodes)
 
     def initializer_array(self, name: str) -> np.ndarray:
-        """The value of an initializer (external data loading left unread is read first)."""
-        return self._initializer_arrays[name]
+        """The value of an initializer. Only it is converted: a rule reading a shape constant of a
+        70B model must not read its weights. One left unread in its file (`load_graph(weights=
+        "shapes")`) is read first, with every other such weight: asking for a weight's value is
+        what a real run does, which needs them all."""
+        from onnx import external_data_helper, numpy_helper
+
+        array = self._arrays.get(name)
+        if array is None:
+            tensor = self._initializer_protos[name]
+            if external_data_helper.uses_external_data(tensor):
+                self.read_weights()
+            array = self._arrays[name] = numpy_helper.to_array(tensor)
+        return array
 
     @cached_property
-    def _initializer_arrays(self) -> dict[str, np.ndarray]:
-        from onnx import numpy_helper
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return {}
 
-        self.read_weights()
-        return {t.name: numpy_helper.to_array(t) for t in self.model.graph.initializer}
+    @cached_property
+    def _initializer_protos(self) -> dict[str, onnx.TensorProto]:
+        return {t.name: t for t in self.model.graph.initializer}
 
     def read_weights(self) -> None:
         """Read into `model` the weights `load_graph(weights="shapes")` left in external data files,

@@ -205,3 +205,15 @@ def test_memory_is_accounted_from_the_weights_shapes_as_from_their_values(tmp_pa
     prepared = prepare(lean, weights="shapes")
     assert "transpose" in prepared.folded_nodes
     assert accounted_memory(lean, placement, prepared=prepared) == read
+
+
+def test_a_small_constants_value_is_read_alone_and_a_weights_with_all_of_them(tiny, monkeypatch):
+    """What the plans' rules read (a Reshape's target shape) comes without a weight read; a weight's
+    value, which a real run asks for, reads the weights."""
+    graph = load_graph(tiny, weights="shapes")
+    refuse_large_reads(monkeypatch)
+    assert graph.initializer_array("target").tolist() == [8, 8]
+    with pytest.raises(PlacerError, match="read the large weight w"):
+        graph.initializer_array("w")
+    monkeypatch.undo()
+    assert graph.initializer_array("w").shape == (64, 64)
