@@ -44,6 +44,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["inception_v3", "resnet50", "rnnlm"])
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--placers", nargs="+", default=PLACERS, help="whose placements compete for the best")
     parser.add_argument("--blocks", type=int, default=3)
     parser.add_argument("--min-rounds", type=int, default=8, help="interleaved rounds per block, at least")
     parser.add_argument("--max-rounds", type=int, default=16, help="interleaved rounds per block, at most")
@@ -57,13 +58,13 @@ def main() -> int:
                             max_seconds=args.max_seconds, blocks=args.blocks)
     print(f"plans on two 1-thread CPU devices vs the whole machine (2 threads) and ONNX Runtime (2 threads), "
           f"batch {args.batch}, {args.blocks} block(s) of interleaved rounds; {machine_note()}")
-    figures = {name: run_model(name, args.batch, rounds) for name in args.models}
+    figures = {name: run_model(name, args.batch, rounds, args.placers) for name in args.models}
     if args.json:
         save_json(args.json, {"batch": args.batch, "rounds": rounds.to_dict(), "models": figures})
     return 0
 
 
-def run_model(name: str, batch: int, rounds: RoundsProtocol) -> dict:
+def run_model(name: str, batch: int, rounds: RoundsProtocol, placers: list[str]) -> dict:
     from placer.costmodel.profile_cache import profiled_cost_model
     from placer.evaluate.compare import baseline_rows
     from placer.evaluate.plan_rows import measured_plan_rows
@@ -74,7 +75,7 @@ def run_model(name: str, batch: int, rounds: RoundsProtocol) -> dict:
     names = [d.name for d in devices]
     protocol = MeasureProtocol(warmup=0, repeats=1, timeout_s=300)
     cost = profiled_cost_model(graph, devices, report=lambda text: print(f"  {name}: {text}", flush=True))
-    placements = {r.name: r.placement for r in baseline_rows(graph, names, cost, caps_from_devices(devices), PLACERS)
+    placements = {r.name: r.placement for r in baseline_rows(graph, names, cost, caps_from_devices(devices), placers)
                   if r.placement is not None}
     torch_two = measurer_for("torch", graph, devices, protocol)
     candidates = [Candidate(row, partial(torch_two.open, p), torch_two.run_record()) for row, p in placements.items()]
