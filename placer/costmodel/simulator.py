@@ -194,6 +194,8 @@ class Simulator:
         self.t_is_output: list[bool] = []
         self.t_xfer: list[list[float]] = []     # [src * D + dst] -> seconds
         tensor_id: dict[str, int] = {}
+        # a copy's time depends on its bytes alone: priced once per size (a large graph repeats few)
+        xfer_of_size: dict[int, list[float]] = {}
         self.out_tensors: list[list[int]] = [[] for _ in program.steps]
         for i, step in enumerate(program.steps):
             for t in step.outputs:
@@ -207,8 +209,10 @@ class Simulator:
                 self.t_copy_bytes.append(copied)
                 self.t_consumers.append(consumers.get(t, []))
                 self.t_is_output.append(t in program.outputs)
-                self.t_xfer.append([float(cost_model.transfer_time(copied, s, d))
-                                    for s in self.devices for d in self.devices])
+                if copied not in xfer_of_size:
+                    xfer_of_size[copied] = [float(cost_model.transfer_time(copied, s, d))
+                                            for s in self.devices for d in self.devices]
+                self.t_xfer.append(xfer_of_size[copied])
                 self.out_tensors[i].append(tid)
         # The program the walk runs: each step reads the tensors other steps produce and writes
         # the ones some step reads or the program returns; a value is a tensor's arrival per device.
