@@ -63,6 +63,7 @@ class CompareRow:
     run_record: dict[str, Any] = field(default_factory=dict, repr=False)   # how such a row runs
     note: str | None = None                  # what the row is, for rows that are not placers
     plan: bool = False                       # a plan that splits ops (`placer.evaluate.plan_rows`), no placement
+    split_plan: Any = None                   # that plan (a `placer.plans.plan.Plan`), saved beside the placements
 
     @property
     def step_time(self) -> float | None:

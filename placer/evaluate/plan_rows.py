@@ -91,7 +91,8 @@ def _fixed_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, tra
         measurement = (simulate_plan(graph, plan, cluster) if training is None
                        else simulate_training(graph, plan, cluster, training))
         rows.append(CompareRow(name, name, False, found, measurement=measurement, note=_note(plan, devices),
-                               predicted_step_time=measurement.step_time if measurement.ok else None, plan=True))
+                               predicted_step_time=measurement.step_time if measurement.ok else None, plan=True,
+                               split_plan=plan))
         built[name] = plan
     return rows, notes, built
 
@@ -155,7 +156,7 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
         # predicted from the profile's op times (forward steps so far): each shard its op's share
         predicted = predict_plan(graph, plan, cost) if measurer.training is None else None
         rows.append(CompareRow(name, name, False, time.perf_counter() - start, note=_note(plan, devices), plan=True,
-                               opener=partial(measurer.open, plan), run_record=measurer.run_record(),
+                               split_plan=plan, opener=partial(measurer.open, plan), run_record=measurer.run_record(),
                                predicted_step_time=predicted.step_time if predicted and predicted.ok else None))
     return rows, notes
 

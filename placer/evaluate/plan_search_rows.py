@@ -43,5 +43,6 @@ def searched_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, p
                 f"{found.plans_per_second:.1f} plans/s; {split} of {len(found.plan.ops)} ops split")
         m = found.measurement
         rows.append(CompareRow(name, name, True, time.perf_counter() - begun, measurement=m, note=note,
-                               predicted_step_time=m.step_time if m is not None and m.ok else None, plan=True))
+                               predicted_step_time=m.step_time if m is not None and m.ok else None, plan=True,
+                               split_plan=found.plan))
     return rows, []

@@ -161,8 +161,9 @@ def _use_line(comparison: Comparison, word: str, out: Path | None) -> str | None
         return None
     if comparison.instead:
         row = comparison.row(comparison.instead[0])
-        return (f"use: {row.name}{_figure(comparison, row, word)} instead of a placement: faster than every one, "
-                f"the best of them {best.name}, {_row_time(best)} ms {word} ({row.name}: {row.note})")
+        where = f", {placement_file(out, row.name)}" if out is not None and row.split_plan is not None else ""
+        return (f"use: {row.name}{_figure(comparison, row, word)}{where} instead of a placement: faster than every "
+                f"one, the best of them {best.name}, {_row_time(best)} ms {word} ({row.name}: {row.note})")
     where = f" ({placement_file(out, best.name)})" if out is not None and best.placement is not None else ""
     return f"use: the placement of {best.name}{_figure(comparison, best, word)}{where}"
 
@@ -243,9 +244,10 @@ def write_outputs(comparison: Comparison, out_dir: str | Path, plot: bool = True
             writer.writerow({**{k: data.get(k) for k in columns if k in data},
                              **{f"peak_memory_{d}": data["peak_memory"].get(d) for d in comparison.devices}})
     for r in comparison.rows:
-        if r.placement is not None:
+        saved = r.placement if r.placement is not None else r.split_plan
+        if saved is not None:   # a plan row's plan.json reads where a placement's does (`placer apply`)
             (out / "placements").mkdir(exist_ok=True)
-            r.placement.save(placement_file(out, r.name))
+            saved.save(placement_file(out, r.name))
     if plot:
         try:
             paths.append(plot_bars(comparison, out / "compare.png"))

@@ -17,6 +17,8 @@ from placer.graph.load import load_graph
 from placer.hardware import load_cluster
 from placer.placers.partitioners import pipeline_dp
 from placer.plans.pipeline_data import pipeline_data_within
+from placer.plans.plan import Plan
+from placer.plans.pricing import simulate_plan
 
 GPUS = [f"cuda:{i}" for i in range(4)]
 NEEDS = 2.6   # the transformer's weights over one GPU's memory: it needs at least 2.5 GPUs
@@ -64,9 +66,26 @@ def compared(model, cluster, out, *more: str) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def rows(case, tmp_path_factory):
+def compare_out(case, tmp_path_factory):
     model, cluster, _, _ = case
-    return compared(model, cluster, tmp_path_factory.mktemp("compare"))
+    out = tmp_path_factory.mktemp("compare")
+    return compared(model, cluster, out), out
+
+
+@pytest.fixture(scope="module")
+def rows(compare_out):
+    return compare_out[0]
+
+
+def test_each_plan_rows_plan_is_saved_and_simulates_as_its_row(compare_out, case):
+    """A user told to use a plan gets its file, where compare saves placements."""
+    rows, out = compare_out
+    _, cluster, graph, _ = case
+    for name in ("tensor_parallel", "pipeline_data", "plan_search"):
+        plan = Plan.load(out / "placements" / f"{name}.json")
+        assert set(plan.ops) == set(graph.nodes)
+        again = simulate_plan(graph, plan, load_cluster(str(cluster)))
+        assert again.step_time == pytest.approx(rows[name]["step_time_s"], rel=1e-12)
 
 
 def test_the_model_needs_at_least_two_and_a_half_gpus(rows, case):
