@@ -67,7 +67,7 @@ def lower(graph: OpGraph, plan: Plan) -> Lowered:
 def _whole(b: LoweredBuilder, node: OpNode, device: str, inputs: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     """The op itself on `device` (renamed inputs only where a layout change feeds it); its outputs."""
     read = tuple(p[0] for p in inputs)
-    b.add(node if read == node.inputs else _renamed(node, node.name, read, node.outputs), device)
+    b.add(node if read == node.inputs else renamed(node, node.name, read, node.outputs), device)
     return [(t,) for t in node.outputs]
 
 
@@ -82,7 +82,7 @@ def _shards(b: LoweredBuilder, graph: OpGraph, node: OpNode, split: Split, devic
         b.shard_of[name] = node.name
         infos = tuple(TensorInfo(names[k], piece_shape(graph.tensors[t].shape, layout, k, n), graph.tensors[t].dtype)
                       for t, names, layout in zip(node.outputs, outputs, split.outputs) if t)
-        b.add(_renamed(node, name, read, tuple(names[k] for names in outputs),
+        b.add(renamed(node, name, read, tuple(names[k] for names in outputs),
                        output_info=infos, param_bytes=b.param_bytes(read),
                        flops=node.flops * _share(graph, node, split, k, n)), device)
     return outputs
@@ -99,7 +99,7 @@ def _share(graph: OpGraph, node: OpNode, split: Split, k: int, n: int) -> float:
     return 1.0
 
 
-def _renamed(node: OpNode, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], **changes) -> OpNode:
+def renamed(node: OpNode, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], **changes) -> OpNode:
     """`node` as `name`, reading `inputs` (its implicit ones last, as `OpNode.inputs` lists them)
     and writing `outputs`, with `changes` to its other fields; its proto renamed alike, what a
     control-flow body reads from outside it too (its own names kept)."""

@@ -35,11 +35,12 @@ PROPOSALS = 50
 
 def mcmc(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], devices: list[str] | None = None,
          samples: int = SAMPLES, seed: int = 0, beta: float = BETA,
-         training: TrainingSpec | None = None) -> SearchResult:
+         training: TrainingSpec | None = None, scorer: PlanScorer | None = None) -> SearchResult:
     """Metropolis-Hastings over plans of `graph` on `devices` (default: the cluster's) from the best
-    of `starts`, on the training step with `training`."""
+    of `starts`, on the training step with `training`. Plans are scored by `scorer` where the caller built
+    one (a reduced model's, `placer.plans.reduced`), else by a `PlanScorer` of `samples`."""
     devices = devices or [d.name for d in cluster.devices]
-    scorer = PlanScorer(graph, cluster, samples, training)
+    scorer = scorer or PlanScorer(graph, cluster, samples, training)
     name, current, now = best_start(scorer, starts, devices)
     best_plan, best, start_time, improvements = current, now, now, []
     rng = np.random.default_rng(seed)

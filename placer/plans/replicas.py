@@ -11,7 +11,7 @@ and sends no refresh: what keeps the replicas equal is the all-reduce of their g
 from __future__ import annotations
 
 from placer.graph.opgraph import TensorInfo
-from placer.plans.lower import _renamed
+from placer.plans.lower import renamed
 from placer.plans.layout import REPLICATE
 from placer.plans.lowered import Lowered, LoweredBuilder, SourceSlice
 
@@ -41,7 +41,7 @@ def own_copies(lowered: Lowered) -> tuple[Lowered, dict[str, dict[str, str]]]:
     for name, node in graph.nodes.items():
         device = where[name]
         read = tuple(copies[t][device] if t in copies else t for t in node.inputs)
-        b.add(node if read == node.inputs else _renamed(node, name, read, node.outputs), device)
+        b.add(node if read == node.inputs else renamed(node, name, read, node.outputs), device)
     b.helpers.update(lowered.helpers)
     b.shard_of.update(lowered.shard_of)
     b.slices.update((t, origin) for t, origin in lowered.slices.items() if t not in copies)

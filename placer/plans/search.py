@@ -83,11 +83,12 @@ def units(graph: OpGraph, start: Plan, groups: int = GROUPS) -> list[list[list[s
 
 def plan_search(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], devices: list[str] | None = None,
                 samples: int = SAMPLES, seed: int = 0, groups: int = GROUPS,
-                training: TrainingSpec | None = None) -> SearchResult:
+                training: TrainingSpec | None = None, scorer: PlanScorer | None = None) -> SearchResult:
     """Local search over plans of `graph` on `devices` (default: the cluster's) from the best of
-    `starts`, on the training step with `training`."""
+    `starts`, on the training step with `training`. Plans are scored by `scorer` where the caller built
+    one (a reduced model's, `placer.plans.reduced`), else by a `PlanScorer` of `samples`."""
     devices = devices or [d.name for d in cluster.devices]
-    scorer = PlanScorer(graph, cluster, samples, training)
+    scorer = scorer or PlanScorer(graph, cluster, samples, training)
     name, current, best = best_start(scorer, starts, devices)
     start_time, improvements = best, []
     rng = np.random.default_rng(seed)
