@@ -25,3 +25,13 @@ def ctrl_c_raises():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One local Ray runtime for every test that asks for it (tests/workers, Ray rollouts):
+    starting one takes seconds, and shutting it down more."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -124,8 +124,7 @@ def most_likely(policy, episode, initial, actions) -> bool:
     return True
 
 
-def test_rollouts_on_ray_workers_train_too(tmp_path, items):
-    ray = pytest.importorskip("ray")
+def test_rollouts_on_ray_workers_train_too(tmp_path, items, local_ray):
     from placer.policy.gnn.episode import make_episode
     from placer.policy.gnn.learn import costs_of, initial_placements
     from placer.policy.gnn.model import GraphPlacementPolicy
@@ -138,13 +137,9 @@ def test_rollouts_on_ray_workers_train_too(tmp_path, items):
     with torch.no_grad():
         sharp.score[2].weight.mul_(1e6)
     episodes = [make_episode(i.graph, i.cluster, name=i.name) for i in items]
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        pool = RayRollouts(2)
-        result = pretrain(tmp_path, items, [], CONFIG, updates=2, rollouts=pool, log=lambda _: None)
-        got = pool.run(sharp, items, episodes, CONFIG.learn, seed=3)   # the pool of a run: the weights sent now
-    finally:
-        ray.shutdown()
+    pool = RayRollouts(2)   # on the session's runtime (local_ray), which it leaves running
+    result = pretrain(tmp_path, items, [], CONFIG, updates=2, rollouts=pool, log=lambda _: None)
+    got = pool.run(sharp, items, episodes, CONFIG.learn, seed=3)   # the pool of a run: the weights sent now
     assert result.updates == 2 and result.samples == 2 * 2 * 4 * 2
     for episode, r in zip(episodes, got):   # each item's rollout back in its place
         assert (r.initial == initial_placements(episode, CONFIG.learn.samples)).all(), episode.name

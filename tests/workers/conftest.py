@@ -15,11 +15,9 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="package", autouse=True)
-def local_ray():
-    """One local Ray runtime for every test here: starting one takes seconds."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
+def local_ray(local_ray):
+    """The session's local Ray runtime (tests/conftest.py) for every test here."""
+    return local_ray
 
 
 @pytest.fixture(scope="package")
