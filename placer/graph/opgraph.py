@@ -39,11 +39,11 @@ class TensorInfo:
     shape: tuple[int, ...]
     dtype: str
 
-    @property
+    @cached_property   # read millions of times in a large plan's simulation
     def numel(self) -> int:
         return math.prod(int(d) for d in self.shape)   # exact: int64 would wrap on an absurd --input-shape
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.numel * np.dtype(self.dtype).itemsize
 

@@ -36,7 +36,7 @@ from placer.plans.plan import Plan
 from placer.plans.pricing import plan_cost
 from placer.plans.scoring import PlanScorer
 
-LARGE = 2000        # nodes: a graph this large is searched on its reduced copy where it has repeats
+LARGE = 1000        # nodes: a graph this large is searched on its reduced copy where it has repeats (the zoo's are under)
 UNCAPPED = 1 << 62  # bytes: the reduced simulation's caps (the full model's are checked after)
 
 

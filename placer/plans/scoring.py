@@ -25,7 +25,7 @@ from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.measure.measurement import Measurement
 from placer.plans.plan import Plan
-from placer.plans.pricing import simulate_plan
+from placer.plans.pricing import gc_paused, simulate_plan
 from placer.plans.space import plan_key
 from placer.plans.training import simulate_training
 from placer.program.training import TrainingSpec
@@ -63,7 +63,8 @@ class PlanScorer:
         if key not in self.cache:
             start = time.perf_counter()
             try:
-                self.cache[key] = self._simulate(plan)
+                with gc_paused():
+                    self.cache[key] = self._simulate(plan)
             except PlacerError:   # a layout the lowering cannot make: no plan to take
                 self.cache[key] = None
             self.seconds += time.perf_counter() - start
