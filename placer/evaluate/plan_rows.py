@@ -16,6 +16,7 @@ note, not a row; one that does not fit a device's memory is a row that fails say
 
 from __future__ import annotations
 
+import math
 import time
 from functools import partial
 
@@ -23,6 +24,7 @@ from placer.devices import device_kind
 from placer.errors import PlacerError
 from placer.evaluate.compare import CompareRow
 from placer.evaluate.plan_search_rows import SEARCHES, searched_rows
+from placer.plans import search
 from placer.costmodel.roofline import RooflineCostModel
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
@@ -123,14 +125,18 @@ _DESCRIBE = {TENSOR_PARALLEL: describe_tensor_parallel, PIPELINE_DATA: describe_
 
 # What runs for real on this machine's devices so far (forward and training steps; ONNX Runtime
 # runs those whose devices never talk): the plans built without a search (`data_parallel_by_speed`
-# reads the profiled costs)
-MEASURED = (DATA_PARALLEL, TENSOR_PARALLEL, BY_SPEED)
+# reads the profiled costs), and placer's local search over plans, on the profile's predictions of
+# forward steps, from the best of those and the placements
+MEASURED = (DATA_PARALLEL, TENSOR_PARALLEL, BY_SPEED, search.NAME)
 
 
-def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost) -> tuple[list[CompareRow], list[str]]:
+def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost, placements=None,
+                       samples: int | None = None, seed: int = 0) -> tuple[list[CompareRow], list[str]]:
     """The rows of the plans `names` over this machine's `devices`, each run for real by `measurer`
     (`placer.plans.engine`: its own lowered graph, in the same rounds as the placements), and a note
-    for each that does not run."""
+    for each that does not run. `plan_search` starts from the other plans and `placements` (row
+    name -> placement) and predicts `samples` plans from `cost` (the profile) before its plan is
+    measured beside them."""
     from placer.plans.engine import check_runs, measures_plans
 
     if not names:
@@ -140,8 +146,10 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
     except PlacerError as exc:
         return [], [f"{', '.join(names)}: not measured; {exc}"]
     measures_plans(measurer)
-    rows, notes = [], []
+    rows, notes, built = [], [], {}
     for name in names:
+        if name == search.NAME:
+            continue   # last: from the others
         if name not in MEASURED:
             notes.append(f"{name}: not measured; on this machine's devices plans run so far: {', '.join(MEASURED)} "
                          "(price the others on a described --cluster)")
@@ -158,5 +166,37 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
         rows.append(CompareRow(name, name, False, time.perf_counter() - start, note=_note(plan, devices), plan=True,
                                split_plan=plan, opener=partial(measurer.open, plan), run_record=measurer.run_record(),
                                predicted_step_time=predicted.step_time if predicted and predicted.ok else None))
+        built[name] = plan
+    if search.NAME in names:
+        row, note = _searched_here(graph, devices, measurer, cost, {**{n: Plan.from_placement(p) for n, p in
+                                                                      (placements or {}).items()}, **built},
+                                   samples or search.SAMPLES, seed)
+        rows, notes = rows + ([row] if row else []), notes + ([note] if note else [])
     return rows, notes
+
+
+def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: dict[str, Plan], samples: int,
+                   seed: int) -> tuple[CompareRow | None, str | None]:
+    """placer's plan search on this machine: plans predicted from the profile, the best measured."""
+    from placer.plans.engine import check_runs
+    from placer.plans.scoring import ProfiledPlanScorer
+
+    if measurer.training is not None:
+        return None, f"{search.NAME}: not measured; on this machine it searches forward steps so far"
+    if not starts:
+        return None, f"{search.NAME}: not measured; no placement or plan to start from"
+    begun = time.perf_counter()
+    scorer = ProfiledPlanScorer(graph, cost, samples)
+    found = search.plan_search(graph, None, starts, devices, samples=samples, seed=seed, scorer=scorer)
+    try:
+        check_runs(measurer.engine.name, graph=graph, plan=found.plan)
+    except PlacerError as exc:
+        return None, f"{search.NAME}: not measured; {exc}"
+    split = sum(1 for op in found.plan.ops.values() if not op.whole)
+    note = (f"a plan found by local search over plans from {found.start} ({found.start_time * 1e3:.3f} ms predicted): "
+            f"{found.samples} plans predicted from the profile, {split} of {len(found.plan.ops)} ops split")
+    return CompareRow(search.NAME, search.NAME, False, time.perf_counter() - begun, note=note, plan=True,
+                      split_plan=found.plan, opener=partial(measurer.open, found.plan),
+                      run_record=measurer.run_record(), predicted_step_time=found.step_time
+                      if math.isfinite(found.step_time) else None), None
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 DEFAULT_PLANS = ("data_parallel", "fsdp", "tensor_parallel", "pipeline_data", "data_parallel_by_speed", "plan_search")
 ALL_PLANS = (*DEFAULT_PLANS, "mcmc")
 # Those run for real beside the placements on this machine's devices by default
-MEASURED_DEFAULT = ("data_parallel", "tensor_parallel")
+MEASURED_DEFAULT = ("data_parallel", "tensor_parallel", "plan_search")
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew
 # Blocks of rounds, every row built afresh in each: three let a block that moved (as a run does)
 # show in the interval, at the cost of two more builds and warm-ups of every row.
@@ -172,7 +172,8 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     rows.extend(included)
     users, skipped = user_baseline_rows(graph, devices, protocol, seed, training, engine, pipeline)
     measurer = measurer_for(engine, graph, devices, protocol, seed=seed, training=training, pipeline=pipeline)
-    planned, not_planned = measured_plan_rows(graph, names, plans, measurer, cost)
+    planned, not_planned = measured_plan_rows(graph, names, plans, measurer, cost, samples=samples, seed=seed,
+                                              placements={r.name: r.placement for r in rows if r.placement is not None})
     comparison = compare_rows(graph, names, measurer, cost, rows + users + planned, caps, progress=progress,
                               training=training, rounds=rounds, pipeline=pipeline, shortcut=shortcut)
     comparison.notes += skipped + not_planned
@@ -219,14 +220,16 @@ def comparison_for_run(graph, devices, cost, run_dir, rounds, *, seed: int = 0, 
                        training=None, progress=None, engine: str = "torch", pipeline=None):
     """What `placer compare --include-rl RUN` measures: every placer, random search with the run's
     samples and groups, the run's placements, the whole machine and ONNX Runtime, side by side in
-    interleaved `rounds` (on the training step with `training`)."""
+    interleaved `rounds` (on the training step with `training`), and the plans that run here
+    (`MEASURED_DEFAULT`: placer's plan search among them)."""
     from placer.measure.measurer import MeasureProtocol
 
     objective = "inference" if training is None else "training"
+    plans = () if pipeline is not None and pipeline.pipelined else MEASURED_DEFAULT
     return _measure_side_by_side(graph, devices, cost, list(PLACERS), run_dir, None, seed,
                                  MeasureProtocol(warmup=0, repeats=1, timeout_s=timeout, objective=objective),
                                  rounds, progress=progress, training=training, engine=engine, pipeline=pipeline,
-                                 shortcut="--no-compare skips them")
+                                 shortcut="--no-compare skips them", plans=plans)
 
 
 def _random_search_options(graph, names: list[str], run_dir, samples: int | None) -> dict:

@@ -23,7 +23,7 @@ from placer.hardware import Cluster
 from placer.plans.plan import Plan
 from placer.plans.scoring import PlanScorer
 from placer.plans.search import SAMPLES, SearchResult, best_start
-from placer.plans.space import configs, device_speeds, replan
+from placer.plans.space import configs, replan
 from placer.program.training import TrainingSpec
 
 NAME = "mcmc"
@@ -44,7 +44,7 @@ def mcmc(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], devices: 
     name, current, now = best_start(scorer, starts, devices)
     best_plan, best, start_time, improvements = current, now, now, []
     rng = np.random.default_rng(seed)
-    ops, options = list(graph.nodes), configs(devices, device_speeds(graph, cluster, devices))
+    ops, options = list(graph.nodes), configs(devices, scorer.device_speeds(devices))
     for _ in range(PROPOSALS * samples):
         if scorer.spent:
             break

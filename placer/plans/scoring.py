@@ -25,8 +25,8 @@ from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.measure.measurement import Measurement
 from placer.plans.plan import Plan
-from placer.plans.pricing import gc_paused, simulate_plan
-from placer.plans.space import plan_key
+from placer.plans.pricing import gc_paused, predict_plan, simulate_plan
+from placer.plans.space import device_speeds, plan_key
 from placer.plans.training import simulate_training
 from placer.program.training import TrainingSpec
 
@@ -79,6 +79,27 @@ class PlanScorer:
             return self._placements.measure(plan.to_placement())
         return simulate_training(self.graph, plan, self.cluster, self.training)
 
+    def device_speeds(self, devices: list[str]) -> dict[str, float]:
+        """Each device's speed on the graph (the searches' splits by speed): the cluster's roofline."""
+        return device_speeds(self.graph, self.cluster, devices)
+
     @property
     def plans_per_second(self) -> float:
         return self.simulated / self.seconds if self.seconds > 0 else 0.0
+
+
+class ProfiledPlanScorer(PlanScorer):
+    """Plans of `graph` on this machine's devices, each forward step predicted from `cost` (a
+    profile of the graph's ops here: `pricing.predict_plan`, each shard its op's share), within
+    `samples`: the search a comparison on these devices runs before measuring what it finds."""
+
+    def __init__(self, graph: OpGraph, cost, samples: int) -> None:
+        super().__init__(graph, None, samples)
+        self.cost = cost
+
+    def _simulate(self, plan: Plan) -> Measurement:
+        return predict_plan(self.graph, plan, self.cost)
+
+    def device_speeds(self, devices: list[str]) -> dict[str, float]:
+        return {d: 1 / max(sum(self.cost.op_time(node, d) for node in self.graph.nodes.values()), 1e-30)
+                for d in devices}

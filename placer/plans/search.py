@@ -30,7 +30,7 @@ from placer.hardware import Cluster
 from placer.measure.measurement import Measurement
 from placer.plans.plan import Plan
 from placer.plans.scoring import PlanScorer
-from placer.plans.space import configs, device_speeds, plan_key, replan
+from placer.plans.space import configs, plan_key, replan
 from placer.program.training import TrainingSpec
 
 NAME = "plan_search"
@@ -92,7 +92,7 @@ def plan_search(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], de
     name, current, best = best_start(scorer, starts, devices)
     start_time, improvements = best, []
     rng = np.random.default_rng(seed)
-    options = configs(devices, device_speeds(graph, cluster, devices))
+    options = configs(devices, scorer.device_speeds(devices))
     moves_by_level = [[(unit, c) for unit in level for c in options] for level in units(graph, current, groups)]
     improved = True
     while improved and not scorer.spent:

@@ -6,6 +6,11 @@ import json
 import pytest
 
 from placer.cli import main
+from placer.costmodel.profile_cache import profiled_cost_model
+from placer.devices import parse_devices
+from placer.graph.load import load_graph
+from placer.plans.plan import Plan
+from placer.plans.pricing import predict_plan
 from testgraphs import tiny_conv_file as _tiny_model_file
 
 DEVICES = ["cpu:0", "cpu:1"]
@@ -89,9 +94,10 @@ def test_placer_compare_json_prints_what_compare_json_holds_and_nothing_else(tmp
     data = json.loads(printed.out)
     assert data["format"] == "placer.compare/1"
     # the placers' rows, then the control (the single device predicted fastest, again) and what a user
-    # runs instead: one device with both threads, and ONNX Runtime
+    # runs instead: one device with both threads, and ONNX Runtime; then placer's plan search (a batch of 1
+    # leaves data and tensor parallelism nothing to split: notes)
     assert [r["name"] for r in data["rows"]] == ["single:cpu:0", "single:cpu:1", "m_etf", "control",
-                                                 "whole_machine", "onnxruntime"]
+                                                 "whole_machine", "onnxruntime", "plan_search"]
     assert "saved" in printed.err and "step ms [95%]" not in printed.out   # no table on stdout
 
 
@@ -132,14 +138,15 @@ def test_placer_compare_in_onnxruntime_measures_every_row_there(tmp_path, monkey
     assert main([*args, "--engine", "onnxruntime", "--json", "--out", str(tmp_path / "ort")]) == 0
     data = json.loads(capsys.readouterr().out)
     rows = {r["name"]: r for r in data["rows"]}
-    # the whole machine is ONNX Runtime's own session here: no second onnxruntime row
-    assert list(rows) == ["single:cpu:0", "single:cpu:1", "m_etf", "control", "whole_machine"]
+    # the whole machine is ONNX Runtime's own session here: no second onnxruntime row; placer's plan
+    # search runs there too (on a batch of 1, what it finds splits nothing)
+    assert list(rows) == ["single:cpu:0", "single:cpu:1", "m_etf", "control", "whole_machine", "plan_search"]
     assert all(r["status"] == "ok" and r["measurement"]["protocol"]["engine"] == "onnxruntime" for r in rows.values())
     assert data["info"]["engine"] == "onnxruntime"
     # the pipelined step there too, the whole machine's session included
     assert main([*args, "--engine", "onnxruntime", "--micro-batches", "4", "--json", "--out", str(tmp_path / "p")]) == 0
     piped = json.loads(capsys.readouterr().out)
-    assert piped["micro_batches"] == 4 and [r["name"] for r in piped["rows"]] == list(rows)
+    assert piped["micro_batches"] == 4 and [r["name"] for r in piped["rows"]] == list(rows)[:-1]   # no plans piped
     for row in piped["rows"]:
         assert row["status"] == "ok" and row["throughput_per_s"] == pytest.approx(4 / row["step_time_s"])
         assert row["measurement"]["protocol"]["engine"] == "onnxruntime"
@@ -238,3 +245,29 @@ def test_placer_compare_runs_plans_for_real_beside_the_placements(tmp_path, monk
     assert {r["name"]: r["status"] for r in data["rows"]}["data_parallel"] == "ok"
     assert any(n.startswith("tensor_parallel: not measured; ") for n in data["notes"])
 
+
+
+def test_placer_compare_searches_plans_on_the_profile_and_measures_what_it_finds(tmp_path, monkeypatch, capsys):
+    """On this machine's devices plan_search predicts plans from the profile, from the best of the
+    placements and the other plans, and its plan is measured beside them and saved."""
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = _tiny_model_file(tmp_path / "tiny.onnx", batch=4)
+    out = tmp_path / "out"
+    argv = ["compare", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--warmup", "0",
+            "--max-rounds", "6", "--min-rounds", "6", "--blocks", "1", "--no-plot", "--placers", "single",
+            "--samples", "30", "--json"]
+    assert main([*argv, "--out", str(out), "--plans", "data_parallel,plan_search"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["name"]: r for r in data["rows"]}
+    row = rows["plan_search"]
+    assert row["status"] == "ok" and row["step_time_s"] > 0 and "predicted from the profile" in row["note"]
+    starts = [rows[n]["predicted_step_time_s"] for n in ("data_parallel", "single:cpu:0", "single:cpu:1")]
+    assert row["predicted_step_time_s"] <= min(starts) * (1 + 1e-9)
+    plan = Plan.load(out / "placements" / "plan_search.json")
+    graph = load_graph(model)
+    profile = profiled_cost_model(graph, parse_devices("cpu:0[threads=1],cpu:1[threads=1]"))   # the cached one
+    assert plan.graph_sha256 == data["graph_sha256"]
+    assert predict_plan(graph, plan, profile).step_time == pytest.approx(row["predicted_step_time_s"], rel=1e-12)
+    assert main([*argv, "--out", str(tmp_path / "t"), "--objective", "training", "--plans", "plan_search"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    assert any(n.startswith("plan_search: not measured; on this machine it searches forward steps") for n in notes)
