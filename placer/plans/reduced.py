@@ -124,8 +124,8 @@ def _reduced_graph(graph: OpGraph, repeats: Repeats, kept: int) -> OpGraph:
         read = tuple(moved.get(t, t) for t in node.inputs)
         nodes[n] = node if read == node.inputs else renamed(node, n, read, node.outputs)
     used = {t for node in nodes.values() for t in (*node.inputs, *node.outputs) if t}
-    outputs = [graph.tensors[moved.get(o.name, o.name)] for o in graph.outputs]
-    used |= {o.name for o in outputs}
+    # the last block's outputs are the kept last block's; a dropped block's own (a layer's cache) are gone
+    outputs = [graph.tensors[moved.get(o.name, o.name)] for o in graph.outputs if moved.get(o.name, o.name) in used]
     initializers = {t: info for t, info in graph.initializers.items() if t in used}
     model = onnx.ModelProto()
     # a new model, not a copy of the full one, which may hold every weight

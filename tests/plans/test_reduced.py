@@ -87,3 +87,19 @@ def test_compare_searches_a_deep_model_on_its_reduced_copy_and_reports_the_whole
     assert plan.graph_sha256 == graph.sha256 and set(plan.ops) == set(graph.nodes)
     again = simulate_plan(graph, plan, load_cluster("4xa100-nvlink"))
     assert again.step_time == pytest.approx(row["measurement"]["step_time"], rel=1e-12)
+
+
+def test_a_dropped_layers_own_output_is_left_out_of_the_reduced_graph(llama, tmp_path):
+    """A model that also returns a middle layer's output (as a cache is): the reduced copy drops that
+    layer, so it drops that output, and its plans still lower and simulate."""
+    import onnx
+
+    model = onnx.load(llama[0])
+    extra = next(n for n in model.graph.node if n.name == "layers.6.mlp.residual").output[0]
+    model.graph.output.append(onnx.helper.make_tensor_value_info(extra, onnx.TensorProto.FLOAT, [1, 16, 64]))
+    onnx.save(model, tmp_path / "cached.onnx")
+    graph = load_graph(tmp_path / "cached.onnx")
+    reduced = reduce(graph, 4, large=0)
+    assert [o.name for o in reduced.graph.outputs] == [o.name for o in graph.outputs if o.name != extra]
+    plan = Plan.from_placement(Placement(["cpu:0", *GPUS], {n: "cuda:0" for n in graph.nodes}, graph.sha256))
+    assert ReducedScorer(reduced, load_cluster("4xa100-nvlink"), 2).measurement(reduced.to_reduced(plan)).ok
