@@ -287,7 +287,7 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
         row.vs_fastest = speedup(row, fastest)
         row.vs_fastest_verdict = None if row is fastest else speedup_verdict(row.vs_fastest)
         row.tied_with_fastest = row is fastest or row.vs_fastest_verdict == TIED
-        if bound.value > 0:
+        if bound.value > 0 and not row.plan:   # a bound over placements: a plan that splits ops may pass under it
             row.ratio_to_lower_bound = row.step_time / bound.value
     comparison = Comparison(graph=graph.source, graph_sha256=graph.sha256, devices=list(devices), caps=caps,
                             lower_bound=bound, rows=rows, best_single=best.name if best else None,

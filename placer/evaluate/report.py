@@ -46,7 +46,9 @@ def format_table(comparison: Comparison) -> str:
     fmt = lambda cells: "  ".join(str(c).ljust(w) if i in (0, len(cells) - 1) else str(c).rjust(w)  # noqa: E731
                                   for i, (c, w) in enumerate(zip(cells, widths)))
     lb = comparison.lower_bound
-    footer = [f"lower bound {lb.value * 1e3:.2f} ms (critical path {lb.critical_path * 1e3:.2f} ms, "
+    of_placements = " of placements (a plan that splits ops is not bounded by it)" if any(
+        r.plan for r in comparison.rows) else ""
+    footer = [f"lower bound{of_placements} {lb.value * 1e3:.2f} ms (critical path {lb.critical_path * 1e3:.2f} ms, "
               f"with transfers {lb.transfer_path * 1e3:.2f} ms, load {lb.load * 1e3:.2f} ms by {lb.load_method}"
               f"{' within the memory caps' if lb.caps_used else ''}); best single device: "
               f"{comparison.best_single or 'none'}" +

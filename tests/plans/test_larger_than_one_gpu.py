@@ -86,6 +86,8 @@ def test_each_plan_rows_plan_is_saved_and_simulates_as_its_row(compare_out, case
         assert set(plan.ops) == set(graph.nodes)
         again = simulate_plan(graph, plan, load_cluster(str(cluster)))
         assert again.step_time == pytest.approx(rows[name]["step_time_s"], rel=1e-12)
+        assert rows[name]["ratio_to_lower_bound"] is None   # the bound is over placements
+    assert rows["pipeline_dp"]["ratio_to_lower_bound"] >= 1
 
 
 def test_the_model_needs_at_least_two_and_a_half_gpus(rows, case):
