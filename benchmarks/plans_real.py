@@ -6,8 +6,9 @@ Per model, the candidates are:
 - the placers' placements on the two devices (costs profiled here, cached): the fastest of them
   measured is "the best placement";
 - the plans that run here (`placer.evaluate.plan_rows.MEASURED`: data parallel, Megatron's tensor
-  parallel where the model has its blocks) in the torch engine; the fastest of them measured is
-  "placer's plan" there;
+  parallel where the model has its blocks, and placer's plan search on the profile from the best of
+  those and the placements) in the torch engine; the fastest of them measured is "placer's plan"
+  there;
 - the same plans in the ONNX Runtime engine where their devices never talk (data parallelism: a
   session per device on its half of the batch);
 - the whole machine in placer's torch engine, and a plain ONNX Runtime session.
@@ -37,7 +38,7 @@ from placer.placement import Placement
 
 DEVICES = "cpu:0[threads=1],cpu:1[threads=1]"
 PLACERS = ["single", "m_etf", "heft", "local_search"]
-PLANS = ("data_parallel", "tensor_parallel")
+PLANS = ("data_parallel", "tensor_parallel", "plan_search")
 
 
 def main() -> int:
@@ -82,7 +83,7 @@ def run_model(name: str, batch: int, rounds: RoundsProtocol, placers: list[str])
     plans = {}
     for engine in ("torch", "onnxruntime"):
         measurer = measurer_for(engine, graph, devices, protocol)
-        rows, notes = measured_plan_rows(graph, names, PLANS, measurer, cost)
+        rows, notes = measured_plan_rows(graph, names, PLANS, measurer, cost, placements=placements)
         for note in notes:
             print(f"  {name} ({engine}): {note}")
         for row in rows:
