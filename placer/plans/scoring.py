@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 
-from placer.costmodel.roofline import cluster_measurer
+from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
 from placer.costmodel.simulator import SimulatedMeasurer
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
@@ -81,7 +81,7 @@ class PlanScorer:
 
     def device_speeds(self, devices: list[str]) -> dict[str, float]:
         """Each device's speed on the graph (the searches' splits by speed): the cluster's roofline."""
-        return device_speeds(self.graph, self.cluster, devices)
+        return device_speeds(self.graph, RooflineCostModel(self.cluster, self.graph), devices)
 
     @property
     def plans_per_second(self) -> float:
@@ -101,5 +101,4 @@ class ProfiledPlanScorer(PlanScorer):
         return predict_plan(self.graph, plan, self.cost)
 
     def device_speeds(self, devices: list[str]) -> dict[str, float]:
-        return {d: 1 / max(sum(self.cost.op_time(node, d) for node in self.graph.nodes.values()), 1e-30)
-                for d in devices}
+        return device_speeds(self.graph, self.cost, devices)

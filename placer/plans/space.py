@@ -24,10 +24,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from placer.costmodel.roofline import RooflineCostModel
+from placer.costmodel.protocol import CostModel
 from placer.devices import device_kind
 from placer.graph.opgraph import OpGraph
-from placer.hardware import Cluster
 from placer.plans.fsdp import still_stored
 from placer.plans.layout import REPLICATE, Layout, Shard
 from placer.plans.plan import OpPlan, Plan
@@ -64,9 +63,9 @@ def configs(devices: Sequence[str], speeds: Mapping[str, float] | None = None) -
     return out
 
 
-def device_speeds(graph: OpGraph, cluster: Cluster, devices: Sequence[str]) -> dict[str, float]:
-    """Each device's speed on `graph`: one over its roofline time for the whole graph."""
-    cost = RooflineCostModel(cluster, graph)
+def device_speeds(graph: OpGraph, cost: CostModel, devices: Sequence[str]) -> dict[str, float]:
+    """Each device's speed on `graph`: one over its time for the whole graph under `cost` (a
+    cluster's roofline, or this machine's profile)."""
     return {d: 1 / max(sum(cost.op_time(node, d) for node in graph.nodes.values()), 1e-30) for d in devices}
 
 
