@@ -6,7 +6,7 @@
     write_cluster(cluster, path) -> a cluster TOML file (`--cluster path` takes it)
 
 Graphs: the zoo's models and families of them through their export options (batch, sequence
-length, depth, vocabulary), layered random DAGs as in the placement literature, and models from
+length, depth, vocabulary; Llama-shaped decoders from 2 to 24 layers), layered random DAGs as in the placement literature, and models from
 outside the zoo (`graphs/outside/`: a YOLO-style detector, a MobileNetV2-style classifier).
 Clusters: the catalogue's, and clusters sampled around it (catalogue device models, heterogeneous,
 PCIe/NVLink/NVSwitch/network links).
@@ -17,7 +17,9 @@ Held out (never in `training_items`):
 - clusters: `dgx1-v100` and `2x2gpu-25gbe`, and any sampled cluster with their hardware.
 
 `size="small"` builds in seconds (small variants, exports cached in the zoo cache); `"full"` is
-the corpus for pre-training and the generalisation benchmark.
+the corpus for pre-training and the generalisation benchmark; `held_out_items(seed, "large")` is
+deep graphs never learned on (GPT-2-shaped at 24 and 48 layers, the Llama-2-7B shape), read for
+their shapes alone.
 """
 
 from placer.corpus.clusters import sample_cluster, write_cluster

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placer.corpus.clusters import catalogue_clusters, sample_cluster, signature
-from placer.corpus.sources import FAMILIES, GraphSource, family_sources, zoo_source
+from placer.corpus.sources import FAMILIES, LARGE_HELD_OUT, GraphSource, family_sources, zoo_source
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster, catalogue_names
@@ -21,6 +21,9 @@ HELD_OUT_FAMILIES: tuple[str, ...] = ("transformer", "outside")
 HELD_OUT_CLUSTERS: tuple[str, ...] = ("dgx1-v100", "2x2gpu-25gbe")
 TRAINING_FAMILIES: tuple[str, ...] = tuple(f for f in FAMILIES if f not in HELD_OUT_FAMILIES)
 SIZES = ("small", "full")
+# held_out_items also takes "large": deep graphs of 968 to 1,928 ops on the clusters large models run on
+HELD_OUT_SIZES = (*SIZES, "large")
+LARGE_CLUSTERS: tuple[str, ...] = ("8xh100-nvlink", "4xa100-nvlink", "dgx1-v100")
 # a training graph meets this many clusters per pass: half from the catalogue, half sampled
 CLUSTERS_PER_GRAPH = {"small": 2, "full": 4}
 # the training cluster a held-out graph is judged on: the paper's own machine
@@ -38,9 +41,9 @@ class CorpusItem:
     objective: str = "inference"
 
 
-def _check_size(size: str) -> None:
-    if size not in SIZES:
-        raise PlacerError(f"unknown corpus size {size!r}; use one of {', '.join(SIZES)}")
+def _check_size(size: str, sizes: tuple[str, ...] = SIZES) -> None:
+    if size not in sizes:
+        raise PlacerError(f"unknown corpus size {size!r}; use one of {', '.join(sizes)}")
 
 
 def training_clusters() -> list[Cluster]:
@@ -82,8 +85,13 @@ def held_out_items(seed: int = 0, size: str = "small") -> list[CorpusItem]:
     """Problems the training corpus never has: the held-out families' graphs on a training
     cluster (an unseen graph) and on the held-out clusters (both unseen), and a training family's
     graph on the held-out clusters (unseen hardware: Inception-v3 in "full", a random DAG drawn
-    away from the training ones in "small"). `seed` only moves that random DAG."""
-    _check_size(size)
+    away from the training ones in "small"). `seed` only moves that random DAG. "large" is
+    `LARGE_HELD_OUT`'s deep graphs on `LARGE_CLUSTERS` (two training clusters, one held out)."""
+    _check_size(size, HELD_OUT_SIZES)
+    if size == "large":
+        sources = [zoo_source(family, options) for family, options in LARGE_HELD_OUT]
+        return [CorpusItem(f"{s.name}@{c.name}", s.family, s.load(), c)
+                for s in sources for c in catalogue_clusters(list(LARGE_CLUSTERS))]
     unseen_graphs = [s for family in HELD_OUT_FAMILIES for s in family_sources(family, size, seed)]
     held_clusters = catalogue_clusters(list(HELD_OUT_CLUSTERS))
     seen_graphs = [zoo_source("inception_v3", {"batch": 1})] if size == "full" else \

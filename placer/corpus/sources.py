@@ -34,7 +34,24 @@ ZOO_FAMILIES: dict[str, dict[str, list[dict[str, int]]]] = {
     "transformer": {"small": [{"layers": 2, "seq_len": 16, "vocab": 1000}],
                     "full": [{"layers": 4, "seq_len": 128, "vocab": 8000},
                              {"layers": 8, "seq_len": 64, "batch": 4, "vocab": 8000}]},
+    # Llama-shaped decoders (RMSNorm, rotary, grouped-query attention, SwiGLU), shallow to deep: the
+    # shapes large models have, at sizes whose exports take seconds (the deep ones without weights)
+    "llama": {"small": [{"layers": 2}],
+              "full": [{"layers": 4, "hidden": 512, "heads": 8, "kv_heads": 8, "mlp": 1376, "seq_len": 256,
+                        "vocab": 8000},
+                       {"layers": 8, "hidden": 1024, "heads": 16, "kv_heads": 4, "mlp": 2816, "seq_len": 512,
+                        "vocab": 16000},
+                       {"layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 4, "mlp": 5632, "seq_len": 1024,
+                        "vocab": 32000},
+                       {"layers": 24, "hidden": 1024, "heads": 8, "kv_heads": 2, "mlp": 2816, "seq_len": 2048,
+                        "batch": 2, "vocab": 32000}]},
 }
+# Large graphs judged zero-shot (held_out_items(size="large")), none learned on: deep GPT-2-shaped
+# Transformers (a held-out family) and the Llama-2-7B shape, wider and longer than any training Llama
+LARGE_HELD_OUT = [("transformer", {"layers": 24, "seq_len": 128, "vocab": 8000}),
+                  ("transformer", {"layers": 48, "seq_len": 128, "vocab": 8000}),
+                  ("llama", {"layers": 32, "hidden": 4096, "heads": 32, "kv_heads": 32, "mlp": 11008,
+                             "seq_len": 4096, "vocab": 32000})]
 RANDOM_DAGS = {"small": 4, "full": 12}   # full: about as many items as the zoo families give
 OUTSIDE = {"small": [("mobilenet", {"size": 64, "width": 0.5})],
            "full": [("mobilenet", {"size": 224}), ("yolo", {"size": 320})]}
@@ -54,10 +71,11 @@ class GraphSource:
 
 @functools.lru_cache(maxsize=64)
 def _load(source: GraphSource) -> OpGraph:
-    """Loaded once per process: the learner meets a graph many times."""
+    """Loaded once per process: the learner meets a graph many times. Shapes only: the corpus is
+    placed by the simulator, so a large model's external weights are never read."""
     from placer.kernels.loading import load_graph
 
-    return load_graph(source.make())
+    return load_graph(source.make(), weights="shapes")
 
 
 def cached_export(key: dict, filename: str, write: Callable[[Path], object], module: str) -> Path:

@@ -82,7 +82,9 @@ def pretrain(settings: PretrainSettings, log: Callable[[str], None] = print) -> 
         started = time.monotonic()
         seed = settings.config.seed
         items = list(training_items(seed, settings.corpus))
-        held_out = held_out_items(seed, settings.corpus)
+        # the full corpus is judged on the large held-out graphs too (deep Transformers, Llama-2-7B)
+        held_out = held_out_items(seed, settings.corpus) + (held_out_items(seed, "large")
+                                                            if settings.corpus == "full" else [])
         log(f"corpus ({settings.corpus}): {len(items)} training items, {len(held_out)} held out, built in "
             f"{time.monotonic() - started:.0f} s; run folder {run_dir}")
         rollouts = None

@@ -150,3 +150,19 @@ def test_a_cluster_with_its_own_model_is_written_with_that_models_figures(tmp_pa
     devices = (cluster.devices[0], dataclasses.replace(gpu, model=faster), *cluster.devices[2:])
     cluster = dataclasses.replace(cluster, devices=devices)
     assert load_cluster(str(write_cluster(cluster, tmp_path / "own.toml"))) == cluster
+
+
+def test_the_large_held_out_graphs_are_never_training_graphs_and_are_deep():
+    """held_out_items(size="large"): deep GPT-2-shaped Transformers (a held-out family) and the
+    Llama-2-7B shape, whose options no training Llama has; the training corpus has Llamas too."""
+    from placer.corpus.items import LARGE_CLUSTERS
+    from placer.corpus.sources import LARGE_HELD_OUT, ZOO_FAMILIES
+
+    assert any(options["layers"] >= 16 for options in ZOO_FAMILIES["llama"]["full"])
+    for family, options in LARGE_HELD_OUT:
+        assert options not in ZOO_FAMILIES.get(family, {}).get("full", []) + ZOO_FAMILIES.get(family, {}).get("small", [])
+        assert options["layers"] >= 24
+    assert {f for f, _ in LARGE_HELD_OUT} == {"transformer", "llama"}
+    assert set(LARGE_CLUSTERS) & set(HELD_OUT_CLUSTERS) and set(LARGE_CLUSTERS) - set(HELD_OUT_CLUSTERS)
+    with pytest.raises(PlacerError, match="use one of small, full, large"):
+        held_out_items(0, "huge")

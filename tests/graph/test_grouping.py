@@ -133,3 +133,18 @@ def test_bad_options_are_placer_errors(eight_branches):
         group_graph(eight_branches, 4, 2, "kmeans")
     with pytest.raises(PlacerError, match="at least 1"):
         group_graph(eight_branches, 0, 2)
+
+
+def test_aligning_to_a_placement_keeps_each_group_on_one_device_within_the_limit(eight_branches):
+    """A placement that alternates devices node by node splits nearly every group; with a limit the
+    parts are merged back on their own device, never across two."""
+    from placer.graph.grouping import align
+
+    grouping = group_graph(eight_branches, 6)
+    devices = {n: f"d{i % 3}" for i, n in enumerate(eight_branches.nodes)}
+    unlimited = align(eight_branches, grouping, devices)
+    limited = align(eight_branches, grouping, devices, limit=8)
+    assert len(unlimited) > 8 and 3 <= len(limited) <= 8
+    for group in limited.groups:
+        assert len({devices[n] for n in group}) == 1, group
+    assert sorted(n for g in limited.groups for n in g) == sorted(eight_branches.nodes)

@@ -97,8 +97,8 @@ def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None
                  yardstick: bool = True) -> Episode:
     """`graph` on `cluster`, priced by `cost` (default: the cluster's roofline model); with
     `yardstick`, the best list heuristic is found too (a few list schedules, tenths of a second),
-    and the policy's groups are split where its placement cuts them (unless that makes more than
-    MAX_GROUPS), so that the chain of rounds from it starts from its very placement, not from a
+    and the policy's groups are split where its placement cuts them (parts on one device merged
+    back where that makes more than MAX_GROUPS), so that the chain of rounds from it starts from its very placement, not from a
     projection on the groups that can be far slower (Inception-v3 on the DGX-1: 1.25x)."""
     from placer.graph.grouping import align
     from placer.policy.gnn.features import MAX_GROUPS, policy_grouping
@@ -117,8 +117,8 @@ def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None
 
         start = best_start(graph, devices, cost, caps, simulator)
         if start.assign is not None:
-            aligned = align(graph, grouping, {n: devices[int(k)] for n, k in zip(graph.nodes, start.assign)})
-            grouping = aligned if len(aligned) <= MAX_GROUPS else grouping
+            grouping = align(graph, grouping, {n: devices[int(k)] for n, k in zip(graph.nodes, start.assign)},
+                             limit=MAX_GROUPS)
     features = graph_features(graph, cluster, cost, grouping)
     node_group = np.asarray([features.grouping.node_group[n] for n in graph.nodes], dtype=np.int64)
     episode = Episode(name or graph.source, graph, cluster, cost, features, FeatureTensors.of(features), simulator,
