@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
     print("held out, placed zero-shot: simulated step time over the best list heuristic's, over the best baseline's "
           "(local search included), and from nothing alone over the heuristic's")
     for row in result.held_out:
+        if "failure" in row:
+            print(f"  {row['name']:<58} not placed: {row['failure']}")
+            continue
         if row["ratio_to_best_heuristic"] is None:
             print(f"  {row['name']:<58} no heuristic fits")
             continue

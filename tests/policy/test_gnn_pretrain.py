@@ -171,3 +171,20 @@ def test_the_command_pretrains_on_the_small_corpus_and_judges_every_held_out_ite
         assert r["ratio_to_best_baseline"] == pytest.approx(r["policy_step_time_s"] / best, rel=1e-12), r["name"]
     assert any(r["local_search_step_time_s"] < r["best_heuristic_step_time_s"] for r in summary["held_out"])
     assert "held out, placed zero-shot" in capsys.readouterr().out
+
+
+def test_a_held_out_item_that_fits_no_device_is_a_failure_row_not_the_end_of_the_run(items):
+    """Llama-2-7B at 4096 tokens fits no placement the policy makes on the DGX-1: the run had
+    trained 25 minutes and then stopped on it, its summary unwritten."""
+    import dataclasses
+
+    from placer.policy.gnn.model import GraphPlacementPolicy
+    from placer.policy.gnn.pretrain import held_out_figures
+
+    cluster = items[1].cluster
+    tiny = tuple(dataclasses.replace(d, model=dataclasses.replace(d.model, memory_bytes=1024)) for d in cluster.devices)
+    cramped = CorpusItem("cramped", "branches", items[1].graph, dataclasses.replace(cluster, devices=tiny))
+    torch.manual_seed(0)
+    rows = held_out_figures(GraphPlacementPolicy(CONFIG.policy), [cramped, items[0]])
+    assert "memory" in rows[0]["failure"] and rows[0]["ratio_to_best_baseline"] is None
+    assert "failure" not in rows[1] and rows[1]["ratio_to_best_heuristic"] > 0

@@ -58,12 +58,19 @@ class PretrainResult:
 def held_out_figures(policy: GraphPlacementPolicy, items: list[Any]) -> list[dict[str, Any]]:
     """Each held-out item placed zero-shot (greedy): seconds to place (the heuristics it starts
     from included), simulated step time, the best list heuristic's, and their ratio; the same for
-    the chain from nothing alone."""
+    the chain from nothing alone. An item where no round of the policy fits the devices' memory is
+    a row with its failure and no figures, not the end of the run."""
     rows = []
     for item in items:
         started = time.monotonic()
         episode = make_episode(item.graph, item.cluster, name=item.name)
-        placement = place_episode(policy, episode)
+        try:
+            placement = place_episode(policy, episode)
+        except PlacerError as exc:
+            rows.append({"name": item.name, "family": getattr(item, "family", ""), "cluster": item.cluster.name,
+                         "ops": len(item.graph.nodes), "failure": str(exc), "ratio_to_best_heuristic": None,
+                         "ratio_to_best_baseline": None, "from_nothing_ratio_to_best_heuristic": None})
+            continue
         seconds = time.monotonic() - started
         info = placement.extra["placer"]
         # the policy's own figure: where `place` kept the heuristic's placement instead, it says so apart
