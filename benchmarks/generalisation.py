@@ -15,6 +15,7 @@ final one; the issue asks for a fifth of the per-graph learner's samples or fewe
     python benchmarks/generalisation.py                       # held_out_items(size="full"), 2000 samples
     python benchmarks/generalisation.py --quick               # the small held-out set, 200 samples
     python benchmarks/generalisation.py --items transformer --no-per-graph --json out.json
+    python benchmarks/generalisation.py --size large --zero-shot-only     # deep graphs, zero-shot
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from _bench import save_json  # noqa: E402
 from paper_setting import LIST_HEURISTICS, learn as per_graph_learn  # noqa: E402
 from placer.jobs.compare import simulated_comparison  # noqa: E402
 from placer.corpus import held_out_items  # noqa: E402
+from placer.corpus.items import HELD_OUT_SIZES  # noqa: E402
 from placer.costmodel.roofline import cluster_measurer  # noqa: E402
 from placer.devices import as_devices  # noqa: E402
 from placer.errors import PlacerError  # noqa: E402
@@ -127,11 +129,25 @@ def to_reach(curve: list[tuple[int, float]], target_ms: float | None) -> int | N
     return next((s for s, ms in curve if ms <= target_ms * (1 + 1e-9)), None)
 
 
-def one(item, policy, samples: int, seed: int, with_per_graph: bool) -> dict:
+def one(item, policy, samples: int, seed: int, with_per_graph: bool, with_learners: bool = True) -> dict:
     base = baselines(item, samples, seed)
     out = {"item": item.name, "family": item.family, "cluster": item.cluster.name, "nodes": len(item.graph.nodes),
            "devices": len(item.cluster.devices), "samples": samples, "baselines": base,
            "zero_shot": zero_shot(policy, item)}
+    if with_learners:
+        _learners(out, item, policy, samples, seed, with_per_graph)
+    for name in ("zero_shot", "fine_tuned", "scratch", "per_graph", "reinforce_only", "fine_tuned_fifth_of_per_graph",
+                 "fine_tuned_fifth_of_reinforce_only"):
+        if name in out and out[name]["ms"] is not None:
+            out[name]["vs_best"] = out[name]["ms"] / base["best_ms"]
+    for name in ("most_likely", "from_nothing"):
+        if out["zero_shot"].get(f"{name}_ms") is not None:
+            out["zero_shot"][f"{name}_vs_best"] = out["zero_shot"][f"{name}_ms"] / base["best_ms"]
+    return out
+
+
+def _learners(out: dict, item, policy, samples: int, seed: int, with_per_graph: bool) -> None:
+    """The learners' rows of `out`: fine-tuned, from scratch and (`with_per_graph`) the per-graph ones."""
     with tempfile.TemporaryDirectory(prefix="placer-generalisation-") as folder:
         folder = Path(folder)
         out["fine_tuned"] = learning(copy.deepcopy(policy), item, samples, seed, folder / "fine")
@@ -151,14 +167,6 @@ def one(item, policy, samples: int, seed: int, with_per_graph: bool) -> dict:
     for name in ("fine_tuned", "scratch"):
         out[name]["to_reach_per_graph"] = to_reach(out[name]["curve"], target)
         out[name]["to_reach_reinforce_only"] = to_reach(out[name]["curve"], out.get("reinforce_only", {}).get("ms"))
-    for name in ("zero_shot", "fine_tuned", "scratch", "per_graph", "reinforce_only", "fine_tuned_fifth_of_per_graph",
-                 "fine_tuned_fifth_of_reinforce_only"):
-        if name in out and out[name]["ms"] is not None:
-            out[name]["vs_best"] = out[name]["ms"] / base["best_ms"]
-    for name in ("most_likely", "from_nothing"):
-        if out["zero_shot"].get(f"{name}_ms") is not None:
-            out["zero_shot"][f"{name}_vs_best"] = out["zero_shot"][f"{name}_ms"] / base["best_ms"]
-    return out
 
 
 def _fifth(r: dict, learner: str) -> str:
@@ -175,7 +183,10 @@ def _cell(value, fmt: str = ".3f", width: int = 9) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    parser.add_argument("--size", choices=("small", "full"), default="full", help="which held-out set (corpus size)")
+    parser.add_argument("--size", choices=HELD_OUT_SIZES, default="full",
+                        help="which held-out set (corpus size; large: deep graphs of 968-1,928 ops)")
+    parser.add_argument("--zero-shot-only", action="store_true",
+                        help="only the baselines and the policy zero-shot (no fine-tuning, no learner)")
     parser.add_argument("--items", nargs="+", default=None, metavar="TEXT",
                         help="only the held-out items whose name contains one of these")
     parser.add_argument("--samples", type=int, default=2000,
@@ -201,7 +212,7 @@ def main() -> None:
           f"{'ft/5':>8}{'ft/5 rl':>8}")
     results = []
     for item in items:
-        r = one(item, policy, args.samples, args.seed, not args.no_per_graph)
+        r = one(item, policy, args.samples, args.seed, not args.no_per_graph, not args.zero_shot_only)
         results.append(r)
         if args.json:   # after every item: a long run cut short keeps what it finished
             Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -213,11 +224,12 @@ def main() -> None:
         print(f"{r['item'][:51]:<52}{best:>24}{_cell(ratio(rows.get('local_search')))}"
               f"{_cell(ratio(rows.get('exact')))}{_cell(r['zero_shot'].get('vs_best'), width=10)}"
               f"{_cell(r['zero_shot'].get('most_likely_vs_best'), width=8)}"
-              f"{_cell(r['zero_shot'].get('from_nothing_vs_best'))}{r['zero_shot']['seconds']:>6.2f}{_cell(r['fine_tuned'].get('vs_best'))}"
-              f"{_cell(r['scratch'].get('vs_best'))}{_cell(r.get('per_graph', {}).get('vs_best'))}"
+              f"{_cell(r['zero_shot'].get('from_nothing_vs_best'))}{r['zero_shot']['seconds']:>6.2f}{_cell(r.get('fine_tuned', {}).get('vs_best'))}"
+              f"{_cell(r.get('scratch', {}).get('vs_best'))}{_cell(r.get('per_graph', {}).get('vs_best'))}"
               f"{_cell(r.get('reinforce_only', {}).get('vs_best'))}"
-              f"{_cell(r['fine_tuned']['to_reach_per_graph'], 'd')}{_cell(r['scratch']['to_reach_per_graph'], 'd')}"
-              f"{_cell(r['fine_tuned']['to_reach_reinforce_only'], 'd', 7)}{_fifth(r, 'per_graph')}"
+              f"{_cell(r.get('fine_tuned', {}).get('to_reach_per_graph'), 'd')}"
+              f"{_cell(r.get('scratch', {}).get('to_reach_per_graph'), 'd')}"
+              f"{_cell(r.get('fine_tuned', {}).get('to_reach_reinforce_only'), 'd', 7)}{_fifth(r, 'per_graph')}"
               f"{_fifth(r, 'reinforce_only')}",
               flush=True)
     print("best baseline in ms per simulated step; every other column is that row's step over the best baseline's "

@@ -23,13 +23,14 @@ from placer.evaluate.compare import CompareRow
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.placement import Placement
-from placer.plans import mcmc, search
+from placer.plans import mcmc, reinforce, search
 from placer.devices import device_kind
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.reduced import Reduced, ReducedScorer, reduce
 
-SEARCHES = {search.NAME: search.plan_search, mcmc.NAME: mcmc.mcmc}
+SEARCHES = {search.NAME: search.plan_search, mcmc.NAME: mcmc.mcmc, reinforce.NAME: reinforce.plan_reinforce}
+BY = {search.NAME: "local search", mcmc.NAME: "MCMC", reinforce.NAME: "REINFORCE"}
 
 
 def searched_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, placements: Mapping[str, Placement],
@@ -56,7 +57,7 @@ def searched_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, p
             where = (f" on {reduced.kept} of its {reduced.blocks} repeated blocks "
                      f"({len(reduced.graph.nodes)} of {len(graph.nodes)} nodes), the plan found simulated on the whole")
         split = sum(1 for op in plan.ops.values() if not op.whole)
-        note = (f"a plan found by {'local search' if name == search.NAME else 'MCMC'} over plans from "
+        note = (f"a plan found by {BY[name]} over plans from "
                 f"{found.start} ({found.start_time * 1e3:.3f} ms): {found.samples} plans simulated{where}, "
                 f"{found.plans_per_second:.1f} plans/s; {split} of {len(plan.ops)} ops split")
         rows.append(CompareRow(name, name, True, time.perf_counter() - begun, measurement=m, note=note,

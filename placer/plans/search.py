@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from placer.errors import PlacerError
-from placer.graph.grouping import group_graph
+from placer.graph.grouping import Grouping, group_graph
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.measure.measurement import Measurement
@@ -73,12 +73,21 @@ def units(graph: OpGraph, start: Plan, groups: int = GROUPS) -> list[list[list[s
     """The units moved, level by level: the whole graph; the ops the start runs whole on each device
     (so a placement's stages can each become data parallel over their neighbours); each group with
     the Constants that follow it."""
-    grouping = group_graph(graph, min(groups, len(graph.nodes)), len(start.devices))
+    on = {d: [n for n in graph.nodes if start.ops[n].devices == (d,)] for d in start.devices}
+    return [[list(graph.nodes)], [ops for ops in on.values() if ops], group_units(unit_grouping(graph, start, groups))]
+
+
+def unit_grouping(graph: OpGraph, start: Plan, groups: int = GROUPS) -> Grouping:
+    """The groups below the whole graph (`placer.graph.grouping`, at most `groups`)."""
+    return group_graph(graph, min(groups, len(graph.nodes)), len(start.devices))
+
+
+def group_units(grouping: Grouping) -> list[list[str]]:
+    """Each group's ops with the Constants that follow it (a plan places those too)."""
     members = [list(g) for g in grouping.groups]
     for constant, leader in grouping.followers.items():
         members[grouping.node_group[leader]].append(constant)
-    on = {d: [n for n in graph.nodes if start.ops[n].devices == (d,)] for d in start.devices}
-    return [[list(graph.nodes)], [ops for ops in on.values() if ops], members]
+    return members
 
 
 def plan_search(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], devices: list[str] | None = None,

@@ -13,13 +13,14 @@ from placer.placement import Placement
 from placer.plans.data_parallel import data_parallel
 from placer.plans.layout import REPLICATE, Shard
 from placer.plans.mcmc import mcmc
+from placer.plans.reinforce import plan_reinforce
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.search import plan_search
 from plancases import conv_net, matmul_relu, memory_bound
 
 TWO = ["cuda:0", "cuda:1"]
-SEARCHES = [plan_search, mcmc]
+SEARCHES = [plan_search, mcmc, plan_reinforce]
 
 
 def memory_bound_pair(memory: tuple[int, int] = (2**40, 2**40)) -> Cluster:
