@@ -1,8 +1,8 @@
 """Plans against placements, simulated: the zoo's models' inference steps at the paper's batches on
 the catalogue's clusters. For each pair, the placers' placements (the fastest of them is the
 "best placement"), each plan row users run (`placer.evaluate.plan_rows`: DDP, ...), placer's
-local search over plans (`plan_search`) and FlexFlow's MCMC (`mcmc`) at the same budget of
-simulated plans, both from the fastest of the rows before them. Printed per pair: each row's step
+local search over plans (`plan_search`), FlexFlow's MCMC (`mcmc`) and REINFORCE over plans
+(`plan_reinforce`) at the same budget of simulated plans, each from the fastest of the rows before them. Printed per pair: each row's step
 time, and placer's plan against the best placement and against DDP (speed-ups: their step time
 over the plan's).
 
@@ -29,7 +29,9 @@ from placer.evaluate.plan_rows import PLANS, plan_rows  # noqa: E402
 from placer.hardware import load_cluster  # noqa: E402
 from placer.jobs.compare import simulated_comparison  # noqa: E402
 from placer.plans.data_parallel import NAME as DATA_PARALLEL  # noqa: E402
-from placer.plans.mcmc import NAME as MCMC  # noqa: E402
+from placer.costmodel.lower_bound import plan_lower_bound  # noqa: E402
+from placer.costmodel.roofline import RooflineCostModel  # noqa: E402
+from placer.evaluate.plan_search_rows import SEARCHES  # noqa: E402
 from placer.plans.search import NAME as PLAN_SEARCH, SAMPLES  # noqa: E402
 
 BATCH = {"inception_v3": 32, "rnnlm": 64, "nmt": 64, "resnet50": 32, "transformer": 64}   # the paper's section 4
@@ -51,20 +53,23 @@ def one(model: str, batch: int, cluster_name: str, samples: int, plan_samples: i
     rows, notes = plan_rows(graph, cluster, names, PLANS, placements={n: r.placement for n, r in placed.items()},
                             samples=plan_samples, seed=seed)
     plans_s = time.perf_counter() - start
+    caps = {d.name: d.model.memory_bytes for d in cluster.devices}
+    bound_ms = plan_lower_bound(graph, names, RooflineCostModel(cluster, graph), caps=caps).value * 1e3
     best = min(placed, key=lambda n: placed[n].step_time)
     ms = {r.name: (r.step_time * 1e3 if r.step_time is not None else None) for r in rows}
     failures = {r.name: r.measurement.reason for r in rows if r.step_time is None and r.measurement is not None}
     plan_ms, best_ms = ms.get(PLAN_SEARCH), placed[best].step_time * 1e3
     ddp_ms = ms.get(DATA_PARALLEL)
     # what placer's plan starts from: every placement and every plan users run (not the searches)
-    fastest_ms = min([best_ms] + [v for n, v in ms.items() if v is not None and n not in (PLAN_SEARCH, MCMC)])
-    searched = {r.name: r.note for r in rows if r.name in (PLAN_SEARCH, MCMC)}
+    fastest_ms = min([best_ms] + [v for n, v in ms.items() if v is not None and n not in SEARCHES])
+    searched = {r.name: r.note for r in rows if r.name in SEARCHES}
     return {"model": model, "batch": batch, "cluster": cluster_name, "samples": samples, "plan_samples": plan_samples,
             "best_placement": best, "best_placement_ms": best_ms, "plan_rows_ms": ms, "failures": failures,
             "notes": notes, "search_notes": searched, "plans_s": plans_s,
             "plan_vs_best_placement": best_ms / plan_ms if plan_ms else None,
             "plan_vs_ddp": ddp_ms / plan_ms if plan_ms and ddp_ms else None,
-            "plan_vs_fastest": fastest_ms / plan_ms if plan_ms else None}
+            "plan_vs_fastest": fastest_ms / plan_ms if plan_ms else None,
+            "plan_bound_ms": bound_ms, "plan_over_bound": plan_ms / bound_ms if plan_ms else None}
 
 
 def _ms(value: float | None) -> str:
@@ -86,7 +91,8 @@ def show(r: dict) -> None:
     for note in r["notes"]:
         print(f"    note: {note}")
     print(f"  placer's plan vs best placement {_ratio(r['plan_vs_best_placement'])}, vs DDP {_ratio(r['plan_vs_ddp'])}, "
-          f"vs the fastest other row {_ratio(r['plan_vs_fastest'])} (speed-ups; plans searched in {r['plans_s']:.1f} s)")
+          f"vs the fastest other row {_ratio(r['plan_vs_fastest'])} (speed-ups; plans searched in {r['plans_s']:.1f} s); "
+          f"plan / the bound over plans ({_ms(r['plan_bound_ms'])}) {_ratio(r['plan_over_bound'])}")
 
 
 def main() -> None:
@@ -96,7 +102,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None, help="one batch for every model (default: the paper's)")
     parser.add_argument("--samples", type=int, default=1000, help="local search's simulated placements")
     parser.add_argument("--plan-samples", type=int, default=SAMPLES,
-                        help="simulated plans of plan_search and of mcmc, each")
+                        help="simulated plans of each search (plan_search, mcmc, plan_reinforce)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="transformer at batch 16 on paper-2xk40, 30 plans")
     parser.add_argument("--json", default=None, help="write every row here")
@@ -114,6 +120,9 @@ def main() -> None:
     print(f"\nplacer's plan at least 10% faster than the best placement on {sum(x >= 1.1 for x in ratios)} of "
           f"{len(results)} pairs, than the fastest other row on {sum(x >= 1.1 for x in fastest)}, slower than it on "
           f"{sum(x < 1 for x in fastest)}; simulated (roofline, datasheet figures): exact, no intervals")
+    no_room = [r for r in results if r["plan_vs_fastest"] and r["plan_vs_fastest"] < 1.1]
+    print(f"of the {len(no_room)} pairs where it is not 10% faster than every other row, the bound over plans leaves "
+          f"no 10% to find on {sum(r['plan_over_bound'] < 1.1 for r in no_room)} (plan / bound under 1.1)")
     if args.json:
         save_json(args.json, results)
 

@@ -334,9 +334,68 @@ def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
     of the whole training step (a node's forward, backward and the updates it owns share its
     device, so its load is their sum); with `pipeline`, of the pipelined step; with `caps` (device
     -> bytes), of the placements that fit them."""
+    pipelined = pipeline is not None and pipeline.pipelined
+    priced = _priced(graph, devices, cost, training, pipeline, caps)
+    sim, program, step_times, times = priced.sim, priced.sim.program, priced.step_times, priced.times
+    fastest_row = times.min(axis=1)
+    if training is None and not pipelined:
+        cp = critical_path(graph, dict(zip(graph.nodes, fastest_row.tolist())))
+    else:
+        cp = program_critical_path(program, step_times.min(axis=1).tolist())
+    drain = fill_drain(program, step_times, len(graph.nodes)) if pipelined else 0.0
+    path = transfer_path(sim, step_times)
+    load, method, memory = _load(priced, cost, devices)
+    log.info("lower bound: critical path %.6f s, with transfers %.6f s, load %.6f s (%s), fill and drain %.6f s",
+             cp, path, load, method, drain)
+    return LowerBound(value=max(cp, path, load, drain), critical_path=cp, load=load, load_method=method,
+                      fill_drain=drain, transfer_path=path, caps_used=memory is not None)
+
+
+def plan_lower_bound(graph: OpGraph, devices: list[str], cost: CostModel, training: TrainingSpec | None = None,
+                     caps: dict[str, int] | None = None) -> LowerBound:
+    """A bound over plans, which may split any op over any devices: the larger of the load bound
+    (the LP above already splits each node fractionally over the devices, so it bounds plans too:
+    a shard costs at least its share of the whole op, as the roofline prices it, and a device
+    holds at least its share of what a split op reads) and the critical path with every step at
+    its fastest split (`split_time`: one device, or all of them at once, slowed by contention),
+    transfers and collectives free. No transfer path: a split op ends sooner than any device
+    alone could run it."""
+    priced = _priced(graph, devices, cost, training, None, caps)
+    slowdown = _slowdown(cost, devices)
+    if training is None:
+        cp = critical_path(graph, dict(zip(graph.nodes, split_time(priced.times, slowdown).tolist())))
+    else:
+        cp = program_critical_path(priced.sim.program, split_time(priced.step_times, slowdown).tolist())
+    load, method, memory = _load(priced, cost, devices)
+    log.info("lower bound of plans: critical path split %.6f s, load %.6f s (%s)", cp, load, method)
+    return LowerBound(value=max(cp, load), critical_path=cp, load=load, load_method=method,
+                      caps_used=memory is not None)
+
+
+def split_time(times: np.ndarray, slowdown: list[float]) -> np.ndarray:
+    """Per row of `times` (seconds on each device): the least time the work can take, whole on one
+    device or split over all of them in the shares that end them together (each slowed by its
+    contention factor while the others run; more devices only shorten that)."""
+    with np.errstate(divide="ignore"):   # a step of no time: its rate is infinite, its split time 0
+        rate = (1.0 / (times * np.asarray(slowdown)[None, :])).sum(axis=1)
+    together = np.divide(1.0, rate, out=np.full(len(times), np.inf), where=rate > 0)
+    return np.minimum(times.min(axis=1), together)
+
+
+@dataclass
+class _Priced:
+    """A graph's steps priced on the devices, under the memory caps where any split fits them."""
+
+    sim: Simulator
+    step_times: np.ndarray   # (steps, devices)
+    times: np.ndarray        # (nodes, devices): each node's steps summed
+    memory: Residency | None
+
+
+def _priced(graph: OpGraph, devices: list[str], cost: CostModel, training: TrainingSpec | None,
+            pipeline: Pipeline | None, caps: dict[str, int] | None) -> _Priced:
     if not devices:
         raise PlacerError("no devices given for the lower bound; give at least one")
-    pipelined = pipeline is not None and pipeline.pipelined
     sim = Simulator(graph, devices, cost, [(caps or {}).get(d) for d in devices], training, pipeline)
     program = sim.program
     step_times = np.asarray(program.times, dtype=float).reshape(len(program.steps), len(devices))
@@ -354,27 +413,25 @@ def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
         else:
             log.info("lower bound: some node's resident data fits no device's cap; the bound ignores the caps")
             memory = None
-    fastest_row = times.min(axis=1)
-    if training is None and not pipelined:
-        cp = critical_path(graph, dict(zip(graph.nodes, fastest_row.tolist())))
-    else:
-        cp = program_critical_path(program, step_times.min(axis=1).tolist())
-    drain = fill_drain(program, step_times, len(graph.nodes)) if pipelined else 0.0
-    path = transfer_path(sim, step_times)
-    average = float(fastest_row.sum()) / len(devices)
-    slowdown = [float((getattr(cost, "slowdown", None) or {}).get(d, 1.0)) for d in devices]
+    return _Priced(sim, step_times, times, memory)
+
+
+def _slowdown(cost: CostModel, devices: list[str]) -> list[float]:
+    return [float((getattr(cost, "slowdown", None) or {}).get(d, 1.0)) for d in devices]
+
+
+def _load(priced: _Priced, cost: CostModel, devices: list[str]) -> tuple[float, str, Residency | None]:
+    """The load bound, how it was found ("lp" or "average") and the memory it held to."""
+    memory = priced.memory
+    average = float(priced.times.min(axis=1).sum()) / len(devices)
     try:
-        lp = load_bound_lp(times, slowdown, memory)
+        lp = load_bound_lp(priced.times, _slowdown(cost, devices), memory)
         if not math.isfinite(lp):
             log.info("lower bound: no split of the work fits the memory caps; the load bound ignores them")
-            memory, lp = None, load_bound_lp(times, slowdown)
-        load, method = max(lp, average), "lp"
+            memory, lp = None, load_bound_lp(priced.times, _slowdown(cost, devices))
+        return max(lp, average), "lp", memory
     except ImportError:
-        load, method = average, "average"
-    log.info("lower bound: critical path %.6f s, with transfers %.6f s, load %.6f s (%s), fill and drain %.6f s",
-             cp, path, load, method, drain)
-    return LowerBound(value=max(cp, path, load, drain), critical_path=cp, load=load, load_method=method,
-                      fill_drain=drain, transfer_path=path, caps_used=memory is not None)
+        return average, "average", memory
 
 
 def check_bound(bound: LowerBound | float, measured: dict[str, float | None], tolerance: float = 0.0) -> str | None:

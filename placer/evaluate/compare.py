@@ -26,7 +26,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
 from placer.measure.intervals import FASTER, TIED, Interval, speedup_verdict, verdict_record
-from placer.costmodel.lower_bound import LowerBound, check_bound, lower_bound
+from placer.costmodel.lower_bound import LowerBound, check_bound, lower_bound, plan_lower_bound
 from placer.engines.protocol import PlacedRun
 from placer.measure.measurement import Measurement, Measurer, OpensPlacements
 from placer.measure.progress import Progress, rounds_progress, rounds_text
@@ -131,6 +131,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)   # one line each: caps hit, noise, what to use instead
     history: dict[str, Any] | None = None    # against the previous run, see `placer.evaluate.history`
     instead: list[str] = field(default_factory=list)   # whole-model rows faster than every placement: use them
+    plan_bound: LowerBound | None = None     # the bound over plans (ops split too), where a row is a plan
 
     def row(self, name: str) -> CompareRow | None:
         return next((r for r in self.rows if r.name == name), None)
@@ -138,6 +139,7 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         return {"format": "placer.compare/1", "graph": self.graph, "graph_sha256": self.graph_sha256,
                 "devices": self.devices, "caps": self.caps, "lower_bound": asdict(self.lower_bound),
+                "plan_lower_bound": asdict(self.plan_bound) if self.plan_bound else None,
                 "best_single_device": self.best_single, "fastest": self.fastest,
                 "micro_batches": self.micro_batches, "best_single_device_step_time_s": self.best_single_step_time,
                 "learning_vs_random_search": self.learning, "rounds": self.rounds, "control": self.control,
@@ -245,6 +247,9 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
 
     caps = dict(caps or {})
     bound = lower_bound(graph, devices, cost, training, pipeline, caps)
+    # plans split ops, so the placements' bound does not hold for them: theirs is over every split
+    plan_bound = plan_lower_bound(graph, devices, cost, training, caps) if any(r.plan for r in rows) and \
+        pipeline is None else None
     sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices], training=training, pipeline=pipeline)
     index = {d: i for i, d in enumerate(devices)}
     for row in rows:
@@ -287,12 +292,14 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
         row.vs_fastest = speedup(row, fastest)
         row.vs_fastest_verdict = None if row is fastest else speedup_verdict(row.vs_fastest)
         row.tied_with_fastest = row is fastest or row.vs_fastest_verdict == TIED
-        if bound.value > 0 and not row.plan:   # a bound over placements: a plan that splits ops may pass under it
-            row.ratio_to_lower_bound = row.step_time / bound.value
+        row_bound = plan_bound if row.plan else bound
+        if row_bound is not None and row_bound.value > 0:
+            row.ratio_to_lower_bound = row.step_time / row_bound.value
     comparison = Comparison(graph=graph.source, graph_sha256=graph.sha256, devices=list(devices), caps=caps,
                             lower_bound=bound, rows=rows, best_single=best.name if best else None,
                             best_single_step_time=best.step_time if best else None,
-                            learning=learning_worth(rows, speedup), fastest=fastest.name if fastest else None)
+                            learning=learning_worth(rows, speedup), fastest=fastest.name if fastest else None,
+                            plan_bound=plan_bound)
     comparison.verdicts = headline_verdicts(rows, speedup, best)
     comparison.micro_batches = pipeline.micro_batches if pipeline is not None else 1
     if result is not None:

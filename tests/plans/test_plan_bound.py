@@ -1,0 +1,68 @@
+"""The lower bound over plans: no plan, however it splits ops, simulates below it, where plans do
+pass under the placements' bound (a chain split four ways is a quarter of its fastest device)."""
+
+from __future__ import annotations
+
+import pytest
+
+from placer.costmodel import lower_bound as bounds
+from placer.costmodel.roofline import RooflineCostModel
+from placer.devices import as_devices
+from placer.graph.load import load_graph
+from placer.hardware import load_cluster
+from placer.jobs.compare import simulated_comparison
+from placer.plans.data_parallel import data_parallel
+from placer.plans.pricing import simulate_plan
+from placer.program.training import TrainingSpec
+from plancases import conv_net, matmul_relu
+
+PLANS = ("data_parallel", "fsdp", "tensor_parallel", "pipeline_data", "data_parallel_by_speed", "plan_search")
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    from graphs.export import export_model
+
+    return load_graph(export_model("transformer", batch=8, seq_len=16, layers=2, vocab=256))
+
+
+def rows_and_bounds(graph, cluster_name: str, training=None):
+    cluster = load_cluster(cluster_name)
+    comparison = simulated_comparison(graph, as_devices(cluster.device_specs()), cluster, ["m_etf", "heft"], None, 20,
+                                      0, training=training, plans=PLANS)
+    return comparison, [r for r in comparison.rows if r.step_time is not None]
+
+
+@pytest.mark.parametrize("cluster_name", ["4xa100-nvlink", "paper-4xk40"])
+@pytest.mark.parametrize("training", [None, TrainingSpec()], ids=["inference", "training"])
+def test_no_plan_row_simulates_below_the_bound_over_plans(gpt, cluster_name, training):
+    comparison, rows = rows_and_bounds(gpt, cluster_name, training)
+    plans = [r for r in rows if r.plan]
+    assert len(plans) >= 2 and comparison.plan_bound is not None
+    assert comparison.plan_bound.value <= comparison.lower_bound.value
+    for row in rows:
+        assert row.ratio_to_lower_bound >= 1.0, row.name
+    assert {r.name for r in plans} >= {"data_parallel", "plan_search"}
+
+
+def test_a_chain_split_over_four_gpus_passes_under_the_placements_bound_not_under_the_plans():
+    """DDP of a matmul chain at batch 4096 on four A100s: under the placements' bound (the chain on
+    its fastest device), above the plans' (each op over the four at once)."""
+    graph, cluster = matmul_relu(4096, 1024, 1024), load_cluster("4xa100-nvlink")
+    gpus = [d.name for d in cluster.devices if d.name.startswith("cuda")]
+    cost = RooflineCostModel(cluster, graph)
+    devices = [d.name for d in cluster.devices]
+    ddp = simulate_plan(graph, data_parallel(graph, gpus), cluster).step_time
+    placements = bounds.lower_bound(graph, devices, cost)
+    plans = bounds.plan_lower_bound(graph, devices, cost)
+    assert ddp < 0.5 * placements.value
+    assert plans.value <= ddp < 1.5 * plans.value
+
+
+def test_split_time_is_one_device_or_all_at_once_under_contention():
+    import numpy as np
+
+    times = np.asarray([[4.0, 4.0], [1.0, 100.0]])
+    assert bounds.split_time(times, [1.0, 1.0]).tolist() == [2.0, pytest.approx(100 / 101)]
+    # slowed 3x while the other runs: splitting no longer pays, one device alone is faster
+    assert bounds.split_time(times, [3.0, 3.0]).tolist() == [4.0, 1.0]
