@@ -42,6 +42,9 @@ def register(subparsers) -> None:
     parser.add_argument("--layers", type=int, default=3, help="message-passing layers (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of improvement per placement (default %(default)s)")
+    parser.add_argument("--start-from", default=None, metavar="POLICY",
+                        help="start from this graph policy's weights and shape ('pretrained': the shipped one) "
+                             "instead of a fresh network: pre-training it further, on a corpus that has grown")
     parser.add_argument("--workers", type=int, default=0, metavar="N",
                         help="roll out on N Ray tasks at once (pip install -e '.[ray]'); default 0: in this process")
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
@@ -59,13 +62,19 @@ def settings_from_args(args: argparse.Namespace):
 
     heads = 2 if args.hidden % 2 == 0 else 1
     policy = PolicyConfig(hidden=args.hidden, layers=args.layers, heads=heads, rounds=args.rounds)
+    start_from = None
+    if args.start_from is not None:   # its network's shape is the run's
+        from placer.policy.gnn.checkpoint import PRETRAINED, load_policy
+
+        start_from = PRETRAINED if args.start_from == "pretrained" else Path(args.start_from)
+        policy = load_policy(start_from)[0].config
     config = PretrainConfig(items_per_update=args.items_per_update, seed=args.seed, policy=policy,
                             learn=LearnConfig(samples=args.samples, lr=args.lr))
     # the command line, recorded beside the policy (not when called from Python)
     command = "placer " + shlex.join(sys.argv[1:]) if Path(sys.argv[0]).name in ("placer", "cli.py") else None
     return PretrainSettings(config, parse_budget(args.budget) if args.budget else None, args.updates, args.corpus,
                             None if args.run_dir is None else Path(args.run_dir), args.resume, args.workers,
-                            args.ray_address, command)
+                            args.ray_address, command, start_from)
 
 
 def run(args: argparse.Namespace) -> int:

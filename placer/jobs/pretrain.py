@@ -36,6 +36,7 @@ class PretrainSettings:
     workers: int = 0
     ray_address: str | None = None
     command: str | None = None
+    start_from: Path | None = None   # a policy file whose weights the run starts from (None: a fresh network)
 
     def __post_init__(self) -> None:
         check_seed(self.config.seed)
@@ -94,5 +95,7 @@ def pretrain(settings: PretrainSettings, log: Callable[[str], None] = print) -> 
             rollouts = RayRollouts(settings.workers, settings.ray_address)
         result = learn(run_dir, items, held_out, settings.config, budget_s=settings.budget_s, updates=settings.updates,
                        resume=settings.resume, rollouts=rollouts,
-                       run_info={"corpus": settings.corpus, "command": settings.command}, log=log)
+                       run_info={"corpus": settings.corpus, "command": settings.command,
+                                 **({"started_from": str(settings.start_from)} if settings.start_from else {})},
+                       start_from=settings.start_from, log=log)
     return PretrainRun(run_dir, result)

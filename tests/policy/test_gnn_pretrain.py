@@ -188,3 +188,26 @@ def test_a_held_out_item_that_fits_no_device_is_a_failure_row_not_the_end_of_the
     rows = held_out_figures(GraphPlacementPolicy(CONFIG.policy), [cramped, items[0]])
     assert "memory" in rows[0]["failure"] and rows[0]["ratio_to_best_baseline"] is None
     assert "failure" not in rows[1] and rows[1]["ratio_to_best_heuristic"] > 0
+
+
+def test_a_run_can_start_from_a_policys_weights_and_refuses_another_shape(tmp_path, items):
+    """--start-from: with a learning rate of 0 the policy written is the one started from, where a
+    fresh network (the same seed) is not; a file of another shape is a one-line refusal."""
+    import dataclasses
+
+    from placer.errors import PlacerError
+    from placer.policy.gnn.checkpoint import save_policy
+    from placer.policy.gnn.model import GraphPlacementPolicy
+
+    torch.manual_seed(123)
+    start = save_policy(GraphPlacementPolicy(CONFIG.policy), tmp_path / "start.pt")
+    frozen = dataclasses.replace(CONFIG, learn=LearnConfig(samples=4, lr=0.0))
+    pretrain(tmp_path / "from", items[:2], [], frozen, updates=1, start_from=start, log=lambda _: None)
+    pretrain(tmp_path / "fresh", items[:2], [], frozen, updates=1, log=lambda _: None)
+    began, continued, fresh = (load_policy(p)[0].state_dict() for p in
+                               (start, tmp_path / "from" / "policy.pt", tmp_path / "fresh" / "policy.pt"))
+    assert all(torch.equal(began[k], continued[k]) for k in began)
+    assert not all(torch.equal(began[k], fresh[k]) for k in began)
+    other = dataclasses.replace(CONFIG, policy=PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
+    with pytest.raises(PlacerError, match="holds a policy of another shape"):
+        pretrain(tmp_path / "other", items[:2], [], other, updates=1, start_from=start, log=lambda _: None)

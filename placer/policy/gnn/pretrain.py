@@ -23,7 +23,7 @@ import torch
 
 from placer.errors import PlacerError
 from placer.policy.checkpoint import save_json
-from placer.policy.gnn.checkpoint import load_checkpoint, save_policy
+from placer.policy.gnn.checkpoint import load_checkpoint, load_policy, save_policy
 from placer.policy.gnn.episode import Episode, make_episode
 from placer.policy.gnn.learn import LearnConfig, update
 from placer.policy.gnn.model import GraphPlacementPolicy, PolicyConfig
@@ -106,9 +106,11 @@ def _local_search_time(episode: Episode) -> float | None:
 
 def pretrain(run_dir: Path, items: list[Any], held_out: list[Any], config: PretrainConfig, *,
              budget_s: float | None = None, updates: int | None = None, resume: bool = False, rollouts=None,
-             run_info: dict[str, Any] | None = None, log: Callable[[str], None] = print) -> PretrainResult:
+             run_info: dict[str, Any] | None = None, start_from: Path | None = None,
+             log: Callable[[str], None] = print) -> PretrainResult:
     """Train across `items` (each with .name, .graph, .cluster) until `budget_s` seconds or `updates`
-    updates in all (a resumed run counts the ones before), then place `held_out` zero-shot."""
+    updates in all (a resumed run counts the ones before), then place `held_out` zero-shot; a new
+    run starts from the weights in `start_from` where given (their shape must be `config.policy`)."""
     from torch.utils.tensorboard import SummaryWriter
 
     from placer.policy.gnn.rollouts import LocalRollouts
@@ -121,6 +123,11 @@ def pretrain(run_dir: Path, items: list[Any], held_out: list[Any], config: Pretr
     rollouts = rollouts or LocalRollouts()
     torch.manual_seed(config.seed)
     policy = GraphPlacementPolicy(config.policy)
+    if start_from is not None and not resume:
+        policy, _ = load_policy(start_from)
+        if policy.config != config.policy:
+            raise PlacerError(f"{start_from} holds a policy of another shape ({policy.config}); leave out --hidden, "
+                              "--layers and --rounds to take its own")
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learn.lr)
     rng = np.random.default_rng(config.seed)
     done, samples, spent = 0, 0, 0.0
