@@ -31,9 +31,10 @@ from placer.jobs.compare import simulated_comparison  # noqa: E402
 from placer.plans.data_parallel import NAME as DATA_PARALLEL  # noqa: E402
 from placer.costmodel.lower_bound import plan_lower_bound  # noqa: E402
 from placer.costmodel.roofline import RooflineCostModel  # noqa: E402
-from placer.evaluate.plan_search_rows import SEARCHES  # noqa: E402
+from placer.jobs.compare import plan_searches  # noqa: E402
 from placer.plans.search import NAME as PLAN_SEARCH, SAMPLES  # noqa: E402
 
+SEARCHES = plan_searches()   # plan_search, mcmc and plan_reinforce
 BATCH = {"inception_v3": 32, "rnnlm": 64, "nmt": 64, "resnet50": 32, "transformer": 64}   # the paper's section 4
 CLUSTERS = ["paper-2xk40", "paper-4xk40", "cpu-fast-slow-gpu", "v100-k40-mix", "4xa100-nvlink", "8xh100-nvlink"]
 # the placers whose placements the plans start from: every one but the slow searches' long budgets
@@ -50,8 +51,9 @@ def one(model: str, batch: int, cluster_name: str, samples: int, plan_samples: i
     comparison = simulated_comparison(graph, devices, cluster, list(PLACERS), None, samples, seed, plans=())
     placed = {r.name: r for r in comparison.rows if r.step_time is not None and r.placement is not None}
     start = time.perf_counter()
-    rows, notes = plan_rows(graph, cluster, names, PLANS, placements={n: r.placement for n, r in placed.items()},
-                            samples=plan_samples, seed=seed)
+    names_of_plans = [*(p for p in PLANS if p not in SEARCHES), *SEARCHES]
+    rows, notes = plan_rows(graph, cluster, names, names_of_plans, placements={n: r.placement for n, r in placed.items()},
+                            samples=plan_samples, seed=seed, searches=SEARCHES)
     plans_s = time.perf_counter() - start
     caps = {d.name: d.model.memory_bytes for d in cluster.devices}
     bound_ms = plan_lower_bound(graph, names, RooflineCostModel(cluster, graph), caps=caps).value * 1e3

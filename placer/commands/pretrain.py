@@ -42,9 +42,8 @@ def register(subparsers) -> None:
     parser.add_argument("--layers", type=int, default=3, help="message-passing layers (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of improvement per placement (default %(default)s)")
-    parser.add_argument("--start-from", default=None, metavar="POLICY",
-                        help="start from this graph policy's weights and shape ('pretrained': the shipped one) "
-                             "instead of a fresh network: pre-training it further, on a corpus that has grown")
+    parser.add_argument("--start-from", default=None, metavar="POLICY", help="continue this graph policy's "
+                        "training ('pretrained': the shipped one), its shape taken, on a corpus that has grown")
     parser.add_argument("--workers", type=int, default=0, metavar="N",
                         help="roll out on N Ray tasks at once (pip install -e '.[ray]'); default 0: in this process")
     parser.add_argument("--ray-address", default=None, metavar="HOST:PORT",
@@ -55,19 +54,14 @@ def register(subparsers) -> None:
 def settings_from_args(args: argparse.Namespace):
     """The `PretrainSettings` of the command line."""
     from placer.commands.train import parse_budget
-    from placer.jobs.pretrain import PretrainSettings
+    from placer.jobs.pretrain import PretrainSettings, start_policy
     from placer.policy.gnn.learn import LearnConfig
     from placer.policy.gnn.model import PolicyConfig
     from placer.policy.gnn.pretrain import PretrainConfig
 
     heads = 2 if args.hidden % 2 == 0 else 1
     policy = PolicyConfig(hidden=args.hidden, layers=args.layers, heads=heads, rounds=args.rounds)
-    start_from = None
-    if args.start_from is not None:   # its network's shape is the run's
-        from placer.policy.gnn.checkpoint import PRETRAINED, load_policy
-
-        start_from = PRETRAINED if args.start_from == "pretrained" else Path(args.start_from)
-        policy = load_policy(start_from)[0].config
+    start_from, policy = start_policy(args.start_from, policy)
     config = PretrainConfig(items_per_update=args.items_per_update, seed=args.seed, policy=policy,
                             learn=LearnConfig(samples=args.samples, lr=args.lr))
     # the command line, recorded beside the policy (not when called from Python)
@@ -79,7 +73,7 @@ def settings_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Pre-train (`placer.jobs.pretrain`); print the held-out items' figures."""
-    from placer.jobs.pretrain import pretrain, run_folder
+    from placer.jobs.pretrain import held_out_lines, pretrain, run_folder
 
     settings = settings_from_args(args)
     # fixed here, checked before any work: the default folder is named by the time
@@ -87,21 +81,6 @@ def run(args: argparse.Namespace) -> int:
     pretrained = pretrain(settings)
     result, run_dir = pretrained.result, pretrained.run_dir
     print(f"{result.updates} updates, {result.samples} sampled placements in {result.seconds:.0f} s")
-    print("held out, placed zero-shot: simulated step time over the best list heuristic's, over the best baseline's "
-          "(local search included), and from nothing alone over the heuristic's")
-    for row in result.held_out:
-        if "failure" in row:
-            print(f"  {row['name']:<58} not placed: {row['failure']}")
-            continue
-        if row["ratio_to_best_heuristic"] is None:
-            print(f"  {row['name']:<58} no heuristic fits")
-            continue
-        print(f"  {row['name']:<58} {row['ratio_to_best_heuristic']:6.3f}x {row['ratio_to_best_baseline']:6.3f}x "
-              f"{row['from_nothing_ratio_to_best_heuristic']:6.3f}x  ({row['seconds_to_place']:.2f} s)")
-    s = result.summary
-    if s["held_out_mean_ratio"] is not None:
-        print(f"mean {s['held_out_mean_ratio']:.3f}x / {s['held_out_mean_ratio_to_best_baseline']:.3f}x / "
-              f"{s['held_out_from_nothing_mean_ratio']:.3f}x, worst {s['held_out_worst_ratio']:.3f}x / "
-              f"{s['held_out_worst_ratio_to_best_baseline']:.3f}x / {s['held_out_from_nothing_worst_ratio']:.3f}x")
+    print("\n".join(held_out_lines(result)))
     print(f"policy: {run_dir / 'policy.pt'}   curves: tensorboard --logdir {run_dir}")
     return 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Mapping
 from functools import partial
 
 from placer.devices import device_kind
@@ -48,19 +49,22 @@ _TRAINING_ONLY = {FSDP}   # sharding weights saves only a training step's gradie
 
 
 def plan_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names=PLANS, *, training=None,
-              pipeline=None, placements=None, samples=None, seed=0) -> tuple[list[CompareRow], list[str]]:
+              pipeline=None, placements=None, samples=None, seed=0,
+              searches: Mapping[str, Callable] = SEARCHES) -> tuple[list[CompareRow], list[str]]:
     """The rows of the plans `names` on `cluster`'s `devices` (those compared), and a note for each
-    that does not apply; the searches (`plan_search_rows`) start from the best of `placements` (row
-    name -> placement) and the other plans' rows, with `samples` simulated plans each."""
-    unknown = [n for n in names if n not in PLANS]
+    that does not apply; the searches (`plan_search_rows`; `searches` maps their names to their
+    functions, a learner's handed down from above) start from the best of `placements` (row name ->
+    placement) and the other plans' rows, with `samples` simulated plans each."""
+    known = [n for n in PLANS if n not in SEARCHES] + list(searches)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise PlacerError(f"unknown plan(s) {', '.join(unknown)}; choose from {', '.join(PLANS)}")
-    rows, notes, built = _fixed_rows(graph, cluster, devices, [n for n in names if n not in SEARCHES], training,
+        raise PlacerError(f"unknown plan(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    rows, notes, built = _fixed_rows(graph, cluster, devices, [n for n in names if n not in searches], training,
                                      pipeline)
-    searches = [n for n in names if n in SEARCHES]
-    if searches:   # from the plans just priced (each built once), and the placements
-        found, more = searched_rows(graph, cluster, devices, searches, placements or {}, built, samples, seed, training,
-                                    pipeline is not None and pipeline.pipelined)
+    searched = [n for n in names if n in searches]
+    if searched:   # from the plans just priced (each built once), and the placements
+        found, more = searched_rows(graph, cluster, devices, searched, placements or {}, built, samples, seed, training,
+                                    pipeline is not None and pipeline.pipelined, searches)
         rows, notes = rows + found, notes + more
     return rows, notes
 

@@ -17,27 +17,29 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from placer.evaluate.compare import CompareRow
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.placement import Placement
-from placer.plans import mcmc, reinforce, search
+from placer.plans import mcmc, search
 from placer.devices import device_kind
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.reduced import Reduced, ReducedScorer, reduce
 
-SEARCHES = {search.NAME: search.plan_search, mcmc.NAME: mcmc.mcmc, reinforce.NAME: reinforce.plan_reinforce}
-BY = {search.NAME: "local search", mcmc.NAME: "MCMC", reinforce.NAME: "REINFORCE"}
+# the searches of this layer; a learner's (`placer.policy.plan_reinforce`) is handed down by the jobs
+SEARCHES = {search.NAME: search.plan_search, mcmc.NAME: mcmc.mcmc}
+BY = {search.NAME: "local search", mcmc.NAME: "MCMC", "plan_reinforce": "REINFORCE"}
 
 
 def searched_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, placements: Mapping[str, Placement],
                   plans: Mapping[str, Plan], samples: int | None = None, seed: int = 0,
-                  training=None, pipelined: bool = False) -> tuple[list[CompareRow], list[str]]:
-    """A row per search in `names` (of `SEARCHES`) over `devices`, from the best of `placements`
-    and `plans` (row name -> each), and a note for each that does not apply."""
+                  training=None, pipelined: bool = False,
+                  searches: Mapping[str, Callable] = SEARCHES) -> tuple[list[CompareRow], list[str]]:
+    """A row per search in `names` (of `searches`, name -> function) over `devices`, from the best of
+    `placements` and `plans` (row name -> each), and a note for each that does not apply."""
     if pipelined:
         return [], [f"{', '.join(names)}: not simulated; plans are searched on one step, not a pipelined one, so far"]
     starts = {**{name: Plan.from_placement(p) for name, p in placements.items()}, **plans}
@@ -50,10 +52,10 @@ def searched_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, p
         begun = time.perf_counter()
         samples = samples or search.SAMPLES
         if reduced is None:
-            found = SEARCHES[name](graph, cluster, starts, devices, samples=samples, seed=seed, training=training)
+            found = searches[name](graph, cluster, starts, devices, samples=samples, seed=seed, training=training)
             m, plan, where = found.measurement, found.plan, ""
         else:
-            found, plan, m = _search_reduced(SEARCHES[name], reduced, cluster, starts, devices, samples, seed)
+            found, plan, m = _search_reduced(searches[name], reduced, cluster, starts, devices, samples, seed)
             where = (f" on {reduced.kept} of its {reduced.blocks} repeated blocks "
                      f"({len(reduced.graph.nodes)} of {len(graph.nodes)} nodes), the plan found simulated on the whole")
         split = sum(1 for op in plan.ops.values() if not op.whole)

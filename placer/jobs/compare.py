@@ -184,6 +184,14 @@ def _measure_side_by_side(graph, devices, cost, placers: list[str], run_dir, sam
     return comparison
 
 
+def plan_searches() -> dict:
+    """Every search over plans by name: the evaluate layer's, and REINFORCE's from the policy layer."""
+    from placer.evaluate.plan_search_rows import SEARCHES
+    from placer.policy.plan_reinforce import NAME, plan_reinforce
+
+    return {**SEARCHES, NAME: plan_reinforce}
+
+
 def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, samples: int | None, seed: int,
                          training=None, pipeline=None, included=(), plans=()):
     """Every placer (and the run's placements, the `included` rows and the `plans`) on a described cluster, each row's step time simulated
@@ -206,7 +214,7 @@ def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, s
     # the plan searches start from every placement above (and the plans users run): never slower than them
     planned, not_planned = plan_rows(graph, cluster, names, plans, training=training, pipeline=pipeline,
                                      placements={r.name: r.placement for r in rows if r.placement is not None},
-                                     samples=samples, seed=seed)
+                                     samples=samples, seed=seed, searches=plan_searches())
     measurer = SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     comparison = compare_rows(graph, names, measurer, cost, rows + planned, caps, training=training, pipeline=pipeline)
     comparison.notes += not_planned

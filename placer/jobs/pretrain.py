@@ -64,6 +64,17 @@ class PretrainRun:
     result: PretrainResult
 
 
+def start_policy(name: str | None, shape):
+    """The policy file `name` names ('pretrained': the shipped one) and its network's shape, which the
+    run takes; (None, `shape`) without one."""
+    if name is None:
+        return None, shape
+    from placer.policy.gnn.checkpoint import PRETRAINED, load_policy
+
+    path = PRETRAINED if name == "pretrained" else Path(name)
+    return path, load_policy(path)[0].config
+
+
 def run_folder(settings: PretrainSettings) -> Path:
     """The run folder, refused in one line before any work when it cannot be what is asked: a new
     run into a folder holding one, or a resume where there is none."""
@@ -99,3 +110,24 @@ def pretrain(settings: PretrainSettings, log: Callable[[str], None] = print) -> 
                                  **({"started_from": str(settings.start_from)} if settings.start_from else {})},
                        start_from=settings.start_from, log=log)
     return PretrainRun(run_dir, result)
+
+
+def held_out_lines(result: PretrainResult) -> list[str]:
+    """What `placer pretrain` prints of the held-out items: each one's ratios, then their mean and worst."""
+    lines = ["held out, placed zero-shot: simulated step time over the best list heuristic's, over the best "
+             "baseline's (local search included), and from nothing alone over the heuristic's"]
+    for row in result.held_out:
+        if "failure" in row:
+            lines.append(f"  {row['name']:<58} not placed: {row['failure']}")
+        elif row["ratio_to_best_heuristic"] is None:
+            lines.append(f"  {row['name']:<58} no heuristic fits")
+        else:
+            lines.append(f"  {row['name']:<58} {row['ratio_to_best_heuristic']:6.3f}x "
+                         f"{row['ratio_to_best_baseline']:6.3f}x {row['from_nothing_ratio_to_best_heuristic']:6.3f}x  "
+                         f"({row['seconds_to_place']:.2f} s)")
+    s = result.summary
+    if s["held_out_mean_ratio"] is not None:
+        lines.append(f"mean {s['held_out_mean_ratio']:.3f}x / {s['held_out_mean_ratio_to_best_baseline']:.3f}x / "
+                     f"{s['held_out_from_nothing_mean_ratio']:.3f}x, worst {s['held_out_worst_ratio']:.3f}x / "
+                     f"{s['held_out_worst_ratio_to_best_baseline']:.3f}x / {s['held_out_from_nothing_worst_ratio']:.3f}x")
+    return lines

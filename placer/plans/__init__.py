@@ -15,6 +15,6 @@ the lowered graph with each replicated weight one copy per device (`replicas.py`
 gradients' collectives: DDP's bucketed all-reduce beside the backward pass (`grad_sync.py`),
 FSDP's gather again and reduce-scatter (`fsdp_backward.py`), spliced in as steps
 (`program_steps.py`). Plans are searched, on inference or training steps, by local search (`search.py`),
-by FlexFlow's MCMC (`mcmc.py`) and by REINFORCE (`reinforce.py`), all moving units of ops in `space.py`,
-each plan priced once (`scoring.py`).
+by FlexFlow's MCMC (`mcmc.py`) and, from the policy layer, by REINFORCE (`placer.policy.plan_reinforce`), all
+moving units of ops in `space.py`, each plan priced once (`scoring.py`).
 """

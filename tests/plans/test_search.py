@@ -13,7 +13,7 @@ from placer.placement import Placement
 from placer.plans.data_parallel import data_parallel
 from placer.plans.layout import REPLICATE, Shard
 from placer.plans.mcmc import mcmc
-from placer.plans.reinforce import plan_reinforce
+from placer.policy.plan_reinforce import plan_reinforce
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.search import plan_search

@@ -24,10 +24,8 @@ Deterministic for a seed.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping
 
-import numpy as np
 import torch
 
 from placer.env.features import group_features

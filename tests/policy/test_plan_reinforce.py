@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from placer.placement import Placement
-from placer.plans import reinforce
+from placer.policy import plan_reinforce as reinforce
 from placer.plans.data_parallel import data_parallel
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
