@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from placer.errors import PlacerError
 from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
