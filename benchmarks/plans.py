@@ -2,8 +2,8 @@
 the catalogue's clusters. For each pair, the placers' placements (the fastest of them is the
 "best placement"), each plan row users run (`placer.evaluate.plan_rows`: DDP, ...), placer's
 local search over plans (`plan_search`), FlexFlow's MCMC (`mcmc`) and REINFORCE over plans
-(`plan_reinforce`) at the same budget of simulated plans, each from the fastest of the rows before them. Printed per pair: each row's step
-time, and placer's plan against the best placement and against DDP (speed-ups: their step time
+(`plan_reinforce`) at the same budget of simulated plans, each from the fastest of the rows before
+them. Printed per pair: each row's step time, and placer's plan against the best placement and against DDP (speed-ups: their step time
 over the plan's).
 
 Every figure is the roofline cost model's on the cluster's datasheet figures (`placer.plans.pricing`):

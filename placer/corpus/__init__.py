@@ -6,8 +6,8 @@
     write_cluster(cluster, path) -> a cluster TOML file (`--cluster path` takes it)
 
 Graphs: the zoo's models and families of them through their export options (batch, sequence
-length, depth, vocabulary; Llama-shaped decoders from 2 to 24 layers), layered random DAGs as in the placement literature, and models from
-outside the zoo (`graphs/outside/`: a YOLO-style detector, a MobileNetV2-style classifier).
+length, depth, vocabulary; Llama-shaped decoders from 2 to 24 layers), layered random DAGs as
+in the placement literature, and models from outside the zoo (`graphs/outside/`: a YOLO-style detector, a MobileNetV2-style classifier).
 Clusters: the catalogue's, and clusters sampled around it (catalogue device models, heterogeneous,
 PCIe/NVLink/NVSwitch/network links).
 

@@ -8,8 +8,8 @@ inference step so far: `tensor_parallel` (Megatron's split of each MLP and atten
 `pipeline_data` (pipeline stages, each data parallel; more stages of fewer replicas where two
 do not fit the devices' memory) and `data_parallel_by_speed` (the batch cut
 in proportion to each device's speed). Then placer's search over plans, `plan_search`, FlexFlow's
-`mcmc` and REINFORCE's `plan_reinforce` (`plan_search_rows`), from the fastest placement or plan above. A plan is no placement: its row has
-no placement file, and the placements' lower bound does not bound it (it splits ops). A plan that
+`mcmc` and REINFORCE's `plan_reinforce` (`plan_search_rows`), from the fastest placement or plan
+above. A plan is no placement: its row has no placement file, and the placements' lower bound does not bound it (it splits ops). A plan that
 does not apply (no batch to split; a pipelined step, which plans do not price yet) is a
 note, not a row; one that does not fit a device's memory is a row that fails saying which device.
 """

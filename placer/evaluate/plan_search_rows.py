@@ -1,6 +1,6 @@
 """The searched plans' rows in a simulated comparison: placer's local search over plans
-(`plan_search`), FlexFlow's MCMC (`mcmc`) and REINFORCE over plans (`plan_reinforce`), each from the fastest of the comparison's
-placements (each a plan) and the plans users run (DDP's; FSDP's on a training step), at the same
+(`plan_search`), FlexFlow's MCMC (`mcmc`) and REINFORCE over plans (`plan_reinforce`), each
+from the fastest of the comparison's placements (each a plan) and the plans users run (DDP's; FSDP's on a training step), at the same
 budget of simulated plans. Each row is the plan's own simulation, of an inference step
 (`placer.plans.pricing`) or a training step (`placer.plans.training`) as the comparison's, so
 placer's plan is never slower than the fastest row it started from. A pipelined step is not

@@ -1,21 +1,21 @@
 """REINFORCE over plans: the paper's seq2seq policy (`placer.policy.seq2seq`), its action per group
 a device set and a split.
 
-The groups are the plan search's finest units (`search.units`: `GROUPS` groups, each with the
-Constants that follow it), read by the policy as the per-graph learner reads its groups
+The groups are the plan search's finest units (`search.unit_grouping`: `GROUPS` groups, each
+with the Constants that follow it, `search.group_units`), read by the policy as the per-graph learner reads its groups
 (`placer.env.features.group_features`). A group's action is one of `space.configs` (whole on a
 device, or split over a run of neighbouring accelerators by batch, by weights or by speed), or
-`KEEP`: as the start plan has it. A sampled row of actions is the start with each group that does
+keep (the last action): as the start plan has it. A sampled row of actions is the start with each group that does
 not keep replanned to its config, in graph order (`space.replan`), so a split group's neighbours
 read its layout as a local search's would.
 
-The policy first imitates the start (every group KEEP, as the per-graph learner imitates its warm
-start), so its first samples are the start and plans a few groups away from it: with the
+The policy first imitates the start (every group keeps, with `START_CONFIDENCE`, as the per-graph
+learner imitates its warm start), so its first samples are the start and plans a few groups away from it: with the
 simulated budgets of a comparison (hundreds of plans) a policy from nothing samples plans far
 slower than DDP. Then each update samples `SAMPLES_PER_UPDATE` rows, scores them with a
 `PlanScorer` (rewards -sqrt(step time), a plan that fails or does not fit rewarded as
-`FAILURE_FACTOR` x the start) and takes the paper's policy-gradient step with the imitation of
-the best plan found (`placer.policy.reinforce`). It stops when `samples` distinct plans have been
+`FAILURE_FACTOR` x the start) and takes the paper's policy-gradient step with an entropy bonus,
+and, once a plan beats the start, the imitation of the best one found (`placer.policy.reinforce`). It stops when `samples` distinct plans have been
 simulated (a plan met again is served from the cache and costs none) or after `MAX_DRAWS` x
 `samples` rows drawn. The result is the fastest plan met, so never slower than the start.
 Deterministic for a seed.
@@ -102,7 +102,7 @@ def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan],
 
 
 def _plan(graph: OpGraph, start: Plan, members: list[list[str]], options: list[Config], row: list[int]) -> Plan:
-    """The start with each group whose action is a config (not KEEP) replanned to it, in graph order."""
+    """The start with each group whose action is a config (not keep) replanned to it, in graph order."""
     plan = start
     for ops, action in zip(members, row):
         if action < len(options):

@@ -98,8 +98,8 @@ def make_episode(graph: OpGraph, cluster: Cluster, cost: CostModel | None = None
     """`graph` on `cluster`, priced by `cost` (default: the cluster's roofline model); with
     `yardstick`, the best list heuristic is found too (a few list schedules, tenths of a second),
     and the policy's groups are split where its placement cuts them (parts on one device merged
-    back where that makes more than MAX_GROUPS), so that the chain of rounds from it starts from its very placement, not from a
-    projection on the groups that can be far slower (Inception-v3 on the DGX-1: 1.25x)."""
+    back where that makes more than MAX_GROUPS), so that the chain of rounds from it starts from
+    its very placement, not from a projection on the groups that can be far slower (Inception-v3 on the DGX-1: 1.25x)."""
     from placer.graph.grouping import align
     from placer.policy.gnn.features import MAX_GROUPS, policy_grouping
 
