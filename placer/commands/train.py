@@ -98,6 +98,10 @@ def register(subparsers) -> None:
                              "rewards (or real ones on this machine's, --reward real), for --samples or --budget, "
                              "and writes placement.json, policy.pt, checkpoint.pt (--resume) and summary.json to "
                              "the run folder")
+    parser.add_argument("--space", default=None, choices=["plans", "placement"],
+                        help="with --cluster: plans (default) ends the run with a search over plans that split ops "
+                             "(DDP, FSDP, tensor, pipeline and REINFORCE over plans, a fifth of --samples), plan.json "
+                             "where one beats the placement; placement keeps to whole ops")
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the closing comparison (every baseline placer, random search and the learned "
                              "placements measured side by side, as placer compare --include-rl does)")
@@ -145,7 +149,8 @@ def settings_from_args(args: argparse.Namespace):
                          repeats=option(args, "repeats"), timeout=option(args, "timeout"),
                          cost_model=option(args, "cost_model"),
                          refresh_profile=args.refresh_profile, workers=args.workers, ray_address=args.ray_address,
-                         closing_comparison=not args.no_compare, progress=not args.no_progress, learning=learning)
+                         closing_comparison=not args.no_compare, progress=not args.no_progress, learning=learning,
+                         space=args.space)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -178,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
 def _print_seq2seq(outcome, settings, verbose: bool = False) -> int:
     """The seq2seq run's figures, then its closing comparison's table."""
     from placer.evaluate.report import TABLE, closing_lines
+    from placer.jobs.searches import samples_line
     from placer.policy.run_summary import speedup_text
 
     s, run_dir = outcome.summary, outcome.run_dir
@@ -207,8 +213,7 @@ def _print_seq2seq(outcome, settings, verbose: bool = False) -> int:
     if speedup_text(s):
         print(speedup_text(s))
     if outcome.searched is not None:
-        print(f"samples: {outcome.searched.samples} local search + {outcome.reinforced} REINFORCE + "
-              f"{s['samples_by_phase']['polish']} polish of {settings.samples}")
+        print(samples_line(s, outcome.searched.samples, outcome.reinforced, settings.samples))
     print(s.get("note") or _convergence_text(s))
     print(f"placement: {run_dir / 'placement.json'}   curves: tensorboard --logdir {run_dir.parent}")
     if outcome.comparison is not None:   # its whole table in the run folder (and with -v); its summary last

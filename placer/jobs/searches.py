@@ -135,6 +135,13 @@ def finish_searched(searched, summary: RunSummary, budget: SampleBudget, per_upd
     save_summary(run_dir, summary)
 
 
+def samples_line(summary: RunSummary, searched: int, reinforced: int, total: int | None) -> str:
+    """What each phase drew of --samples, in one line."""
+    by = summary["samples_by_phase"]
+    return (f"samples: {searched} local search + {reinforced} REINFORCE + {by['polish']} polish"
+            + (f" + {by['plans']} plans" if by.get("plans") else "") + f" of {total}")
+
+
 def searched_text(searched, reinforce_samples: int, polishing: bool) -> str:
     """What local search did and what it left the learner, in one line (two when it left nothing)."""
     r = searched.record()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from placer.errors import PlacerError
-from placer.jobs import paths, searches
+from placer.jobs import paths, plan_phase, searches
 from placer.jobs.place import SAMPLED_CHAINS
 from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
 from placer.policy.budget import GRAPH_POLICY_POLISH, SEQ2SEQ_POLISH, polish_share
@@ -57,6 +57,7 @@ class TrainSettings:
     workers: int | None = None
     ray_address: str | None = None
     closing_comparison: bool = True      # --no-compare turns it off
+    space: str | None = None             # --space: plans or placement (None: plans on a cluster, seq2seq)
     progress: bool = False
     # the seq2seq learner's hyperparameters given (Hyperparameters field -> value); the rest keep
     # their defaults, and the graph policy refuses any
@@ -142,7 +143,17 @@ def _check_seq2seq(settings: TrainSettings):
     if settings.workers and settings.step.micro_batches != 1:
         raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
     settings.step.check_engine()
+    if settings.space == "plans" and not described:
+        raise PlacerError("--space plans searches plans in a described cluster's simulator so far: add --cluster "
+                          "NAME|FILE, or drop --space (placer compare runs plans on these devices)")
     return partial(_seq2seq, plan=plan, hp=hp, polish=polish)
+
+
+def searches_plans(settings: TrainSettings) -> bool:
+    """Whether the run ends with a plan search: `--space plans`, the default on a described cluster."""
+    if settings.space not in (None, *plan_phase.SPACES):
+        raise PlacerError(f"--space takes {' or '.join(plan_phase.SPACES)}, not {settings.space!r}")
+    return settings.space != "placement" and settings.hardware.simulated_only
 
 
 def _hyperparameters(settings: TrainSettings, described: bool) -> Hyperparameters:
@@ -216,6 +227,7 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
         SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     warm = searched = None
     budget = start.budget(settings.samples, polish)   # what every phase drew, kept in the run folder
+    plan_phase.reserve(budget, searches_plans(settings))   # set aside before local search and the learner draw
     names, caps = [d.name for d in devices], caps_from_devices(devices)
     # the baselines it starts from see a training step's costs per node on the training objective
     # (and the polish's moves too: built once for both)
@@ -285,8 +297,13 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
                                  run_dir)
     outcome = TrainOutcome(run_dir, result.summary, result.interrupted, "seq2seq", searched=searched,
                            reinforced=reinforced)
+    plan_rows = []
+    if searches_plans(settings) and not result.interrupted and result.summary["best_step_time"] is not None:
+        plan_rows = plan_phase.search_plans(graph, hardware.described, names, run_dir, result.summary, budget, start,
+                                            settings.seed, training, pipeline, report)
     if settings.closing_comparison and not result.interrupted and result.summary["best_step_time"] is not None:
-        outcome.comparison = _closing_comparison(settings, graph, devices, cost, run_dir, training, pipeline, report)
+        outcome.comparison = _closing_comparison(settings, graph, devices, cost, run_dir, training, pipeline, report,
+                                                 included=plan_rows)
         # one best single device throughout: the comparison's, measured last, names it in the summary too
         adopt_best_single(outcome.summary, outcome.comparison)
         save_summary(run_dir, outcome.summary)
@@ -342,12 +359,12 @@ def paired_rewards(graph, real, predicted: dict[str, float], run_dir: Path, warm
 
 
 def _closing_comparison(settings: TrainSettings, graph, devices, cost, run_dir: Path, training, pipeline,
-                        report: Report):
+                        report: Report, included=()):
     """Every baseline placer, random search with the run's samples, and the run's placements,
     measured side by side now: the figures that say whether learning beat the heuristics. Measured
     as `placer compare --include-rl` measures with no rounds options: in its blocks (`BLOCKS`), so
     that the intervals and verdicts hold the variation between runs, as compare's do. Written to
-    the run folder's compare/."""
+    the run folder's compare/. On a cluster, `included` rows (the plan phase's) are shown too."""
     from placer.jobs.compare import BLOCKS, comparison_for_run, simulated_comparison
     from placer.evaluate.report import write_outputs
     from placer.measure.rounds import RoundsProtocol
@@ -356,7 +373,7 @@ def _closing_comparison(settings: TrainSettings, graph, devices, cost, run_dir: 
     if settings.hardware.simulated_only:
         report("simulating every baseline placer and the learned placements side by side ...")
         comparison = simulated_comparison(graph, devices, settings.hardware.described, list(PLACERS), run_dir, None,
-                                          settings.seed, training=training, pipeline=pipeline)
+                                          settings.seed, training=training, pipeline=pipeline, included=included)
     else:
         report("measuring every baseline placer and the learned placements side by side ...")
         comparison = comparison_for_run(graph, devices, cost, run_dir,
@@ -388,6 +405,9 @@ def _check_graph_policy(settings: TrainSettings):
         given = ", ".join("--" + name.replace("_", "-") for name in sorted(settings.learning))
         raise PlacerError(f"{given}: the seq2seq learner's options, which the graph policy does not read; drop "
                           "them, or use --policy seq2seq")
+    if settings.space == "plans":
+        raise PlacerError("--space plans: the graph policy places whole ops; drop --space, or use --policy seq2seq "
+                          "(its run on a --cluster ends with a search over plans)")
     if not settings.hardware.cluster:
         raise PlacerError("the graph policy reads the devices from a described cluster: add --cluster NAME|FILE "
                           "(placer cluster describe-local describes this machine, for --reward real), or use "

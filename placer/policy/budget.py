@@ -3,6 +3,8 @@
 A run given N samples spends them in phases, in this order: the graph policy's zero-shot start;
 on a described cluster local search's own run; the learner (REINFORCE, or the graph policy's
 fine-tune); the polish (local search's moves from the learned placement, in the simulator); the
+plans (on a described cluster: the plans users run and REINFORCE over plans, from the learned
+placement; `placer.jobs.plan_phase`), whose share is set aside before the learner starts; the
 graph policy's greedy chains at the end, whose samples are set aside before the learner starts.
 A phase asks the ledger how many samples it may draw in all (`allowance`) and records what it
 drew (`draw`); the ledger is saved with the run and read back on `--resume`, so that a resumed run
@@ -18,9 +20,9 @@ from typing import Any
 from placer.errors import PlacerError
 
 # The phases, in the order they draw; a run uses some of them.
-ZERO_SHOT, LOCAL_SEARCH, REINFORCE, FINE_TUNE, POLISH, GREEDY_END = (
-    "zero_shot", "local_search", "reinforce", "fine_tune", "polish", "greedy_end")
-PHASES = (ZERO_SHOT, LOCAL_SEARCH, REINFORCE, FINE_TUNE, POLISH, GREEDY_END)
+ZERO_SHOT, LOCAL_SEARCH, REINFORCE, FINE_TUNE, POLISH, PLANS, GREEDY_END = (
+    "zero_shot", "local_search", "reinforce", "fine_tune", "polish", "plans", "greedy_end")
+PHASES = (ZERO_SHOT, LOCAL_SEARCH, REINFORCE, FINE_TUNE, POLISH, PLANS, GREEDY_END)
 LEARNERS = (REINFORCE, FINE_TUNE)
 
 
@@ -108,6 +110,9 @@ def _known(phase: str) -> str:
 # 0.5 1.013, 0.75 1.005, 0.9 1.001; a quarter is kept for learning).
 SEQ2SEQ_POLISH = 0.5
 GRAPH_POLICY_POLISH = 0.75
+# The plans' share of --samples on a described cluster, set aside before the first phase: a plan
+# search from the learned placement needs a few hundred plans (`placer.plans.search.SAMPLES`: 200)
+PLAN_SHARE = 0.2
 
 
 def polish_share(polish: float | None, samples: int | None, simulated: bool, default: float) -> float:

@@ -58,9 +58,10 @@ def trainer_simulated(monkeypatch):
 
 
 def _run(model, run, samples, cluster, *extra):
+    # the placement's phases alone (--space placement): the plans' share would take a fifth of --samples
     return main(["train", "--graph", str(model), "--cluster", cluster, "--reward", "simulated", "--samples",
                  str(samples), "--samples-per-update", "16", "--run-dir", str(run), "--no-progress", "--no-compare",
-                 *extra])
+                 "--space", "placement", *extra])
 
 
 def _train(tmp_path, case, *extra):

@@ -1,0 +1,83 @@
+"""`placer train --cluster` searches plans by default (`--space plans`): the plans users run and
+REINFORCE over plans from the learned placement, every plan priced counted in --samples, and
+plan.json where a plan beats the placement; `--space placement` keeps to whole ops."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import onnx
+
+from placer.cli import main
+from testgraphs import branches, tiny_conv_file
+
+SAMPLES = 200
+
+
+def _train(tmp_path, *extra):
+    # one chain of four 1024-wide MatMuls on a batch of 512: no placement of whole ops runs it on two
+    # GPUs at once, and splitting the batch over four is about 4x faster (simulated, exact)
+    model = tmp_path / "chain.onnx"
+    onnx.save(branches(1, 4, width=1024, batch=512), model)
+    run = tmp_path / "run"
+    code = main(["train", "--graph", str(model), "--cluster", "4xa100-nvlink", "--reward", "simulated", "--samples",
+                 str(SAMPLES), "--samples-per-update", "8", "--run-dir", str(run), "--no-progress", "--no-compare",
+                 *extra])
+    assert code == 0
+    return model, run, json.loads((run / "summary.json").read_text())
+
+
+@pytest.fixture
+def plans_simulated(monkeypatch):
+    """Every plan simulated, by the rows of the plans users run and by the search's scorer."""
+    from placer.evaluate import plan_rows
+    from placer.plans import scoring
+
+    seen = []
+    for module in (plan_rows, scoring):
+        real = module.simulate_plan
+        monkeypatch.setattr(module, "simulate_plan", lambda graph, plan, *a, _real=real, **k: seen.append(plan) or
+                            _real(graph, plan, *a, **k))
+    return seen
+
+
+def test_a_run_on_a_cluster_ends_with_a_plan_that_splits_the_batch_and_counts_in_the_samples(tmp_path, capsys,
+                                                                                              plans_simulated):
+    from placer.plans.plan import Plan
+
+    model, run, summary = _train(tmp_path)
+    plan, phases = summary["plan"], summary["samples_by_phase"]
+    assert plan["file"] == "plan.json" and plan["split_ops"] > 0
+    assert plan["step_time"] < plan["placement_step_time"] == summary["best_step_time"]
+    assert plan["step_time"] <= plan["fastest_user_plan_step_time"]   # never slower than DDP, where it starts
+    assert phases["plans"] == plan["samples"] >= len(plans_simulated) > 1
+    assert summary["samples"] == sum(phases.values()) <= SAMPLES
+    printed = capsys.readouterr().out
+    assert f"{plan['vs_placement']:.2f}x faster than the learned placement" in printed
+    assert "+ {} plans of {}".format(phases["plans"], SAMPLES) in printed
+    found = Plan.load(run / "plan.json")
+    assert sum(1 for op in found.ops.values() if not op.whole) == plan["split_ops"]
+    # what apply takes: the plan written into the model as sharding specs
+    out = tmp_path / "placed.onnx"
+    assert main(["apply", "--graph", str(model), "--placement", str(run / "plan.json"), "--cluster", "4xa100-nvlink",
+                 "-o", str(out)]) == 0
+    assert out.exists()
+
+
+def test_space_placement_keeps_to_whole_ops_and_its_samples(tmp_path):
+    _, run, summary = _train(tmp_path, "--space", "placement")
+    assert "plan" not in summary and not (run / "plan.json").exists()
+    assert "plans" not in summary["samples_by_phase"]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--space", "plans"], "--space plans searches plans in a described cluster's simulator"),
+    (["--space", "plans", "--cluster", "4xa100-nvlink", "--policy", "pretrained"], "the graph policy places whole ops"),
+])
+def test_space_plans_where_it_cannot_search_is_one_line(tmp_path, capsys, argv, said):
+    model = tiny_conv_file(tmp_path / "tiny.onnx")
+    assert main(["train", "--graph", str(model), "--samples", "50", "--run-dir", str(tmp_path / "run"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and said in err[0]
