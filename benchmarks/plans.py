@@ -1,5 +1,6 @@
-"""Plans against placements, simulated: the zoo's models' inference steps at the paper's batches on
-the catalogue's clusters. For each pair, the placers' placements (the fastest of them is the
+"""Plans against placements, simulated: the zoo's models' inference steps (or, with `--objective
+training`, their training steps: SGD on a mean-squared loss) at the paper's batches on the
+catalogue's clusters. For each pair, the placers' placements (the fastest of them is the
 "best placement"), each plan row users run (`placer.evaluate.plan_rows`: DDP, ...), placer's
 local search over plans (`plan_search`), FlexFlow's MCMC (`mcmc`) and REINFORCE over plans
 (`plan_reinforce`) at the same budget of simulated plans, each from the fastest of the rows before
@@ -12,6 +13,7 @@ exact, so no interval.
     python benchmarks/plans.py                         # 5 models x 6 clusters (long: tens of minutes)
     python benchmarks/plans.py --quick                 # transformer at batch 16 on paper-2xk40, few samples
     python benchmarks/plans.py --models nmt --clusters 4xa100-nvlink --plan-samples 400 --json out.json
+    python benchmarks/plans.py --objective training --models inception_v3 nmt --clusters paper-4xk40 4xa100-nvlink
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from placer.plans.data_parallel import NAME as DATA_PARALLEL  # noqa: E402
 from placer.costmodel.lower_bound import plan_lower_bound  # noqa: E402
 from placer.costmodel.roofline import RooflineCostModel  # noqa: E402
 from placer.jobs.compare import plan_searches  # noqa: E402
+from placer.jobs.settings import StepSettings  # noqa: E402
 from placer.plans.search import NAME as PLAN_SEARCH, SAMPLES  # noqa: E402
 
 SEARCHES = plan_searches()   # plan_search, mcmc and plan_reinforce
@@ -42,21 +45,24 @@ PLACERS = ("single", "round_robin", "metis", "m_topo", "m_etf", "m_sct", "memory
            "local_search")
 
 
-def one(model: str, batch: int, cluster_name: str, samples: int, plan_samples: int, seed: int) -> dict:
-    """Every row of one (model, cluster) pair, simulated."""
+def one(model: str, batch: int, cluster_name: str, samples: int, plan_samples: int, seed: int,
+        objective: str = "inference") -> dict:
+    """Every row of one (model, cluster) pair, simulated, on an inference or a training step."""
     graph = zoo_graph(model, batch=batch)
     cluster = load_cluster(cluster_name)
     devices = as_devices(cluster.device_specs())
     names = [d.name for d in devices]
-    comparison = simulated_comparison(graph, devices, cluster, list(PLACERS), None, samples, seed, plans=())
+    training = StepSettings(objective=objective).training_spec(graph)
+    comparison = simulated_comparison(graph, devices, cluster, list(PLACERS), None, samples, seed, plans=(),
+                                      training=training)
     placed = {r.name: r for r in comparison.rows if r.step_time is not None and r.placement is not None}
     start = time.perf_counter()
     names_of_plans = [*(p for p in PLANS if p not in SEARCHES), *SEARCHES]
     rows, notes = plan_rows(graph, cluster, names, names_of_plans, placements={n: r.placement for n, r in placed.items()},
-                            samples=plan_samples, seed=seed, searches=SEARCHES)
+                            samples=plan_samples, seed=seed, searches=SEARCHES, training=training)
     plans_s = time.perf_counter() - start
     caps = {d.name: d.model.memory_bytes for d in cluster.devices}
-    bound_ms = plan_lower_bound(graph, names, RooflineCostModel(cluster, graph), caps=caps).value * 1e3
+    bound_ms = plan_lower_bound(graph, names, RooflineCostModel(cluster, graph), training, caps=caps).value * 1e3
     best = min(placed, key=lambda n: placed[n].step_time)
     ms = {r.name: (r.step_time * 1e3 if r.step_time is not None else None) for r in rows}
     failures = {r.name: r.measurement.reason for r in rows if r.step_time is None and r.measurement is not None}
@@ -65,7 +71,7 @@ def one(model: str, batch: int, cluster_name: str, samples: int, plan_samples: i
     # what placer's plan starts from: every placement and every plan users run (not the searches)
     fastest_ms = min([best_ms] + [v for n, v in ms.items() if v is not None and n not in SEARCHES])
     searched = {r.name: r.note for r in rows if r.name in SEARCHES}
-    return {"model": model, "batch": batch, "cluster": cluster_name, "samples": samples, "plan_samples": plan_samples,
+    return {"model": model, "batch": batch, "cluster": cluster_name, "objective": objective, "samples": samples, "plan_samples": plan_samples,
             "best_placement": best, "best_placement_ms": best_ms, "plan_rows_ms": ms, "failures": failures,
             "notes": notes, "search_notes": searched, "plans_s": plans_s,
             "plan_vs_best_placement": best_ms / plan_ms if plan_ms else None,
@@ -83,7 +89,7 @@ def _ratio(value: float | None) -> str:
 
 
 def show(r: dict) -> None:
-    print(f"\n{r['model']} (batch {r['batch']}) on {r['cluster']}")
+    print(f"\n{r['model']} (batch {r['batch']}, {r['objective']} step) on {r['cluster']}")
     print(f"  best placement  {r['best_placement']:<16} {_ms(r['best_placement_ms'])}")
     for name, value in r["plan_rows_ms"].items():
         shown = _ms(value) if value is not None else "fails: " + r["failures"].get(name, "?")
@@ -106,6 +112,8 @@ def main() -> None:
     parser.add_argument("--plan-samples", type=int, default=SAMPLES,
                         help="simulated plans of each search (plan_search, mcmc, plan_reinforce)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--objective", choices=["inference", "training"], default="inference",
+                        help="the step simulated: inference (default) or training (SGD, mean-squared loss)")
     parser.add_argument("--quick", action="store_true", help="transformer at batch 16 on paper-2xk40, 30 plans")
     parser.add_argument("--json", default=None, help="write every row here")
     args = parser.parse_args()
@@ -115,7 +123,8 @@ def main() -> None:
     results = []
     for model in args.models:
         for cluster in args.clusters:
-            results.append(one(model, args.batch or BATCH[model], cluster, args.samples, args.plan_samples, args.seed))
+            results.append(one(model, args.batch or BATCH[model], cluster, args.samples, args.plan_samples, args.seed,
+                               args.objective))
             show(results[-1])
     ratios = [r["plan_vs_best_placement"] for r in results if r["plan_vs_best_placement"]]
     fastest = [r["plan_vs_fastest"] for r in results if r["plan_vs_fastest"]]

@@ -36,18 +36,20 @@ def plans_simulated(monkeypatch):
     from placer.plans import scoring
 
     seen = []
-    for module in (plan_rows, scoring):
-        real = module.simulate_plan
-        monkeypatch.setattr(module, "simulate_plan", lambda graph, plan, *a, _real=real, **k: seen.append(plan) or
+    for module, name in ((plan_rows, "simulate_plan"), (plan_rows, "simulate_training"),
+                         (scoring, "simulate_plan"), (scoring, "simulate_training")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda graph, plan, *a, _real=real, **k: seen.append(plan) or
                             _real(graph, plan, *a, **k))
     return seen
 
 
+@pytest.mark.parametrize("objective", ["inference", "training"])
 def test_a_run_on_a_cluster_ends_with_a_plan_that_splits_the_batch_and_counts_in_the_samples(tmp_path, capsys,
-                                                                                              plans_simulated):
+                                                                                              plans_simulated, objective):
     from placer.plans.plan import Plan
 
-    model, run, summary = _train(tmp_path)
+    model, run, summary = _train(tmp_path, "--objective", objective)
     plan, phases = summary["plan"], summary["samples_by_phase"]
     assert plan["file"] == "plan.json" and plan["split_ops"] > 0
     assert plan["step_time"] < plan["placement_step_time"] == summary["best_step_time"]
