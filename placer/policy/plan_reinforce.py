@@ -17,7 +17,8 @@ slower than DDP. Then each update samples `SAMPLES_PER_UPDATE` rows, scores them
 `FAILURE_FACTOR` x the start) and takes the paper's policy-gradient step with an entropy bonus,
 and, once a plan beats the start, the imitation of the best one found (`placer.policy.reinforce`). It stops when `samples` distinct plans have been
 simulated (a plan met again is served from the cache and costs none) or after `MAX_DRAWS` x
-`samples` rows drawn. The result is the fastest plan met, so never slower than the start.
+`samples` rows drawn; a batch of plans all met before restarts it: a new policy imitating the best
+row found, less surely each time (`RESTART_STEP`). The result is the fastest plan met, so never slower than the start.
 Deterministic for a seed.
 """
 
@@ -48,6 +49,10 @@ START_CONFIDENCE = 0.9    # the start's probability per group after imitation: o
 FAILURE_FACTOR = 4.0      # a plan that fails is rewarded as this many times the start's step
 MAX_DRAWS = 8             # rows drawn per distinct plan at most: a policy that settled stops
 ENTROPY = 0.05            # the entropy bonus: without it the policy settles on the start within a few updates
+# a policy whose whole batch was plans met before is replaced by one imitating the best plan's row,
+# each restart less sure of it (more groups move per row), so that the budget is spent exploring
+RESTART_STEP = 0.1
+MIN_CONFIDENCE = 0.5
 
 
 def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], devices: list[str] | None = None,
@@ -69,22 +74,28 @@ def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan],
     found = group_features(graph, grouping)   # read as the per-graph learner reads its groups
     features, adjacency = torch.from_numpy(found.features), torch.from_numpy(found.adjacency)
     hp = Hyperparameters(entropy_coef=ENTROPY)
-    policy = Seq2SeqPolicy(features.shape[1], len(members), keep + 1, hidden_size=HIDDEN,
-                           temperature=hp.temperature, tanh_constant=hp.tanh_constant)
-    imitate(policy, features, adjacency, [keep] * len(members), confidence=START_CONFIDENCE)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=hp.lr)
+
+    def fresh_policy(row: list[int], confidence: float):
+        """A policy imitating `row` (the start's: every group keeps; after a restart, the best's)."""
+        policy = Seq2SeqPolicy(features.shape[1], len(members), keep + 1, hidden_size=HIDDEN,
+                               temperature=hp.temperature, tanh_constant=hp.tanh_constant)
+        imitate(policy, features, adjacency, row, confidence=confidence)
+        return policy, torch.optim.Adam(policy.parameters(), lr=hp.lr)
+
+    policy, optimizer = fresh_policy([keep] * len(members), START_CONFIDENCE)
     failed = FAILURE_FACTOR * start_time if math.isfinite(start_time) else FAILURE_FACTOR
     best_row = torch.full((len(members),), keep, dtype=torch.long)
-    baseline, update, drawn = 0.0, 0, 0
+    baseline, update, drawn, restarts = 0.0, 0, 0, 0
     while not scorer.spent and drawn < MAX_DRAWS * samples:
         with torch.no_grad():
             actions, _, _ = policy(features, adjacency, n_samples=SAMPLES_PER_UPDATE, generator=generator)
         drawn += len(actions)
-        times = []
+        times, new = [], 0
         for row in actions.tolist():
             plan = _plan(graph, start, members, options, row)
             if scorer.spent and not scorer.known(plan):
                 break   # the budget ran out within the batch: no update on part of it
+            new += not scorer.known(plan)
             t = scorer.time(plan)
             times.append(t if math.isfinite(t) else failed)
             if t < best:
@@ -92,6 +103,12 @@ def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan],
                 improvements.append(t)
         if len(times) < len(actions):
             break
+        if not new:   # settled: every row a plan met before; restart from the best, surer to move
+            restarts += 1
+            confidence = max(MIN_CONFIDENCE, START_CONFIDENCE - RESTART_STEP * restarts)
+            policy, optimizer = fresh_policy(best_row.tolist(), confidence)
+            baseline = 0.0
+            continue
         rewards = -torch.sqrt(torch.tensor(times, dtype=torch.float32))
         # the best plan is imitated once it is not the start: imitating the start too settles the policy there
         stats = reinforce_update(policy, optimizer, features, adjacency, actions, rewards, baseline, hp, update,

@@ -1,6 +1,7 @@
 """REINFORCE over plans learns: from a one-GPU start, with the budget of 150 simulated plans, its
 plans of eight independent matmul branches on four GPUs end faster than DDP; the same sampler
-with the policy never updated (only the imitation of the start) ends far behind."""
+with the policy never updated (only the imitation of the start, and of the best plan at each
+restart) ends behind it on every seed."""
 
 from __future__ import annotations
 
@@ -31,19 +32,25 @@ def ratios(problem, seeds=(0, 1, 2)) -> list[float]:
     return [f.step_time / f.start_time for f in found]
 
 
-def test_the_learner_beats_ddp_from_a_one_gpu_start(problem):
+@pytest.fixture(scope="module")
+def learned(problem):
+    return ratios(problem)
+
+
+def test_the_learner_beats_ddp_from_a_one_gpu_start(problem, learned):
     graph, cluster, starts = problem
     ddp = simulate_plan(graph, data_parallel(graph, GPUS), cluster).step_time / \
         simulate_plan(graph, starts["cuda:0"], cluster).step_time
-    learned = ratios(problem)
     assert ddp == pytest.approx(0.75, abs=0.01)
     assert max(learned) < 0.6 < ddp   # seeds 0-2: 0.453, 0.447, 0.436
 
 
-def test_without_its_updates_the_same_sampler_stays_far_behind(problem, monkeypatch):
-    """The check above can fail: a policy that only imitates the start ends at 0.83-0.84."""
+def test_without_its_updates_the_same_sampler_ends_behind_on_every_seed(problem, learned, monkeypatch):
+    """The check above can fail: a policy that only imitates (the start, then the best plan at each
+    restart) ends at 0.646, 0.491 and 0.519 (0.83-0.84 without restarts)."""
     class Unchanged:
         new_baseline = 0.0
 
     monkeypatch.setattr(reinforce, "reinforce_update", lambda *args, **kwargs: Unchanged())
-    assert min(ratios(problem)) > 0.8
+    frozen = ratios(problem)
+    assert all(f > l for f, l in zip(frozen, learned)) and min(frozen) > max(learned)
