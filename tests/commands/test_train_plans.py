@@ -17,6 +17,7 @@ SAMPLES = 200
 
 
 def _train(tmp_path, *extra):
+    tmp_path.mkdir(exist_ok=True)
     # one chain of four 1024-wide MatMuls on a batch of 512: no placement of whole ops runs it on two
     # GPUs at once, and splitting the batch over four is about 4x faster (simulated, exact)
     model = tmp_path / "chain.onnx"
@@ -83,3 +84,30 @@ def test_space_plans_where_it_cannot_search_is_one_line(tmp_path, capsys, argv, 
     assert main(["train", "--graph", str(model), "--samples", "50", "--run-dir", str(tmp_path / "run"), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0]
+
+
+def test_a_run_cut_in_its_plan_search_resumes_to_the_same_plan_and_samples(tmp_path, monkeypatch, capsys):
+    """Ctrl-C inside the plan search: the run says how to resume, and --resume ends where an uncut run ends."""
+    from placer.policy import plan_reinforce
+
+    _, uncut, whole = _train(tmp_path / "uncut")
+    real, cuts = plan_reinforce.plan_reinforce, []
+
+    def cut_once(*args, **kwargs):
+        if not cuts:
+            cuts.append(1)
+            raise KeyboardInterrupt   # as if Ctrl-C landed here
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(plan_reinforce, "plan_reinforce", cut_once)
+    model = tmp_path / "uncut" / "chain.onnx"
+    run = tmp_path / "cut"
+    argv = ["train", "--graph", str(model), "--cluster", "4xa100-nvlink", "--reward", "simulated", "--samples",
+            str(SAMPLES), "--samples-per-update", "8", "--run-dir", str(run), "--no-progress", "--no-compare"]
+    assert main(argv) == 130
+    assert "--resume" in capsys.readouterr().out and not (run / "plan.json").exists()
+    assert main([*argv, "--resume"]) == 0
+    resumed = json.loads((run / "summary.json").read_text())
+    assert resumed["plan"]["step_time"] == whole["plan"]["step_time"]
+    assert resumed["samples_by_phase"] == whole["samples_by_phase"] and resumed["samples"] == whole["samples"]
+    assert (run / "plan.json").read_text() == (uncut / "plan.json").read_text()
