@@ -357,29 +357,43 @@ def plan_lower_bound(graph: OpGraph, devices: list[str], cost: CostModel, traini
     (the LP above already splits each node fractionally over the devices, so it bounds plans too:
     a shard costs at least its share of the whole op, as the roofline prices it, and a device
     holds at least its share of what a split op reads) and the critical path with every step at
-    its fastest split (`split_time`: one device, or all of them at once, slowed by contention),
-    transfers and collectives free. No transfer path: a split op ends sooner than any device
+    its fastest split (`split_time`: one device, or several at once, slowed by contention, each
+    shard paying its launch), transfers and collectives free. No transfer path: a split op ends sooner than any device
     alone could run it."""
     priced = _priced(graph, devices, cost, training, None, caps)
-    slowdown = _slowdown(cost, devices)
+    slowdown, launch = _slowdown(cost, devices), _launch(cost, devices)
     if training is None:
-        cp = critical_path(graph, dict(zip(graph.nodes, split_time(priced.times, slowdown).tolist())))
+        cp = critical_path(graph, dict(zip(graph.nodes, split_time(priced.times, slowdown, launch).tolist())))
     else:
-        cp = program_critical_path(priced.sim.program, split_time(priced.step_times, slowdown).tolist())
+        cp = program_critical_path(priced.sim.program, split_time(priced.step_times, slowdown, launch).tolist())
     load, method, memory = _load(priced, cost, devices)
     log.info("lower bound of plans: critical path split %.6f s, load %.6f s (%s)", cp, load, method)
     return LowerBound(value=max(cp, load), critical_path=cp, load=load, load_method=method,
                       caps_used=memory is not None)
 
 
-def split_time(times: np.ndarray, slowdown: list[float]) -> np.ndarray:
+def split_time(times: np.ndarray, slowdown: list[float], launch: list[float] | None = None) -> np.ndarray:
     """Per row of `times` (seconds on each device): the least time the work can take, whole on one
-    device or split over all of them in the shares that end them together (each slowed by its
-    contention factor while the others run; more devices only shorten that)."""
-    with np.errstate(divide="ignore"):   # a step of no time: its rate is infinite, its split time 0
-        rate = (1.0 / (times * np.asarray(slowdown)[None, :])).sum(axis=1)
-    together = np.divide(1.0, rate, out=np.full(len(times), np.inf), where=rate > 0)
-    return np.minimum(times.min(axis=1), together)
+    device or split over several at once, each slowed by its contention factor while the others
+    run. Every shard pays its device's `launch` overhead whole (none given: 0). A device's share
+    s_d takes L_d + s_d w_d <= T, so both 1 <= T sum 1/t_d (as L_d >= s_d L_d) and
+    1 <= (T - min L) sum 1/w_d, over any devices used: the larger of the two holds."""
+    L = np.minimum(np.asarray(launch if launch is not None else [0.0] * times.shape[1])[None, :], times)
+    slow = np.asarray(slowdown)[None, :]
+    with np.errstate(divide="ignore", invalid="ignore"):   # a step of no work: its rate is infinite
+        whole_rate = (1.0 / (times * slow)).sum(axis=1)    # the launch as if it split too: s_d t_d <= T
+        work_rate = (1.0 / ((times - L) * slow)).sum(axis=1)
+    first = np.min(np.where(np.isfinite(times), L, np.inf), axis=1)
+    shared = np.divide(1.0, whole_rate, out=np.full(len(times), np.inf), where=whole_rate > 0)
+    launched = np.where(np.isinf(work_rate), first,
+                        first + np.divide(1.0, work_rate, out=np.full(len(times), np.inf), where=work_rate > 0))
+    return np.minimum(times.min(axis=1), np.maximum(shared, launched))   # both hold: the larger
+
+
+def _launch(cost: CostModel, devices: list[str]) -> list[float]:
+    """Each device's launch overhead, where the cost model has one (the roofline's), else 0."""
+    overhead = getattr(cost, "launch_overhead", None)
+    return [float(overhead(d)) if overhead else 0.0 for d in devices]
 
 
 @dataclass

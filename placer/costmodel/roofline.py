@@ -97,6 +97,10 @@ class RooflineCostModel:
         moved = self._input_bytes.get(node.name, 0) + node.output_bytes + node.param_bytes
         return moved / (self._model[device].memory_bandwidth_Bps * self.efficiency.memory)
 
+    def launch_overhead(self, device: str) -> float:
+        """What every op pays on `device` before its work: its shards too (the bound over plans reads it)."""
+        return self._model[device].launch_overhead_s
+
     def op_time(self, node: OpNode, device: str) -> float:
         """Launch overhead + max(compute, memory); inf where the node cannot run on the device's kind."""
         if device_kind(device) not in node.device_kinds:

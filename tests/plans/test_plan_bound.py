@@ -66,3 +66,15 @@ def test_split_time_is_one_device_or_all_at_once_under_contention():
     assert bounds.split_time(times, [1.0, 1.0]).tolist() == [2.0, pytest.approx(100 / 101)]
     # slowed 3x while the other runs: splitting no longer pays, one device alone is faster
     assert bounds.split_time(times, [3.0, 3.0]).tolist() == [4.0, 1.0]
+    # each shard pays its launch (0.5 s) whole: halves of 3.5 s of work after it, not halves of 4 s
+    assert bounds.split_time(times, [1.0, 1.0], [0.5, 0.5]).tolist() == [2.25, pytest.approx(0.5 + 1 / (2 + 1 / 99.5))]
+
+
+def test_the_bound_over_plans_counts_each_shards_launch_on_a_chain_of_small_ops():
+    """A tiny matmul and its relu on four A100s: each step split four ways still pays a launch, so the
+    critical path is the chain's launches at least (without them it fell to a quarter of that)."""
+    graph, cluster = matmul_relu(8, 16, 16), load_cluster("4xa100-nvlink")
+    cost = RooflineCostModel(cluster, graph)
+    devices = [d.name for d in cluster.devices if d.name.startswith("cuda")]
+    launches = len(graph.nodes) * min(cost.launch_overhead(d) for d in devices)
+    assert launches <= bounds.plan_lower_bound(graph, devices, cost).critical_path
