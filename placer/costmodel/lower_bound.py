@@ -334,21 +334,8 @@ def lower_bound(graph: OpGraph, devices: list[str], cost: CostModel,
     of the whole training step (a node's forward, backward and the updates it owns share its
     device, so its load is their sum); with `pipeline`, of the pipelined step; with `caps` (device
     -> bytes), of the placements that fit them."""
-    pipelined = pipeline is not None and pipeline.pipelined
     priced = _priced(graph, devices, cost, training, pipeline, caps)
-    sim, program, step_times, times = priced.sim, priced.sim.program, priced.step_times, priced.times
-    fastest_row = times.min(axis=1)
-    if training is None and not pipelined:
-        cp = critical_path(graph, dict(zip(graph.nodes, fastest_row.tolist())))
-    else:
-        cp = program_critical_path(program, step_times.min(axis=1).tolist())
-    drain = fill_drain(program, step_times, len(graph.nodes)) if pipelined else 0.0
-    path = transfer_path(sim, step_times)
-    load, method, memory = _load(priced, cost, devices)
-    log.info("lower bound: critical path %.6f s, with transfers %.6f s, load %.6f s (%s), fill and drain %.6f s",
-             cp, path, load, method, drain)
-    return LowerBound(value=max(cp, path, load, drain), critical_path=cp, load=load, load_method=method,
-                      fill_drain=drain, transfer_path=path, caps_used=memory is not None)
+    return _placement_bound(graph, priced, training, pipeline, _load(priced, cost, devices))
 
 
 def plan_lower_bound(graph: OpGraph, devices: list[str], cost: CostModel, training: TrainingSpec | None = None,
@@ -358,17 +345,51 @@ def plan_lower_bound(graph: OpGraph, devices: list[str], cost: CostModel, traini
     a shard costs at least its share of the whole op, as the roofline prices it, and a device
     holds at least its share of what a split op reads) and the critical path with every step at
     its fastest split (`split_time`: one device, or several at once, slowed by contention, each
-    shard paying its launch), transfers and collectives free. No transfer path: a split op ends sooner than any device
-    alone could run it."""
+    shard paying its launch), transfers and collectives free. No transfer path: a split op ends
+    sooner than any device alone could run it."""
     priced = _priced(graph, devices, cost, training, None, caps)
+    return _plan_bound(graph, priced, cost, devices, training, _load(priced, cost, devices))
+
+
+def bounds(graph: OpGraph, devices: list[str], cost: CostModel, training: TrainingSpec | None = None,
+           pipeline: Pipeline | None = None, caps: dict[str, int] | None = None,
+           plans: bool = False) -> tuple[LowerBound, LowerBound | None]:
+    """`lower_bound`, and with `plans` (on one step, no `pipeline`) `plan_lower_bound` too, from one
+    pricing of the graph and one load bound: what a comparison with plan rows needs."""
+    priced = _priced(graph, devices, cost, training, pipeline, caps)
+    load = _load(priced, cost, devices)
+    placements = _placement_bound(graph, priced, training, pipeline, load)
+    return placements, _plan_bound(graph, priced, cost, devices, training, load) if plans and pipeline is None \
+        else None
+
+
+def _placement_bound(graph: OpGraph, priced: _Priced, training: TrainingSpec | None, pipeline: Pipeline | None,
+                     load: tuple[float, str, Residency | None]) -> LowerBound:
+    pipelined = pipeline is not None and pipeline.pipelined
+    sim, program, step_times, times = priced.sim, priced.sim.program, priced.step_times, priced.times
+    if training is None and not pipelined:
+        cp = critical_path(graph, dict(zip(graph.nodes, times.min(axis=1).tolist())))
+    else:
+        cp = program_critical_path(program, step_times.min(axis=1).tolist())
+    drain = fill_drain(program, step_times, len(graph.nodes)) if pipelined else 0.0
+    path = transfer_path(sim, step_times)
+    value, method, memory = load
+    log.info("lower bound: critical path %.6f s, with transfers %.6f s, load %.6f s (%s), fill and drain %.6f s",
+             cp, path, value, method, drain)
+    return LowerBound(value=max(cp, path, value, drain), critical_path=cp, load=value, load_method=method,
+                      fill_drain=drain, transfer_path=path, caps_used=memory is not None)
+
+
+def _plan_bound(graph: OpGraph, priced: _Priced, cost: CostModel, devices: list[str], training: TrainingSpec | None,
+                load: tuple[float, str, Residency | None]) -> LowerBound:
     slowdown, launch = _slowdown(cost, devices), _launch(cost, devices)
     if training is None:
         cp = critical_path(graph, dict(zip(graph.nodes, split_time(priced.times, slowdown, launch).tolist())))
     else:
         cp = program_critical_path(priced.sim.program, split_time(priced.step_times, slowdown, launch).tolist())
-    load, method, memory = _load(priced, cost, devices)
-    log.info("lower bound of plans: critical path split %.6f s, load %.6f s (%s)", cp, load, method)
-    return LowerBound(value=max(cp, load), critical_path=cp, load=load, load_method=method,
+    value, method, memory = load
+    log.info("lower bound of plans: critical path split %.6f s, load %.6f s (%s)", cp, value, method)
+    return LowerBound(value=max(cp, value), critical_path=cp, load=value, load_method=method,
                       caps_used=memory is not None)
 
 

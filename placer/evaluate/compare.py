@@ -26,7 +26,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel
 from placer.measure.intervals import FASTER, TIED, Interval, speedup_verdict, verdict_record
-from placer.costmodel.lower_bound import LowerBound, check_bound, lower_bound, plan_lower_bound
+from placer.costmodel.lower_bound import LowerBound, bounds, check_bound
 from placer.engines.protocol import PlacedRun
 from placer.measure.measurement import Measurement, Measurer, OpensPlacements
 from placer.measure.progress import Progress, rounds_progress, rounds_text
@@ -246,10 +246,8 @@ def compare(graph: OpGraph, devices: list[str], measurer: Measurer, cost: CostMo
     from placer.costmodel.simulator import Simulator
 
     caps = dict(caps or {})
-    bound = lower_bound(graph, devices, cost, training, pipeline, caps)
     # plans split ops, so the placements' bound does not hold for them: theirs is over every split
-    plan_bound = plan_lower_bound(graph, devices, cost, training, caps) if any(r.plan for r in rows) and \
-        pipeline is None else None
+    bound, plan_bound = bounds(graph, devices, cost, training, pipeline, caps, plans=any(r.plan for r in rows))
     sim = Simulator(graph, devices, cost, [caps.get(d) for d in devices], training=training, pipeline=pipeline)
     index = {d: i for i, d in enumerate(devices)}
     for row in rows:

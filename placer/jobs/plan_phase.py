@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from placer.jobs.searches import count_samples
 from placer.policy.budget import PLAN_SHARE, PLANS, SampleBudget
 from placer.policy.checkpoint import save_summary
 from placer.policy.summary_file import RunSummary
@@ -79,9 +80,7 @@ def search_plans(graph, cluster, devices: list[str], run_dir: Path, summary: Run
     elif (run_dir / FILENAME).exists():   # an earlier session's plan that no longer beats placement.json
         (run_dir / FILENAME).unlink()
     summary["plan"] = record
-    summary["samples"] = budget.spent
-    summary["samples_by_reward"]["simulated"] = budget.spent - summary["samples_by_reward"]["real"]
-    summary["samples_by_phase"] = {**(summary.get("samples_by_phase") or {}), PLANS: priced}
+    count_samples(summary, budget)
     save_summary(run_dir, summary)
     report(plan_line(record, run_dir))
     note = (f"the run's plan: REINFORCE over plans from {found.start} ({found.start_time * 1e3:.3f} ms), "

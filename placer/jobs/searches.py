@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from placer.errors import PlacerError
-from placer.policy.budget import LOCAL_SEARCH, POLISH, REINFORCE, SampleBudget
+from placer.policy.budget import LOCAL_SEARCH, PLANS, POLISH, REINFORCE, SampleBudget
 from placer.policy.checkpoint import save_summary
 from placer.policy.summary_file import RunSummary
 
@@ -51,7 +51,7 @@ def polish(graph, devices: list[str], costs, caps, pipeline, start, budget: Samp
     budget.set_drawn(POLISH, record["samples"])
     start.keep_budget(budget, polish=record)
     summary["polish"] = record
-    _count(summary, budget)
+    count_samples(summary, budget)
     save_summary(run_dir, summary)
     if allowed < 1:   # nothing to polish now; what earlier polishes drew stays counted
         return
@@ -64,7 +64,7 @@ def polish(graph, devices: list[str], costs, caps, pipeline, start, budget: Samp
                   node_moves=info["node_moves"], local_optimum=info["local_optimum"])
     budget.set_drawn(POLISH, record["samples"])
     start.keep_budget(budget, polish=record)
-    _count(summary, budget)
+    count_samples(summary, budget)
     if after < before:
         polished.extra = {**learned.extra, "source": "policy, polished by local search", "polish": record}
         adopt(summary, run_dir, polished, after, f"{summary['best_source']}, polished by local search")
@@ -89,12 +89,13 @@ def _still_counted(earlier: dict, learner_samples: int, left: int | None) -> int
     return earlier["samples"]
 
 
-def _count(summary: RunSummary, budget: SampleBudget) -> None:
-    """The summary's sample counts from the ledger: every phase's, and the simulated ones (all but
-    the learner's real samples: the searches around it simulate)."""
+def count_samples(summary: RunSummary, budget: SampleBudget) -> None:
+    """The summary's sample counts from the ledger: every phase's (the plans' once they ran), and the
+    simulated ones (all but the learner's real samples: the searches around it simulate)."""
     summary["samples"] = budget.spent
     summary["samples_by_reward"]["simulated"] = budget.spent - summary["samples_by_reward"]["real"]
-    summary["samples_by_phase"] = budget.by_phase(LOCAL_SEARCH, REINFORCE, POLISH)
+    summary["samples_by_phase"] = budget.by_phase(LOCAL_SEARCH, REINFORCE, POLISH,
+                                                  *((PLANS,) if PLANS in budget.drawn else ()))
 
 
 def adopt(summary: RunSummary, run_dir: Path, placement, step_time: float, source: str) -> None:
@@ -118,7 +119,7 @@ def finish_searched(searched, summary: RunSummary, budget: SampleBudget, per_upd
     whether REINFORCE improved on local search, and placement.json local search's own where neither
     the policy nor the polish found anything faster (a tie keeps local search's: it came first).
     `policy_best_s`: the policy's best before the polish."""
-    _count(summary, budget)
+    count_samples(summary, budget)
     searched_time = confirm.measure(searched.placement)
     searched_s = searched_time.step_time if searched_time.ok else None
     record = searched.record()

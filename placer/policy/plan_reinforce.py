@@ -103,7 +103,7 @@ def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan],
                 improvements.append(t)
         if len(times) < len(actions):
             break
-        if not new:   # settled: every row a plan met before; restart from the best, surer to move
+        if not new:   # settled: every row a plan met before; restart from the best, less sure of it
             restarts += 1
             confidence = max(MIN_CONFIDENCE, START_CONFIDENCE - RESTART_STEP * restarts)
             policy, optimizer = fresh_policy(best_row.tolist(), confidence)
