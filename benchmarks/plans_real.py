@@ -7,8 +7,8 @@ Per model, the candidates are:
   measured is "the best placement";
 - the plans that run here (`placer.evaluate.plan_rows.MEASURED`: data parallel, Megatron's tensor
   parallel where the model has its blocks, and placer's plan search on the profile from the best of
-  those and the placements) in the torch engine; the fastest of them measured is "placer's plan"
-  there;
+  those and the placements, which measures its plan and the best-predicted starts and keeps the
+  fastest measured) in the torch engine; the fastest of them measured is "placer's plan" there;
 - the same plans in the ONNX Runtime engine where their devices never talk (data parallelism: a
   session per device on its half of the batch);
 - the whole machine in placer's torch engine, and a plain ONNX Runtime session.
@@ -88,6 +88,8 @@ def run_model(name: str, batch: int, rounds: RoundsProtocol, placers: list[str])
             print(f"  {name} ({engine}): {note}")
         for row in rows:
             plans[f"{row.name} ({engine})"] = engine
+            if row.name == "plan_search":
+                print(f"  {name} ({engine}): plan_search: {row.note}", flush=True)
             candidates.append(Candidate(f"{row.name} ({engine})", row.opener, row.run_record))
     whole = Device("cpu", 0, threads=2)
     machine = measurer_for("torch", graph, [whole], protocol)

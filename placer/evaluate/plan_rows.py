@@ -23,6 +23,7 @@ from functools import partial
 
 from placer.devices import device_kind
 from placer.errors import PlacerError
+from placer.evaluate import plan_finalists
 from placer.evaluate.compare import CompareRow
 from placer.evaluate.plan_search_rows import SEARCHES, searched_rows
 from placer.plans import search
@@ -192,15 +193,28 @@ def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: d
     begun = time.perf_counter()
     scorer = ProfiledPlanScorer(graph, cost, samples)
     found = search.plan_search(graph, None, starts, devices, samples=samples, seed=seed, scorer=scorer)
-    try:
-        check_runs(measurer.engine.name, graph=graph, plan=found.plan)
-    except PlacerError as exc:
-        return None, f"{search.NAME}: not measured; {exc}"
-    split = sum(1 for op in found.plan.ops.values() if not op.whole)
+    runs = partial(check_runs, measurer.engine.name, graph=graph)
+    finalists = plan_finalists.finalists(graph, [(_found_name(found), found.plan),
+                                                 *plan_finalists.by_prediction(starts, scorer.time)],
+                                         lambda plan: runs(plan=plan))
+    if not finalists:
+        return None, f"{search.NAME}: not measured; the engine runs none of its plans"
+    measured = plan_finalists.measure_finalists(finalists, measurer) if len(finalists) > 1 else {}
+    kept = plan_finalists.fastest_measured(finalists, measured)
+    plan = finalists[kept]
+    split = sum(1 for op in plan.ops.values() if not op.whole)
     note = (f"a plan found by local search over plans from {found.start} ({found.start_time * 1e3:.3f} ms predicted): "
-            f"{found.samples} plans predicted from the profile, {split} of {len(found.plan.ops)} ops split")
+            f"{found.samples} plans predicted from the profile; of its {len(finalists)} fastest predicted, "
+            + (f"{len(measured)} measured in {plan_finalists.ROUNDS.min_rounds} rounds and {kept} kept "
+               f"({measured[kept] * 1e3:.1f} ms)" if kept in measured else f"{kept} kept")
+            + f": {split} of {len(plan.ops)} ops split")
+    predicted = scorer.time(plan)
     return CompareRow(search.NAME, search.NAME, False, time.perf_counter() - begun, note=note, plan=True,
-                      split_plan=found.plan, opener=partial(measurer.open, found.plan),
-                      run_record=measurer.run_record(), predicted_step_time=found.step_time
-                      if math.isfinite(found.step_time) else None), None
+                      split_plan=plan, opener=partial(measurer.open, plan),
+                      run_record=measurer.run_record(), predicted_step_time=predicted
+                      if math.isfinite(predicted) else None), None
 
+
+def _found_name(found) -> str:
+    """The search's plan by name: its start's where no move improved on it."""
+    return "the search's plan" if found.improvements else found.start
