@@ -226,11 +226,11 @@ def simulated_comparison(graph, devices, cluster, placers: list[str], run_dir, s
 
 
 def comparison_for_run(graph, devices, cost, run_dir, rounds, *, seed: int = 0, timeout: float = 60.0,
-                       training=None, progress=None, engine: str = "torch", pipeline=None):
+                       training=None, progress=None, engine: str = "torch", pipeline=None, included=()):
     """What `placer compare --include-rl RUN` measures: every placer, random search with the run's
     samples and groups, the run's placements, the whole machine and ONNX Runtime, side by side in
     interleaved `rounds` (on the training step with `training`), and the plans that run here
-    (`MEASURED_DEFAULT`: placer's plan search among them)."""
+    (`MEASURED_DEFAULT`: placer's plan search among them), and the `included` rows (a run's plan)."""
     from placer.measure.measurer import MeasureProtocol
 
     objective = "inference" if training is None else "training"
@@ -238,7 +238,7 @@ def comparison_for_run(graph, devices, cost, run_dir, rounds, *, seed: int = 0, 
     return _measure_side_by_side(graph, devices, cost, list(PLACERS), run_dir, None, seed,
                                  MeasureProtocol(warmup=0, repeats=1, timeout_s=timeout, objective=objective),
                                  rounds, progress=progress, training=training, engine=engine, pipeline=pipeline,
-                                 shortcut="--no-compare skips them", plans=plans)
+                                 shortcut="--no-compare skips them", plans=plans, included=included)
 
 
 def _random_search_options(graph, names: list[str], run_dir, samples: int | None) -> dict:

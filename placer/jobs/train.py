@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from placer.errors import PlacerError
 from placer.jobs import paths, plan_phase, searches
+from placer.jobs.plan_phase_here import search_plans_here
 from placer.jobs.place import SAMPLED_CHAINS
 from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
 from placer.policy.budget import GRAPH_POLICY_POLISH, SEQ2SEQ_POLISH, polish_share
@@ -143,17 +144,15 @@ def _check_seq2seq(settings: TrainSettings):
     if settings.workers and settings.step.micro_batches != 1:
         raise PlacerError("--workers measures one input per step; drop --micro-batches or --workers")
     settings.step.check_engine()
-    if settings.space == "plans" and not described:
-        raise PlacerError("--space plans searches plans in a described cluster's simulator so far: add --cluster "
-                          "NAME|FILE, or drop --space (placer compare runs plans on these devices)")
     return partial(_seq2seq, plan=plan, hp=hp, polish=polish)
 
 
 def searches_plans(settings: TrainSettings) -> bool:
-    """Whether the run ends with a plan search: `--space plans`, the default on a described cluster."""
+    """Whether the run ends with a plan search: `--space plans`, the default on a described cluster
+    (on this machine's devices it measures its finalists: asked for, so far)."""
     if settings.space not in (None, *plan_phase.SPACES):
         raise PlacerError(f"--space takes {' or '.join(plan_phase.SPACES)}, not {settings.space!r}")
-    return settings.space != "placement" and settings.hardware.simulated_only
+    return settings.space == "plans" or (settings.space is None and settings.hardware.simulated_only)
 
 
 def _hyperparameters(settings: TrainSettings, described: bool) -> Hyperparameters:
@@ -299,8 +298,12 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
                            reinforced=reinforced)
     plan_rows = []
     if searches_plans(settings) and not result.interrupted and result.summary["best_step_time"] is not None:
-        plan_rows = plan_phase.search_plans(graph, hardware.described, names, run_dir, result.summary, budget, start,
-                                            settings.seed, training, pipeline, report)
+        if described:
+            plan_rows = plan_phase.search_plans(graph, hardware.described, names, run_dir, result.summary, budget,
+                                                start, settings.seed, training, pipeline, report)
+        else:
+            plan_rows = search_plans_here(graph, names, cost, confirm, run_dir, result.summary, budget, start,
+                                          settings.seed, report)
     if settings.closing_comparison and not result.interrupted and result.summary["best_step_time"] is not None:
         outcome.comparison = _closing_comparison(settings, graph, devices, cost, run_dir, training, pipeline, report,
                                                  included=plan_rows)
@@ -364,7 +367,7 @@ def _closing_comparison(settings: TrainSettings, graph, devices, cost, run_dir: 
     measured side by side now: the figures that say whether learning beat the heuristics. Measured
     as `placer compare --include-rl` measures with no rounds options: in its blocks (`BLOCKS`), so
     that the intervals and verdicts hold the variation between runs, as compare's do. Written to
-    the run folder's compare/. On a cluster, `included` rows (the plan phase's) are shown too."""
+    the run folder's compare/. The `included` rows (the plan phase's) are shown too."""
     from placer.jobs.compare import BLOCKS, comparison_for_run, simulated_comparison
     from placer.evaluate.report import write_outputs
     from placer.measure.rounds import RoundsProtocol
@@ -379,7 +382,7 @@ def _closing_comparison(settings: TrainSettings, graph, devices, cost, run_dir: 
         comparison = comparison_for_run(graph, devices, cost, run_dir,
                                         RoundsProtocol(seed=settings.seed, blocks=BLOCKS), seed=settings.seed,
                                         timeout=settings.timeout, training=training, pipeline=pipeline,
-                                        engine=settings.step.engine, progress=report)
+                                        engine=settings.step.engine, progress=report, included=included)
     write_outputs(comparison, run_dir / "compare", plot=False)   # its whole table too (TABLE)
     return comparison
 

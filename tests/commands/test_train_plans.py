@@ -76,7 +76,6 @@ def test_space_placement_keeps_to_whole_ops_and_its_samples(tmp_path):
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["--space", "plans"], "--space plans searches plans in a described cluster's simulator"),
     (["--space", "plans", "--cluster", "4xa100-nvlink", "--policy", "pretrained"], "the graph policy places whole ops"),
 ])
 def test_space_plans_where_it_cannot_search_is_one_line(tmp_path, capsys, argv, said):
@@ -111,3 +110,40 @@ def test_a_run_cut_in_its_plan_search_resumes_to_the_same_plan_and_samples(tmp_p
     assert resumed["plan"]["step_time"] == whole["plan"]["step_time"]
     assert resumed["samples_by_phase"] == whole["samples_by_phase"] and resumed["samples"] == whole["samples"]
     assert (run / "plan.json").read_text() == (uncut / "plan.json").read_text()
+
+
+@pytest.mark.parametrize("fastest, written", [("data_parallel", True), ("learned placement", False)])
+def test_a_run_on_this_machine_measures_its_plans_and_keeps_the_fastest_measured(tmp_path, monkeypatch, fastest,
+                                                                                  written):
+    """On this machine's devices the plan search predicts plans from the profile, then measures its
+    finalists (the learned placement among them) for real and keeps the fastest measured (the
+    measurements stubbed here: the test must not hang on this machine's timing)."""
+    from placer.evaluate import plan_finalists
+    from placer.placement import Placement
+    from placer.plans.plan import Plan
+
+    measured = {}
+
+    def fake_measure(plans, measurer):
+        measured.update(plans)
+        return {name: 0.001 if name == fastest else 0.002 for name in plans}
+
+    monkeypatch.setattr(plan_finalists, "measure_finalists", fake_measure)
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = tiny_conv_file(tmp_path / "tiny.onnx", batch=4)
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--reward",
+                 "simulated", "--samples", "120", "--samples-per-update", "8", "--space", "plans", "--run-dir",
+                 str(run), "--no-progress", "--no-compare"]) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    plan, phases = summary["plan"], summary["samples_by_phase"]
+    assert {"learned placement", "data_parallel"} <= set(measured) and plan["kept"] == fastest
+    assert phases["plans"] == plan["samples"] == plan["predicted"] + len(measured)
+    assert summary["samples_by_reward"]["real"] == len(measured)
+    assert summary["samples"] == sum(phases.values()) <= 120
+    assert (run / "plan.json").exists() == written and plan["file"] == ("plan.json" if written else None)
+    if written:
+        assert plan["step_time"] == 0.001 and plan["vs_placement"] == 2.0
+        assert Plan.load(run / "plan.json").ops == measured["data_parallel"].ops
+    else:
+        assert Placement.load(run / "placement.json").nodes == measured["learned placement"].to_placement().nodes
