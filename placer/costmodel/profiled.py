@@ -68,9 +68,9 @@ class ProfiledCostModel:
         """Median measured seconds of `node` on `device` plus its share of the per-node overhead
         (0 for nodes folded into constants: they do not run each step)."""
         t = self.profile.op_time(node.name, device)
-        return t if t == 0.0 else self._calibrated(t, device)
+        return t if t == 0.0 else self.calibrated(t, device)
 
-    def _calibrated(self, t: float, device: str) -> float:
+    def calibrated(self, t: float, device: str) -> float:
         """A profiled step time with its device's calibration (inf stays)."""
         if not math.isfinite(t):
             return t
@@ -86,7 +86,7 @@ class ProfiledCostModel:
         if step not in self.profile.op_times:
             raise PlacerError(f"the profile has no time for the training step's {step!r}: it was made for the "
                               f"{self.objective} objective; profile with the training objective")
-        return self._calibrated(self.profile.op_time(step, device), device)
+        return self.calibrated(self.profile.op_time(step, device), device)
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Fitted latency + bytes / bandwidth of the src -> dst link (0 on one device); a hand-over

@@ -151,6 +151,7 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
     except PlacerError as exc:
         return [], [f"{', '.join(names)}: not measured; {exc}"]
     measures_plans(measurer)
+    cost = costs_here(graph, measurer, cost)
     rows, notes, built = [], [], {}
     for name in names:
         if name == search.NAME:
@@ -178,6 +179,17 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
                                    samples or search.SAMPLES, seed)
         rows, notes = rows + ([row] if row else []), notes + ([note] if note else [])
     return rows, notes
+
+
+def costs_here(graph: OpGraph, measurer, cost):
+    """What predicts plans on this machine's devices: `cost` (the profile), with the graph's batch
+    shards profiled at their own shapes (`placer.plans.shard_profile`, cached) where it is a
+    profile of forward steps."""
+    from placer.plans.shard_profile import ShardProfiled, profile_shards
+
+    if measurer.training is not None or not hasattr(cost, "profile") or isinstance(cost, ShardProfiled):
+        return cost
+    return profile_shards(graph, measurer.device_objs, cost, measurer.inputs)
 
 
 def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: dict[str, Plan], samples: int,

@@ -37,7 +37,7 @@ def search_plans_here(graph, devices: list[str], cost, measurer, run_dir: Path, 
     (the run's plan, measured again there)."""
     from placer.evaluate import plan_finalists
     from placer.evaluate.compare import CompareRow
-    from placer.evaluate.plan_rows import measured_plan_rows
+    from placer.evaluate.plan_rows import costs_here, measured_plan_rows
     from placer.placement import Placement
     from placer.plans import search
     from placer.plans.engine import check_runs
@@ -53,6 +53,7 @@ def search_plans_here(graph, devices: list[str], cost, measurer, run_dir: Path, 
         report("plans: not searched; plans are priced on one step, not a pipelined one, so far")
         return []
     began = time.perf_counter()
+    cost = costs_here(graph, measurer, cost)   # batch shards timed at their own shapes
     rows, notes = measured_plan_rows(graph, devices, USER_PLANS, measurer, cost)
     allowed = budget.allowance(PLANS)
     samples = search.SAMPLES if allowed is None else allowed - plan_finalists.FINALISTS

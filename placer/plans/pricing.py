@@ -91,14 +91,17 @@ def simulate_plan(graph: OpGraph, plan: Plan, cluster: Cluster) -> Measurement:
 
 class SourceCosts:
     """The source graph's costs (a profile, which knows the source's ops by name) read for its
-    lowered graph: a whole op as itself; a shard as its op's time times its share of the op's work
-    (its FLOPs over the op's, else one n-th); a collective's launch as nothing (on CPU devices, which
+    lowered graph: a whole op as itself; a shard as timed at its own shapes where the base has it
+    (`shard_profile.ShardProfiled`), else as its op's time times its share of the op's work (its
+    FLOPs over the op's, else one n-th); a collective's launch as nothing (on CPU devices, which
     share memory, a step's hand-over is the transfer the base prices)."""
 
     def __init__(self, base: CostModel, source: OpGraph, lowered: Lowered) -> None:
         self.base, self.source, self.lowered = base, source, lowered
         self.devices = base.devices
         self._ways = Counter(lowered.shard_of.values())   # op -> how many shards it has
+        # a shard profiled at its own shapes (`placer.plans.shard_profile`), where the base has them
+        self._shard_time = getattr(base, "shard_time", None)
 
     def __getattr__(self, name: str):
         return getattr(self.base, name)
@@ -111,6 +114,9 @@ class SourceCosts:
         t = self.base.op_time(op, device)
         if name == node.name:
             return t
+        timed = self._shard_time(node, name, device) if self._shard_time is not None else None
+        if timed is not None:
+            return timed
         return t * (node.flops / op.flops if op.flops else 1.0 / self._ways[name])
 
 

@@ -9,9 +9,11 @@ import pytest
 from placer.cli import main
 from placer.costmodel.profile_cache import profiled_cost_model
 from placer.devices import parse_devices
+from placer.graph.feeds import step_feeds
 from placer.graph.load import load_graph
 from placer.plans.plan import Plan
 from placer.plans.pricing import predict_plan
+from placer.plans.shard_profile import profile_shards
 from testgraphs import tiny_conv_file as _tiny_model_file
 
 DEVICES = ["cpu:0", "cpu:1"]
@@ -265,7 +267,9 @@ def test_placer_compare_searches_plans_on_the_profile_and_measures_what_it_finds
     assert re.search(r"of its \d fastest predicted, \d measured in 6 rounds and .* kept", row["note"]), row["note"]
     plan = Plan.load(out / "placements" / "plan_search.json")
     graph = load_graph(model)
-    profile = profiled_cost_model(graph, parse_devices("cpu:0[threads=1],cpu:1[threads=1]"))   # the cached one
+    devices = parse_devices("cpu:0[threads=1],cpu:1[threads=1]")
+    # the cached profile, its batch shards profiled at their own shapes (cached too)
+    profile = profile_shards(graph, devices, profiled_cost_model(graph, devices), step_feeds(graph, 0))
     assert plan.graph_sha256 == data["graph_sha256"]
     assert predict_plan(graph, plan, profile).step_time == pytest.approx(row["predicted_step_time_s"], rel=1e-12)
     assert main([*argv, "--out", str(tmp_path / "t"), "--objective", "training", "--plans", "plan_search"]) == 0
