@@ -183,13 +183,13 @@ def measured_plan_rows(graph: OpGraph, devices: list[str], names, measurer, cost
 
 def costs_here(graph: OpGraph, measurer, cost):
     """What predicts plans on this machine's devices: `cost` (the profile), with the graph's batch
-    shards profiled at their own shapes (`placer.plans.shard_profile`, cached) where it is a
-    profile of forward steps."""
+    shards and collectives profiled at their own shapes in the measurer's engine
+    (`placer.plans.shard_profile`, cached) where it is a profile of forward steps."""
     from placer.plans.shard_profile import ShardProfiled, profile_shards
 
     if measurer.training is not None or not hasattr(cost, "profile") or isinstance(cost, ShardProfiled):
         return cost
-    return profile_shards(graph, measurer.device_objs, cost, measurer.inputs)
+    return profile_shards(graph, measurer.device_objs, cost, measurer.inputs, engine=measurer.engine.name)
 
 
 def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: dict[str, Plan], samples: int,

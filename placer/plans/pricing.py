@@ -25,7 +25,8 @@ from placer.plans.plan import Plan
 class PlanCostModel:
     """`base`'s costs of a lowered graph, with the layout changes' steps priced as `Lowered.helpers`
     says: a collective's launch as an op that computes and moves nothing, its other steps free
-    (their time is their copies, which `base` prices as any copy over the route)."""
+    (their time is their copies, which `base` prices as any copy over the route); where `base` has
+    the step profiled at its shapes (this machine's devices, `shard_profile`), as profiled."""
 
     def __init__(self, base: CostModel, helpers: dict[str, HelperCost]) -> None:
         self.base, self.helpers = base, helpers
@@ -38,6 +39,11 @@ class PlanCostModel:
         cost = self.helpers.get(node.name)
         if cost is None:
             return self.base.op_time(node, device)
+        # on this machine's devices, a step profiled at its shapes (`shard_profile`): its kernel's time
+        profiled = getattr(self.base, "helper_time", None)
+        timed = profiled(node, device) if profiled is not None else None
+        if timed is not None:
+            return timed
         if cost is HelperCost.FREE:
             return 0.0
         return self.launch_time(node, device)
