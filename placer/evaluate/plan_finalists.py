@@ -45,6 +45,19 @@ def finalists(graph: OpGraph, ranked: Sequence[tuple[str, Plan]], runs: Callable
     return chosen
 
 
+def runnable_finalists(graph: OpGraph, ranked: Sequence[tuple[str, Plan]], measurer,
+                       limit: int = FINALISTS) -> dict[str, Plan]:
+    """`finalists` among the plans `measurer`'s engine runs (ONNX Runtime: none with collectives)."""
+    from placer.plans.engine import check_runs
+
+    return finalists(graph, ranked, lambda plan: check_runs(measurer.engine.name, graph=graph, plan=plan), limit)
+
+
+def found_name(found) -> str:
+    """A search's plan by name among the finalists: its start's where no move improved on it."""
+    return "the search's plan" if found.improvements else found.start
+
+
 def by_prediction(starts: Mapping[str, Plan], predicted: Callable[[Plan], float]) -> list[tuple[str, Plan]]:
     """The `starts` (name -> plan), fastest `predicted` first."""
     return sorted(starts.items(), key=lambda item: predicted(item[1]))

@@ -195,7 +195,6 @@ def costs_here(graph: OpGraph, measurer, cost):
 def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: dict[str, Plan], samples: int,
                    seed: int) -> tuple[CompareRow | None, str | None]:
     """placer's plan search on this machine: plans predicted from the profile, the best measured."""
-    from placer.plans.engine import check_runs
     from placer.plans.scoring import ProfiledPlanScorer
 
     if measurer.training is not None:
@@ -205,10 +204,9 @@ def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: d
     begun = time.perf_counter()
     scorer = ProfiledPlanScorer(graph, cost, samples)
     found = search.plan_search(graph, None, starts, devices, samples=samples, seed=seed, scorer=scorer)
-    runs = partial(check_runs, measurer.engine.name, graph=graph)
-    finalists = plan_finalists.finalists(graph, [(_found_name(found), found.plan),
-                                                 *plan_finalists.by_prediction(starts, scorer.time)],
-                                         lambda plan: runs(plan=plan))
+    finalists = plan_finalists.runnable_finalists(graph, [(plan_finalists.found_name(found), found.plan),
+                                                          *plan_finalists.by_prediction(starts, scorer.time)],
+                                                  measurer)
     if not finalists:
         return None, f"{search.NAME}: not measured; the engine runs none of its plans"
     measured = plan_finalists.measure_finalists(finalists, measurer) if len(finalists) > 1 else {}
@@ -225,8 +223,3 @@ def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: d
                       split_plan=plan, opener=partial(measurer.open, plan),
                       run_record=measurer.run_record(), predicted_step_time=predicted
                       if math.isfinite(predicted) else None), None
-
-
-def _found_name(found) -> str:
-    """The search's plan by name: its start's where no move improved on it."""
-    return "the search's plan" if found.improvements else found.start

@@ -40,7 +40,6 @@ def search_plans_here(graph, devices: list[str], cost, measurer, run_dir: Path, 
     from placer.evaluate.plan_rows import costs_here, measured_plan_rows
     from placer.placement import Placement
     from placer.plans import search
-    from placer.plans.engine import check_runs
     from placer.plans.plan import Plan
     from placer.plans.scoring import ProfiledPlanScorer
     from placer.policy.plan_reinforce import plan_reinforce
@@ -65,10 +64,9 @@ def search_plans_here(graph, devices: list[str], cost, measurer, run_dir: Path, 
     scorer = ProfiledPlanScorer(graph, cost, samples)
     found = plan_reinforce(graph, None, starts, devices, samples=samples, seed=seed, scorer=scorer)
     others = {name: plan for name, plan in starts.items() if name != LEARNED}
-    ranked = [("the search's plan" if found.improvements else found.start, found.plan), (LEARNED, learned),
+    ranked = [(plan_finalists.found_name(found), found.plan), (LEARNED, learned),
               *plan_finalists.by_prediction(others, scorer.time)]
-    finalists = plan_finalists.finalists(graph, ranked, lambda plan: check_runs(measurer.engine.name, graph=graph,
-                                                                                plan=plan))
+    finalists = plan_finalists.runnable_finalists(graph, ranked, measurer)
     report(f"plans: {scorer.simulated} predicted from the profile; measuring the {len(finalists)} fastest predicted "
            f"side by side ({', '.join(finalists)}) ...")
     measured = plan_finalists.measure_finalists(finalists, measurer)
