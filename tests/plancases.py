@@ -82,3 +82,30 @@ def conv_net(batch: int, size: int = 8, channels: int = 8) -> OpGraph:
     graph = helper.make_graph(nodes, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])], weights)
     return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def embedding_mlp(batch: int = 4096, vocab: int = 200_000, width: int = 64, hidden: int = 1024) -> OpGraph:
+    """A recommender's shape: ids (batch,) -> Gather from a large table (vocab, width) -> MatMul
+    (width, hidden) -> Relu -> MatMul (hidden, hidden) -> Relu -> MatMul (hidden, 1) -> y (batch, 1).
+    The table is most of the weights and little of the work; the MLP the reverse."""
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32) * 0.01, name)
+               for name, shape in (("table", (vocab, width)), ("w1", (width, hidden)), ("w2", (hidden, hidden)),
+                                   ("w3", (hidden, 1)))]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+             helper.make_node("MatMul", ["e", "w1"], ["h1"], name="mm1"),
+             helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+             helper.make_node("MatMul", ["r1", "w2"], ["h2"], name="mm2"),
+             helper.make_node("Relu", ["h2"], ["r2"], name="relu2"),
+             helper.make_node("MatMul", ["r2", "w3"], ["y"], name="mm3")]
+    graph = helper.make_graph(nodes, "embedding_mlp", [helper.make_tensor_value_info("ids", TensorProto.INT64, [batch])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 1])], weights)
+    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def gpu_pair(flops: float = 10e12, bandwidth: float = 100e9, link: float = BANDWIDTH) -> Cluster:
+    """Two GPUs of `flops` and memory `bandwidth`, joined by one link of `link` bytes/s."""
+    gpu = DeviceModel("test-gpu", "a GPU of round figures", "cuda", {"float32": flops}, {}, bandwidth, 2**40, LAUNCH,
+                      "test figures")
+    devices = tuple(ClusterDevice(f"cuda:{i}", gpu) for i in range(2))
+    return Cluster("pair", "two GPUs on one link", devices, (Link("link", ("cuda:0", "cuda:1"), link, LATENCY, "test"),))

@@ -24,8 +24,10 @@ LAYERS = [
     ("placer.engines",),
     ("placer.measure",),
     ("placer.costmodel",),
-    # plans lower to an OpGraph and Placement that the costmodel's simulator prices: beside the placers
-    ("placer.placers", "placer.plans"),
+    ("placer.placers",),
+    # plans lower to an OpGraph and Placement that the costmodel's simulator prices; their exact
+    # solver extends the placers' model (`placer.placers.exact`)
+    ("placer.plans",),
     ("placer.evaluate", "placer.env", "placer.workers", "placer.corpus"),
     ("placer.policy",),
     ("placer.jobs",),

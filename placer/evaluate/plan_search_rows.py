@@ -23,15 +23,15 @@ from placer.evaluate.compare import CompareRow
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.placement import Placement
-from placer.plans import mcmc, search
+from placer.plans import exact_plans, mcmc, search
 from placer.devices import device_kind
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.reduced import Reduced, ReducedScorer, reduce
 
 # the searches of this layer; a learner's (`placer.policy.plan_reinforce`) is handed down by the jobs
-SEARCHES = {search.NAME: search.plan_search, mcmc.NAME: mcmc.mcmc}
-BY = {search.NAME: "local search", mcmc.NAME: "MCMC", "plan_reinforce": "REINFORCE"}
+SEARCHES = {search.NAME: search.plan_search, mcmc.NAME: mcmc.mcmc, exact_plans.NAME: exact_plans.plan_exact}
+BY = {search.NAME: "local search", mcmc.NAME: "MCMC", exact_plans.NAME: "CP-SAT", "plan_reinforce": "REINFORCE"}
 
 
 def searched_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, placements: Mapping[str, Placement],

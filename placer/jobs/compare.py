@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 # best of them; FlexFlow's MCMC and REINFORCE over plans are the benchmarks' (--plans adds them: each
 # budget adds the search's time again)
 DEFAULT_PLANS = ("data_parallel", "fsdp", "tensor_parallel", "pipeline_data", "data_parallel_by_speed", "plan_search")
-ALL_PLANS = (*DEFAULT_PLANS, "mcmc", "plan_reinforce")
+ALL_PLANS = (*DEFAULT_PLANS, "mcmc", "plan_exact", "plan_reinforce")
 # Those run for real beside the placements on this machine's devices by default
 MEASURED_DEFAULT = ("data_parallel", "tensor_parallel", "plan_search")
 DEFAULT_SAMPLES = 1000   # random_search's samples when no training run says how many the learner drew

@@ -255,7 +255,7 @@ def acyclic_groups(graph: OpGraph, target: int, hint_nodes: dict[str, str] | Non
     return list(parts.values())
 
 
-def _phases(program: SimProgram) -> list[int]:
+def step_phases(program: SimProgram) -> list[int]:
     """The phase of each step: forward; loss and backward; the updates and the sums feeding only them."""
     phase = [_TRAINING_KINDS.get(s.op_type, FORWARD) for s in program.steps]
     readers: dict[str, list[int]] = {}
@@ -280,7 +280,7 @@ def build_problem(graph: OpGraph, devices: list[str], cost: CostModel, parts: li
     part_of_node = np.empty(len(graph.nodes), dtype=np.int64)
     for p, members in enumerate(parts):
         part_of_node[[position[n] for n in members]] = p
-    phase = _phases(program)
+    phase = step_phases(program)
     task_id: dict[tuple[int, int], int] = {}
     step_task = []
     for k, ph in zip(program.node_of, phase):
@@ -459,7 +459,7 @@ def problem_fits(problem: Problem, part_device: list[int], caps: list[int | None
     return all(cap is None or m <= cap for m, cap in zip(memory, caps))
 
 
-def _parts(graph: OpGraph, groups: int, hint_nodes: dict[str, str] | None) -> list[list[str]]:
+def model_parts(graph: OpGraph, groups: int, hint_nodes: dict[str, str] | None) -> list[list[str]]:
     """The model's parts: one per node on graphs of at most `groups` nodes, else `acyclic_groups`,
     in topological order of their first node."""
     if len(graph.nodes) <= groups:
@@ -506,7 +506,7 @@ def exact(graph: OpGraph, devices: list[str], cost: CostModel | None = None, cap
     start = start if start is not None else best_start(graph, devices, cost, caps, sim, seed=seed)
     hint_nodes = ({n: devices[int(k)] for n, k in zip(graph.nodes, start.assign)}
                   if start.assign is not None else None)
-    parts = _parts(graph, groups, hint_nodes)
+    parts = model_parts(graph, groups, hint_nodes)
     problem = build_problem(graph, devices, cost, parts)
     hint = _project(graph, parts, hint_nodes, devices) if hint_nodes is not None else None
     if hint is not None:

@@ -13,10 +13,10 @@ placement's training step already has; only the gradients' collectives are new.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
-from placer.costmodel.sim_program import training_program
+from placer.costmodel.sim_program import SimProgram, training_program
 from placer.costmodel.simulator import SimulatedMeasurer
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
@@ -25,7 +25,8 @@ from placer.placement import Placement
 from placer.plans.grad_sync import DDP_BUCKET_BYTES, with_gradient_sync
 from placer.plans.lower import lower
 from placer.plans.plan import Plan
-from placer.plans.pricing import plan_cost
+from placer.plans.lowered import Lowered
+from placer.plans.pricing import PlanCostModel, plan_cost
 from placer.plans.fsdp_backward import with_fsdp_backward
 from placer.plans.replicas import own_copies
 from placer.program.training import TrainingSpec
@@ -43,6 +44,26 @@ def simulate_training(graph: OpGraph, plan: Plan, cluster: Cluster, training: Tr
 def training_measurer(graph: OpGraph, plan: Plan, cluster: Cluster, training: TrainingSpec,
                       bucket_bytes: int = DDP_BUCKET_BYTES) -> tuple[SimulatedMeasurer, Placement]:
     """The measurer of `plan`'s training step on `cluster`, and the placement of its lowered graph."""
+    step = plan_training_step(graph, plan, cluster, training, bucket_bytes)
+    measurer = cluster_measurer(cluster, step.lowered.graph, step.cost, training=step.spec, program=step.program)
+    return measurer, step.lowered.placement
+
+
+@dataclass
+class PlanTrainingStep:
+    """A plan's training step as the simulator takes it: the lowered graph (replicas their own
+    weights), its costs, the training spec in the lowered graph's names and the program."""
+
+    lowered: Lowered
+    cost: PlanCostModel
+    spec: TrainingSpec
+    program: SimProgram
+
+
+def plan_training_step(graph: OpGraph, plan: Plan, cluster: Cluster, training: TrainingSpec,
+                       bucket_bytes: int = DDP_BUCKET_BYTES) -> PlanTrainingStep:
+    """`plan`'s training step on `cluster`: lowered, priced with the roofline, its program with the
+    sharded weights' and the replicas' gradient collectives."""
     lowered, copies = own_copies(lower(graph, plan))
     cost = plan_cost(lowered, lambda g: RooflineCostModel(cluster, g))
     devices = [d.name for d in cluster.devices]
@@ -53,7 +74,7 @@ def training_measurer(graph: OpGraph, plan: Plan, cluster: Cluster, training: Tr
         program = with_fsdp_backward(program, lowered.graph, lowered.placement, devices, stored, cost.launch_time)
     program = with_gradient_sync(program, lowered.graph, lowered.placement, devices, copies, cost.launch_time,
                                  bucket_bytes)
-    return cluster_measurer(cluster, lowered.graph, cost, training=spec, program=program), lowered.placement
+    return PlanTrainingStep(lowered, cost, spec, program)
 
 
 def _renamed_targets(training: TrainingSpec, graph: OpGraph, lowered: OpGraph) -> TrainingSpec:

@@ -19,7 +19,7 @@ from placer.costmodel.training_costs import TrainingStepCosts
 from placer.errors import PlacerError
 from placer.placers import exact, single_device
 from placer.placers.base import executor_peak_memory
-from placer.placers.exact import _parts, _project, acyclic_groups, build_problem
+from placer.placers.exact import model_parts, _project, acyclic_groups, build_problem
 from placer.placers.base import make_simulator
 from placer.placers.starts import best_start
 from placer.program.training import TrainingSpec
@@ -94,7 +94,7 @@ def test_exact_is_never_worse_than_the_heuristic_it_is_hinted_with(work_limit):
     # the hint, rebuilt: the best start in the simulator, projected on the model's groups
     start = best_start(dag, TRIO, cost, None, make_simulator(dag, TRIO, cost, None))
     hint_nodes = {n: TRIO[k] for n, k in zip(dag.nodes, start.assign)}
-    parts = _parts(dag, 40, hint_nodes)
+    parts = model_parts(dag, 40, hint_nodes)
     assert info["hint"] == start.name and info["groups"] == len(parts) and info["hint_exact"]
     problem = build_problem(dag, TRIO, cost, parts)
     problem.unit = info["tick_s"]
