@@ -3,12 +3,12 @@ simulated on the same cluster with the same costs (`placer.plans.pricing`).
 
 `data_parallel` is PyTorch DDP: every op split on its batch over the cluster's GPUs (every device
 where it has fewer than two), weights replicated, in a training step their gradients all-reduced
-(`placer.plans.training`); `fsdp` (ZeRO-3, training only) stores each weight sharded. On an
-inference step so far: `tensor_parallel` (Megatron's split of each MLP and attention block),
-`pipeline_data` (pipeline stages, each data parallel; more stages of fewer replicas where two
-do not fit the devices' memory) and `data_parallel_by_speed` (the batch cut
-in proportion to each device's speed). Then placer's search over plans, `plan_search`, FlexFlow's
-`mcmc` and REINFORCE's `plan_reinforce` (`plan_search_rows`), from the fastest placement or plan
+(`placer.plans.training`); `fsdp` (ZeRO-3, training only) stores each weight sharded;
+`tensor_parallel` (Megatron's split of each MLP and attention block), `pipeline_data` (pipeline
+stages, each data parallel, one batch through them, no micro-batches; more stages of fewer
+replicas where two do not fit the devices' memory) and `data_parallel_by_speed` (the batch cut
+in proportion to each device's speed), on either step. Then placer's search over plans, `plan_search`, FlexFlow's
+`mcmc`, the exact solver's `plan_exact` and REINFORCE's `plan_reinforce` (`plan_search_rows`), from the fastest placement or plan
 above. A plan is no placement: its row has no placement file, and the placements' lower bound does not bound it (it splits ops). A plan that
 does not apply (no batch to split; a pipelined step, which plans do not price yet) is a
 note, not a row; one that does not fit a device's memory is a row that fails saying which device.
@@ -45,7 +45,6 @@ _BUILDERS = {DATA_PARALLEL: data_parallel, FSDP: fsdp, TENSOR_PARALLEL: tensor_p
 _COSTED = {PIPELINE_DATA: lambda graph, devices, cost, caps: pipeline_data_within(graph, devices,
                                                                                    partial(pipeline_dp, cost=cost), caps),
            BY_SPEED: lambda graph, devices, cost, caps: data_parallel_by_speed(graph, devices, cost)}   # read the costs
-_INFERENCE_ONLY = {TENSOR_PARALLEL, PIPELINE_DATA, BY_SPEED}   # not yet lowered to a training step
 _TRAINING_ONLY = {FSDP}   # sharding weights saves only a training step's gradients and state
 
 
@@ -85,9 +84,6 @@ def _fixed_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, tra
         if name in _TRAINING_ONLY and training is None:
             notes.append(f"{name}: not simulated; it shards a training step's weights (--objective training)")
             continue
-        if name in _INFERENCE_ONLY and training is not None:
-            notes.append(f"{name}: not simulated; it is priced on an inference step so far")
-            continue
         start = time.perf_counter()
         try:
             plan = _build(name, graph, devices, cluster)
@@ -95,8 +91,12 @@ def _fixed_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, tra
             notes.append(f"{name}: not simulated; {exc}")
             continue
         found = time.perf_counter() - start
-        measurement = (simulate_plan(graph, plan, cluster) if training is None
-                       else simulate_training(graph, plan, cluster, training))
+        try:
+            measurement = (simulate_plan(graph, plan, cluster) if training is None
+                           else simulate_training(graph, plan, cluster, training))
+        except PlacerError as exc:   # a layout the lowering cannot make: a note, not the end of the comparison
+            notes.append(f"{name}: not simulated; {exc}")
+            continue
         rows.append(CompareRow(name, name, False, found, measurement=measurement, note=_note(plan, devices),
                                predicted_step_time=measurement.step_time if measurement.ok else None, plan=True,
                                split_plan=plan))

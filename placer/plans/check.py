@@ -9,7 +9,7 @@ from __future__ import annotations
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.graph.placement_check import LISTS_NODE_NAMES
-from placer.plans.layout import REPLICATE, Shard
+from placer.plans.layout import REPLICATE, Shard, shard_sizes
 from placer.plans.plan import OpPlan, Plan
 from placer.plans.rules import Split, replicated, splits
 
@@ -51,14 +51,25 @@ def _split_of(graph: OpGraph, name: str, op: OpPlan) -> Split:
 
 
 def _check_parts(graph: OpGraph, name: str, node, op: OpPlan) -> None:
-    """An uneven split cuts every sharded tensor of the op by the same parts along axes of one
-    length, so that device k's slices are the same rows of each (else the split is unsound)."""
+    """An uneven split cuts every sharded tensor of the op by the same parts into slices of one
+    proportion (along axes of one length, or of lengths a whole multiple of each other, as a
+    reshape merges the batch with the steps after it: then device k's rows of one are the runs of
+    its rows of the other), so that device k's slices are the same samples of each (else the
+    split is unsound)."""
     cut = [(graph.tensors[t].shape[x.dim], x.parts) for t, x in zip(node.inputs + node.outputs, op.inputs + op.outputs)
            if t and isinstance(x, Shard)]
-    if any(parts is not None for _, parts in cut) and len(set(cut)) > 1:
+    if not any(parts is not None for _, parts in cut) or len(set(cut)) < 2:
+        return
+    n = len(op.devices)
+    shortest = min(length for length, _ in cut)
+    base = shard_sizes(shortest, n, cut[0][1])
+    alike = all(parts == cut[0][1] and length % shortest == 0
+                and shard_sizes(length, n, parts) == [size * (length // shortest) for size in base]
+                for length, parts in cut)
+    if not alike:
         raise PlacerError(f"op {name} ({node.op_type}) cuts its tensors unevenly but not alike "
                           f"({_arrow(op.inputs, op.outputs)}); give every sharded input and output the same parts, "
-                          "along axes of one length")
+                          "along axes whose lengths are whole multiples of each other")
 
 
 def _arrow(inputs, outputs) -> str:

@@ -165,6 +165,45 @@ def test_a_reshape_merging_the_batch_with_the_steps_stays_split_where_n_divides_
     np.testing.assert_allclose(run_plan(graph, plan, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_reshape_merging_the_batch_with_the_steps_is_cut_by_speed_in_proportion():
+    """The same reshapes with the batch cut 3:1 (a fast device beside a slow one): the merged rows
+    cut 15:5, device k's rows the runs of its samples, so the shards chain with no collective and
+    the outputs are the whole model's; a cut whose rows round out of proportion (2:1 gives samples
+    3:1 but rows 13:7) is refused."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from placer.errors import PlacerError
+    from placer.plans.lower import lower
+
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(np.array(v, dtype=np.int64), n)
+             for n, v in (("rows", [20, 8]), ("back", [4, 5, 6]))]
+    inits.append(numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w"))
+    nodes = [helper.make_node("Reshape", ["x", "rows"], ["r"], name="merge"),
+             helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
+             helper.make_node("Reshape", ["m", "back"], ["y"], name="cut")]
+    value = helper.make_tensor_value_info
+    proto = helper.make_model(helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [4, 5, 8])],
+                                                [value("y", TensorProto.FLOAT, [4, 5, 6])], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph = load_graph(proto)
+
+    def cut(parts):
+        even = data_parallel(graph, TWO)
+        ops = {n: OpPlan(op.devices, tuple(Shard(0, parts) if isinstance(x, Shard) else x for x in op.inputs),
+                         tuple(Shard(0, parts) for _ in op.outputs)) for n, op in even.ops.items()}
+        return Plan(list(TWO), ops, graph.sha256)
+
+    plan = cut((3, 1))
+    lowered = lower(graph, plan)
+    assert sorted(lowered.graph.tensors[t].shape for t in lowered.graph.tensors if t.startswith("r@")) == [(5, 8), (15, 8)]
+    x = rng.standard_normal((4, 5, 8)).astype(np.float32)
+    want = (x.reshape(20, 8) @ numpy_helper.to_array(inits[2])).reshape(4, 5, 6)
+    np.testing.assert_allclose(run_plan(graph, plan, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(PlacerError, match="unevenly but not alike"):
+        lower(graph, cut((2, 1)))
+
+
 def train_three_steps(graph: OpGraph, plan: Plan | None, feeds: dict[str, np.ndarray], spec: TrainingSpec) -> list:
     """Per step: (loss, gradients, updated weights) of `graph` under `plan` (None: one device),
     each weight whole (a plan's slices joined)."""

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from placer.costmodel.roofline import RooflineCostModel
 from placer.errors import PlacerError
+from placer.placers.partitioners import pipeline_dp
+from placer.plans.data_parallel_by_speed import data_parallel_by_speed
+from placer.plans.pipeline_data import pipeline_data
 from placer.graph.load import load_graph
 from placer.hardware import load_cluster
 from placer.jobs.compare import simulated_comparison
@@ -16,6 +22,9 @@ from placer.plans.lower import lower
 from placer.plans.pricing import simulate_plan
 from placer.plans.rules import splits
 from placer.plans.tensor_parallel import tensor_parallel
+from placer.plans.training import simulate_training
+from placer.program.training import TrainingSpec
+from graphs.export import export_model
 from plancases import BANDWIDTH, LATENCY, conv_net, pairwise_cluster
 
 TWO = ["cuda:0", "cuda:1"]
@@ -111,3 +120,26 @@ def test_a_transformer_comparison_has_a_tensor_parallel_row_with_memory_per_devi
     peaks = row.measurement.peak_memory
     # each GPU holds a quarter of the blocks' weights and all of the rest
     assert all(0 < peaks[f"cuda:{i}"] < gpt.total_param_bytes for i in range(4))
+
+
+def test_a_training_comparison_prices_megatrons_pipeline_datas_and_the_by_speed_plans_training_steps():
+    """On a training step each plan row is the plan's own training step simulated (its gradients'
+    collectives and optimizer state included), as DDP's row is, not a note; the batch cut by speed
+    over V100s and K40s too (its reshapes merging the batch with the steps cut in proportion)."""
+    graph = load_graph(export_model("transformer", batch=8, seq_len=8, layers=2, vocab=64))
+    spec = TrainingSpec()
+    for name, plans in (("4xa100-nvlink", ("tensor_parallel", "pipeline_data")),
+                        ("v100-k40-mix", ("data_parallel_by_speed",))):
+        cluster = load_cluster(name)
+        devices, gpus = as_devices(cluster.device_specs()), [d.name for d in cluster.devices if d.model.kind == "cuda"]
+        cost = RooflineCostModel(cluster, graph)
+        built = {"tensor_parallel": lambda: tensor_parallel(graph, gpus),
+                 "pipeline_data": lambda: pipeline_data(graph, gpus, partial(pipeline_dp, cost=cost)),
+                 "data_parallel_by_speed": lambda: data_parallel_by_speed(graph, gpus, cost)}
+        training = simulated_comparison(graph, devices, cluster, [], None, None, 0, plans=plans, training=spec)
+        inference = simulated_comparison(graph, devices, cluster, [], None, None, 0, plans=plans)
+        for plan in plans:
+            row = training.row(plan)
+            assert row is not None and row.measurement.ok, training.notes
+            assert row.step_time == simulate_training(graph, built[plan](), cluster, spec).step_time
+            assert row.step_time > 2 * inference.row(plan).step_time   # forward, backward and update
