@@ -140,15 +140,15 @@ def test_a_shard_of_shape_gives_the_whole_tensors_shape():
     np.testing.assert_array_equal(run_plan(graph, plan, {"x": x})["y"], np.maximum(x, 0) + 1)
 
 
-def test_a_reshape_merging_the_batch_with_the_steps_stays_split_where_n_divides_both():
-    """[4, 5, 8] -> Reshape [20, 8] -> MatMul -> Reshape [4, 5, 6]: data parallel on two devices
-    with no op replicated (so no collective), on three (4 rows do not cut in three) replicated."""
+def merge_matmul_cut(seed: int):
+    """[4, 5, 8] -> Reshape [20, 8] -> MatMul w [8, 6] -> Reshape [4, 5, 6]; the graph, w and a seeded rng."""
     from onnx import TensorProto, helper, numpy_helper
 
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array(np.array(v, dtype=np.int64), n)
              for n, v in (("rows", [20, 8]), ("back", [4, 5, 6]))]
-    inits.append(numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w"))
+    w = rng.standard_normal((8, 6)).astype(np.float32)
+    inits.append(numpy_helper.from_array(w, "w"))
     nodes = [helper.make_node("Reshape", ["x", "rows"], ["r"], name="merge"),
              helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
              helper.make_node("Reshape", ["m", "back"], ["y"], name="cut")]
@@ -156,12 +156,18 @@ def test_a_reshape_merging_the_batch_with_the_steps_stays_split_where_n_divides_
     proto = helper.make_model(helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [4, 5, 8])],
                                                 [value("y", TensorProto.FLOAT, [4, 5, 6])], inits),
                               opset_imports=[helper.make_opsetid("", 17)])
-    graph = load_graph(proto)
+    return load_graph(proto), w, rng
+
+
+def test_a_reshape_merging_the_batch_with_the_steps_stays_split_where_n_divides_both():
+    """[4, 5, 8] -> Reshape [20, 8] -> MatMul -> Reshape [4, 5, 6]: data parallel on two devices
+    with no op replicated (so no collective), on three (4 rows do not cut in three) replicated."""
+    graph, w, rng = merge_matmul_cut(1)
     plan = data_parallel(graph, TWO)
     assert plan.extra["placer"]["replicated"] == [] and all(op.outputs == (Shard(0),) for op in plan.ops.values())
     assert data_parallel(graph, ("cpu:0", "cpu:1", "cpu:2")).extra["placer"]["replicated"] == ["merge", "cut"]
     x = rng.standard_normal((4, 5, 8)).astype(np.float32)
-    want = (x.reshape(20, 8) @ numpy_helper.to_array(inits[2])).reshape(4, 5, 6)
+    want = (x.reshape(20, 8) @ w).reshape(4, 5, 6)
     np.testing.assert_allclose(run_plan(graph, plan, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
 
 
@@ -170,23 +176,10 @@ def test_a_reshape_merging_the_batch_with_the_steps_is_cut_by_speed_in_proportio
     cut 15:5, device k's rows the runs of its samples, so the shards chain with no collective and
     the outputs are the whole model's; a cut whose rows round out of proportion (2:1 gives samples
     3:1 but rows 13:7) is refused."""
-    from onnx import TensorProto, helper, numpy_helper
-
     from placer.errors import PlacerError
     from placer.plans.lower import lower
 
-    rng = np.random.default_rng(2)
-    inits = [numpy_helper.from_array(np.array(v, dtype=np.int64), n)
-             for n, v in (("rows", [20, 8]), ("back", [4, 5, 6]))]
-    inits.append(numpy_helper.from_array(rng.standard_normal((8, 6)).astype(np.float32), "w"))
-    nodes = [helper.make_node("Reshape", ["x", "rows"], ["r"], name="merge"),
-             helper.make_node("MatMul", ["r", "w"], ["m"], name="mm"),
-             helper.make_node("Reshape", ["m", "back"], ["y"], name="cut")]
-    value = helper.make_tensor_value_info
-    proto = helper.make_model(helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [4, 5, 8])],
-                                                [value("y", TensorProto.FLOAT, [4, 5, 6])], inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    graph = load_graph(proto)
+    graph, w, rng = merge_matmul_cut(2)
 
     def cut(parts):
         even = data_parallel(graph, TWO)
@@ -198,7 +191,7 @@ def test_a_reshape_merging_the_batch_with_the_steps_is_cut_by_speed_in_proportio
     lowered = lower(graph, plan)
     assert sorted(lowered.graph.tensors[t].shape for t in lowered.graph.tensors if t.startswith("r@")) == [(5, 8), (15, 8)]
     x = rng.standard_normal((4, 5, 8)).astype(np.float32)
-    want = (x.reshape(20, 8) @ numpy_helper.to_array(inits[2])).reshape(4, 5, 6)
+    want = (x.reshape(20, 8) @ w).reshape(4, 5, 6)
     np.testing.assert_allclose(run_plan(graph, plan, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
     with pytest.raises(PlacerError, match="unevenly but not alike"):
         lower(graph, cut((2, 1)))
