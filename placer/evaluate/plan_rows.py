@@ -131,7 +131,8 @@ _DESCRIBE = {TENSOR_PARALLEL: describe_tensor_parallel, PIPELINE_DATA: describe_
 # What runs for real on this machine's devices so far (forward and training steps; ONNX Runtime
 # runs those whose devices never talk): the plans built without a search (`data_parallel_by_speed`
 # reads the profiled costs), and placer's local search over plans, on the profile's predictions of
-# forward steps, from the best of those and the placements
+# forward steps (on a training step they rank the finalists, whose training steps are measured),
+# from the best of those and the placements
 MEASURED = (DATA_PARALLEL, TENSOR_PARALLEL, BY_SPEED, search.NAME)
 
 
@@ -197,8 +198,6 @@ def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: d
     """placer's plan search on this machine: plans predicted from the profile, the best measured."""
     from placer.plans.scoring import ProfiledPlanScorer
 
-    if measurer.training is not None:
-        return None, f"{search.NAME}: not measured; on this machine it searches forward steps so far"
     if not starts:
         return None, f"{search.NAME}: not measured; no placement or plan to start from"
     begun = time.perf_counter()
@@ -217,7 +216,8 @@ def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: d
             f"{found.samples} plans predicted from the profile; of its {len(finalists)} fastest predicted, "
             + (f"{len(measured)} measured in {plan_finalists.ROUNDS.min_rounds} rounds and {kept} kept "
                f"({measured[kept] * 1e3:.1f} ms)" if kept in measured else f"{kept} kept")
-            + f": {split} of {len(plan.ops)} ops split")
+            + f": {split} of {len(plan.ops)} ops split"
+            + ("; ranked by predicted forward steps, their training steps measured" if measurer.training else ""))
     predicted = scorer.time(plan)
     return CompareRow(search.NAME, search.NAME, False, time.perf_counter() - begun, note=note, plan=True,
                       split_plan=plan, opener=partial(measurer.open, plan),

@@ -10,8 +10,9 @@ the learned placement and the best-predicted of the other starts are then measur
 by side (`placer.evaluate.plan_finalists`), and the fastest measured is the run's plan: plan.json
 where it measured faster than the learned placement in those rounds. Every plan predicted and
 every one measured counts in --samples (the ledger's `plans` phase); the measured ones count as
-real samples. Forward steps only so far: a training step's plans are searched on a described
-cluster.
+real samples. On a training step the search ranks plans by their predicted forward steps (the
+profile prices no shard's backward yet) and the finalists' training steps are what is measured,
+so the plan kept is the fastest training step measured.
 """
 
 from __future__ import annotations
@@ -44,10 +45,6 @@ def search_plans_here(graph, devices: list[str], cost, measurer, run_dir: Path, 
     from placer.plans.scoring import ProfiledPlanScorer
     from placer.policy.plan_reinforce import plan_reinforce
 
-    if measurer.training is not None:
-        report("plans: not searched; on this machine's devices plans are searched on forward steps so far "
-               "(a training step's on a described --cluster)")
-        return []
     if measurer.pipeline is not None and measurer.pipeline.pipelined:
         report("plans: not searched; plans are priced on one step, not a pipelined one, so far")
         return []

@@ -112,12 +112,15 @@ def test_a_run_cut_in_its_plan_search_resumes_to_the_same_plan_and_samples(tmp_p
     assert (run / "plan.json").read_text() == (uncut / "plan.json").read_text()
 
 
-@pytest.mark.parametrize("fastest, written", [("data_parallel", True), ("learned placement", False)])
+@pytest.mark.parametrize("fastest, written, objective", [("data_parallel", True, "inference"),
+                                                         ("learned placement", False, "inference"),
+                                                         ("data_parallel", True, "training")])
 def test_a_run_on_this_machine_measures_its_plans_and_keeps_the_fastest_measured(tmp_path, monkeypatch, fastest,
-                                                                                  written):
+                                                                                  written, objective):
     """On this machine's devices the plan search predicts plans from the profile, then measures its
-    finalists (the learned placement among them) for real and keeps the fastest measured (the
-    measurements stubbed here: the test must not hang on this machine's timing)."""
+    finalists (the learned placement among them) for real, training steps on the training
+    objective, and keeps the fastest measured (the measurements stubbed here: the test must not
+    hang on this machine's timing)."""
     from placer.evaluate import plan_finalists
     from placer.placement import Placement
     from placer.plans.plan import Plan
@@ -125,6 +128,7 @@ def test_a_run_on_this_machine_measures_its_plans_and_keeps_the_fastest_measured
     measured = {}
 
     def fake_measure(plans, measurer):
+        assert (measurer.training is not None) == (objective == "training")
         measured.update(plans)
         return {name: 0.001 if name == fastest else 0.002 for name in plans}
 
@@ -134,7 +138,7 @@ def test_a_run_on_this_machine_measures_its_plans_and_keeps_the_fastest_measured
     run = tmp_path / "run"
     assert main(["train", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--reward",
                  "simulated", "--samples", "120", "--samples-per-update", "8", "--space", "plans", "--run-dir",
-                 str(run), "--no-progress", "--no-compare"]) == 0
+                 str(run), "--no-progress", "--no-compare", "--objective", objective]) == 0
     summary = json.loads((run / "summary.json").read_text())
     plan, phases = summary["plan"], summary["samples_by_phase"]
     assert {"learned placement", "data_parallel"} <= set(measured) and plan["kept"] == fastest
