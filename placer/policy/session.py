@@ -172,11 +172,12 @@ class TrainingSession:
         """The `Placement` of a device index per group."""
         return self.grouping.expand(list(group_devices), self.devices, self.graph.sha256)
 
-    def sample(self) -> torch.Tensor:
-        """K placements (K x groups device indices) drawn from the current policy; in a hybrid run's
-        real phase each is moved a little (`sim_to_real.explore`), so that the policy keeps exploring."""
+    def sample(self, n: int | None = None) -> torch.Tensor:
+        """K placements (K x groups device indices; K = `n`, by default the samples per update) drawn
+        from the current policy; in a hybrid run's real phase each is moved a little
+        (`sim_to_real.explore`), so that the policy keeps exploring."""
         with torch.no_grad(), policy_threads():
-            actions, _, _ = self.policy(self.features, self.adjacency, n_samples=self.hp.samples_per_update,
+            actions, _, _ = self.policy(self.features, self.adjacency, n_samples=n or self.hp.samples_per_update,
                                         generator=self.sampler)
         if self._sim_to_real():
             actions = explore(actions, len(self.devices), self.hp.real_explore, self.sampler)

@@ -95,7 +95,7 @@ def train(graph: OpGraph, measurer: Measurer | None, grouping: Grouping, run_dir
                 budget.real_started = budget.elapsed()
             if budget.spent(state):
                 break
-            actions = session.sample()                       # 1. sample K placements from the policy
+            actions = session.sample(budget.batch(state))     # 1. sample K placements from the policy
             measurements = session.measure(actions)          # 2. measure them (each distinct one once)
             with deferred_interrupt():
                 stats = session.update(actions, measurements)   # 3. one REINFORCE update
@@ -167,6 +167,13 @@ class Budget:
     def fits(self, state: TrainState, n: int) -> bool:
         """`n` more simulated placements stay within the samples (always, unless every one counts)."""
         return not self.counts_evaluations or self.samples is None or state.samples + n <= self.samples
+
+    def batch(self, state: TrainState) -> int:
+        """The next update's samples: the samples per update, or what is left of --samples where
+        that is fewer, so that the learner never draws past its share (the plans after it get theirs)."""
+        if self.samples is None:
+            return self.per_update
+        return max(1, min(self.per_update, self.samples - state.samples))
 
     def spent(self, state: TrainState) -> bool:
         """The budget is used up, or a hybrid run's real phase has had its share of it: the real

@@ -54,3 +54,11 @@ def test_the_reason_names_what_ended_the_run(samples, seconds, said):
     time.sleep(0.01)
     assert budget.stop_reason(state) == said
     budget.close(state)
+
+
+def test_the_last_update_takes_what_is_left_so_the_run_never_draws_past_its_samples(problem, tmp_path, capsys):
+    """10 samples at 4 an update: updates of 4, 4 and 2 (not a third of 4, which took 12 and left
+    the phases after the learner, the plans, less than their share)."""
+    result = _train(problem, tmp_path, 10)
+    assert result.summary["samples"] == 10 and result.summary["stopped_early"] is None
+    assert "10/10" in _last_line(capsys.readouterr().err)
