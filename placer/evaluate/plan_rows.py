@@ -218,7 +218,8 @@ def _searched_here(graph: OpGraph, devices: list[str], measurer, cost, starts: d
                f"({measured[kept] * 1e3:.1f} ms)" if kept in measured else f"{kept} kept")
             + f": {split} of {len(plan.ops)} ops split"
             + ("; ranked by predicted forward steps, their training steps measured" if measurer.training else ""))
-    predicted = scorer.time(plan)
+    # a forward step's prediction is no training step's: none shown on the training objective
+    predicted = scorer.time(plan) if measurer.training is None else math.inf
     return CompareRow(search.NAME, search.NAME, False, time.perf_counter() - begun, note=note, plan=True,
                       split_plan=plan, opener=partial(measurer.open, plan),
                       run_record=measurer.run_record(), predicted_step_time=predicted

@@ -119,10 +119,14 @@ def test_placer_compare_on_the_training_objective_measures_every_baseline_on_the
     assert training["info"]["protocol"]["objective"] == "training" and training["info"]["protocol"]["optimizer"] == "adam"
     assert inference["info"]["protocol"]["objective"] == "inference"
     rows = {r["name"]: r for r in training["rows"]}
-    assert set(rows) == {"single:cpu:0", "single:cpu:1", "m_etf", "heft", "random_search", "control", "whole_machine"}
+    # plan_search by default here: its finalists' training steps measured beside the placements
+    assert set(rows) == {"single:cpu:0", "single:cpu:1", "m_etf", "heft", "random_search", "control", "whole_machine",
+                         "plan_search"}
     for row in rows.values():
         assert row["status"] == "ok" and row["measurement"]["protocol"]["objective"] == "training"
-        assert row["name"] == "whole_machine" or row["predicted_step_time_s"] > 0   # not on the compared devices
+        # whole_machine is not on the compared devices; plan_search's ranking predicts forward steps only
+        assert row["name"] in ("whole_machine", "plan_search") or row["predicted_step_time_s"] > 0
+    assert rows["plan_search"]["predicted_step_time_s"] is None
     # the bound and the predictions are of the whole training step: backward and update included;
     # two identical devices share its load (at best half each; the calibrated contention of devices
     # that share the machine's memory takes some of that back), a single device runs it all
@@ -273,8 +277,8 @@ def test_placer_compare_searches_plans_on_the_profile_and_measures_what_it_finds
     assert plan.graph_sha256 == data["graph_sha256"]
     assert predict_plan(graph, plan, profile).step_time == pytest.approx(row["predicted_step_time_s"], rel=1e-12)
     assert main([*argv, "--out", str(tmp_path / "t"), "--objective", "training", "--plans", "plan_search"]) == 0
-    notes = json.loads(capsys.readouterr().out)["notes"]
-    assert any(n.startswith("plan_search: not measured; on this machine it searches forward steps") for n in notes)
+    trained = {r["name"]: r for r in json.loads(capsys.readouterr().out)["rows"]}["plan_search"]
+    assert trained["status"] == "ok" and "their training steps measured" in trained["note"], trained["note"]
 
 
 def test_plan_search_on_this_machine_keeps_the_plan_measured_fastest_not_the_one_predicted(tmp_path, monkeypatch,
