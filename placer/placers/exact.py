@@ -347,6 +347,52 @@ class Solution:
     deterministic_time: float
 
 
+def add_tasks(model, tasks: list[tuple[int, int]], lits: list[list], dur: np.ndarray, on: list[list[int]],
+              horizon: int) -> tuple[list, list]:
+    """Each task's start and end in `model`, and an interval on each device of each option its
+    part may take (`lits[p][o]`, None where it may not; option o runs on the devices `on[o]` for
+    `dur[k, o]` ticks), the intervals of one device never overlapping. Gives (starts, ends)."""
+    starts, ends = [], []
+    per_device: list[list] = [[] for _ in range(1 + max((d for o in on for d in o), default=0))]
+    for k, (p, _) in enumerate(tasks):
+        s = model.NewIntVar(0, horizon, f"s{k}")
+        e = model.NewIntVar(0, horizon, f"e{k}")
+        model.Add(e == s + sum(int(dur[k, o]) * lit for o, lit in enumerate(lits[p]) if lit is not None))
+        for o, lit in enumerate(lits[p]):
+            if lit is not None:
+                for d in on[o]:
+                    per_device[d].append(model.NewOptionalFixedSizeIntervalVar(s, int(dur[k, o]), lit, f"i{k}_{o}_{d}"))
+        starts.append(s)
+        ends.append(e)
+    for intervals in per_device:
+        model.AddNoOverlap(intervals)
+    return starts, ends
+
+
+def add_copies(model, problem: Problem, lits: list[list], starts: list, ends: list, delays) -> None:
+    """Each edge's reader starts after its writer ends, and after the copy between them where their
+    parts' options differ (`delays(edge)`: options x options ticks, 0 where none is needed)."""
+    for (a, b) in problem.edges:
+        model.Add(starts[b] >= ends[a])
+        pa, pb = problem.tasks[a][0], problem.tasks[b][0]
+        if pa == pb:
+            continue
+        delay = delays((a, b))
+        for oa, la in enumerate(lits[pa]):
+            for ob, lb in enumerate(lits[pb]):
+                if delay[oa, ob] > 0 and la is not None and lb is not None:
+                    model.Add(starts[b] >= ends[a] + int(delay[oa, ob])).OnlyEnforceIf([la, lb])
+
+
+def add_load_bounds(model, tasks: list[tuple[int, int]], lits: list[list], dur: np.ndarray, on: list[list[int]],
+                    makespan) -> None:
+    """Each device's work within the makespan: redundant with NoOverlap, but its linear relaxation
+    is the load bound."""
+    for d in range(1 + max((d for o in on for d in o), default=0)):
+        model.Add(sum(int(dur[k, o]) * lit for k, (p, _) in enumerate(tasks) for o, lit in enumerate(lits[p])
+                      if lit is not None and d in on[o]) <= makespan)
+
+
 def solve(problem: Problem, caps: list[int | None], hint: list[int] | None, *, time_limit: float,
           work_limit: float, seed: int = 0) -> Solution:
     """Place and order `problem`'s tasks with CP-SAT, minimising the makespan (ticks)."""
@@ -366,34 +412,12 @@ def solve(problem: Problem, caps: list[int | None], hint: list[int] | None, *, t
     x = [[model.NewBoolVar(f"x{p}_{d}") if allowed[p, d] else None for d in range(D)] for p in range(P)]
     for p in range(P):
         model.AddExactlyOne([v for v in x[p] if v is not None])
-    starts, ends = [], []
-    per_device: list[list] = [[] for _ in range(D)]
-    for k, (p, _) in enumerate(problem.tasks):
-        s = model.NewIntVar(0, horizon, f"s{k}")
-        e = model.NewIntVar(0, horizon, f"e{k}")
-        model.Add(e == s + sum(int(dur[k, d]) * x[p][d] for d in range(D) if x[p][d] is not None))
-        for d in range(D):
-            if x[p][d] is not None:
-                per_device[d].append(model.NewOptionalFixedSizeIntervalVar(s, int(dur[k, d]), x[p][d], f"i{k}_{d}"))
-        starts.append(s)
-        ends.append(e)
-    for d in range(D):
-        model.AddNoOverlap(per_device[d])
-    for (a, b) in problem.edges:
-        model.Add(starts[b] >= ends[a])
-        pa, pb = problem.tasks[a][0], problem.tasks[b][0]
-        if pa == pb:
-            continue
-        delay = problem.delay((a, b))
-        for da in range(D):
-            for db in range(D):
-                if da != db and delay[da, db] > 0 and x[pa][da] is not None and x[pb][db] is not None:
-                    model.Add(starts[b] >= ends[a] + int(delay[da, db])).OnlyEnforceIf([x[pa][da], x[pb][db]])
+    on = [[d] for d in range(D)]
+    starts, ends = add_tasks(model, problem.tasks, x, dur, on, horizon)
+    add_copies(model, problem, x, starts, ends, problem.delay)
     makespan = model.NewIntVar(0, horizon, "makespan")
     model.AddMaxEquality(makespan, ends)
-    for d in range(D):   # redundant with NoOverlap, but its linear relaxation is the load bound
-        model.Add(sum(int(dur[k, d]) * x[p][d] for k, (p, _) in enumerate(problem.tasks)
-                      if x[p][d] is not None) <= makespan)
+    add_load_bounds(model, problem.tasks, x, dur, on, makespan)
     held: list[tuple[object, bool]] = []   # (w, its value under the hint): tensor i present on device d
     for d, cap in enumerate(caps):
         if cap is None:

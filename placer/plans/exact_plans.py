@@ -46,8 +46,8 @@ from placer.costmodel.training_costs import TrainingStepCosts
 from placer.devices import device_kind
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
-from placer.placers.exact import (BACKWARD, GROUPS, TIME_LIMIT, UPDATE, Problem, build_problem, default_work_limit, model_parts,
-                                  step_phases)
+from placer.placers.exact import (BACKWARD, GROUPS, TIME_LIMIT, UPDATE, Problem, add_copies, add_load_bounds,
+                                  add_tasks, build_problem, default_work_limit, model_parts, step_phases)
 from placer.plans.lower import lower
 from placer.plans.lowered import Lowered
 from placer.plans.plan import Plan
@@ -298,7 +298,7 @@ def solve_options(model: Model, hint: list[int], unit: float, *, time_limit: flo
 
     ticks = Ticks(model, unit)
     problem, dur, sync, on = model.problem, ticks.dur, ticks.sync, ticks.on
-    D, P, O = len(problem.devices), len(problem.parts), len(model.options)
+    P, O = len(problem.parts), len(model.options)
     hinted = all(ticks.allowed[p, o] for p, o in enumerate(hint))
     if hinted:
         s_hint, e_hint, sync_hint, horizon = ticks.schedule(hint)
@@ -309,29 +309,9 @@ def solve_options(model: Model, hint: list[int], unit: float, *, time_limit: flo
     y = [[m.NewBoolVar(f"y{p}_{o}") if ticks.allowed[p, o] else None for o in range(O)] for p in range(P)]
     for p in range(P):
         m.AddExactlyOne([v for v in y[p] if v is not None])
-    starts, ends, per_device = [], [], [[] for _ in range(D)]
-    for k, (p, _) in enumerate(problem.tasks):
-        s, e = m.NewIntVar(0, horizon, f"s{k}"), m.NewIntVar(0, horizon, f"e{k}")
-        m.Add(e == s + sum(int(dur[k, o]) * y[p][o] for o in range(O) if y[p][o] is not None))
-        for o in range(O):
-            if y[p][o] is not None:
-                for d in on[o]:
-                    per_device[d].append(m.NewOptionalFixedSizeIntervalVar(s, int(dur[k, o]), y[p][o], f"i{k}_{o}_{d}"))
-        starts.append(s)
-        ends.append(e)
-    for d in range(D):
-        m.AddNoOverlap(per_device[d])
-    for (a, b) in problem.edges:
-        m.Add(starts[b] >= ends[a])
-        pa, pb = problem.tasks[a][0], problem.tasks[b][0]
-        if pa == pb:
-            continue
-        for oa in range(O):
-            for ob in range(O):
-                if y[pa][oa] is not None and y[pb][ob] is not None:
-                    wait = ticks.delay((a, b), oa, ob)
-                    if wait > 0:
-                        m.Add(starts[b] >= ends[a] + wait).OnlyEnforceIf([y[pa][oa], y[pb][ob]])
+    starts, ends = add_tasks(m, problem.tasks, y, dur, on, horizon)
+    add_copies(m, problem, y, starts, ends,
+               lambda edge: np.array([[ticks.delay(edge, a, b) for b in range(O)] for a in range(O)]))
     sync_vars, sync_ends, syncs = {}, [], []
     for p in (p for p in range(P) if ticks.synced(p)):
         s, e = m.NewIntVar(0, horizon, f"ss{p}"), m.NewIntVar(0, horizon, f"se{p}")
@@ -348,9 +328,7 @@ def solve_options(model: Model, hint: list[int], unit: float, *, time_limit: flo
     m.AddNoOverlap(syncs)   # the all-reduces share one link
     makespan = m.NewIntVar(0, horizon, "makespan")
     m.AddMaxEquality(makespan, ends + sync_ends)
-    for d in range(D):   # redundant with NoOverlap: its linear relaxation is the load bound
-        m.Add(sum(int(dur[k, o]) * y[p][o] for k, (p, _) in enumerate(problem.tasks) for o in range(O)
-                  if y[p][o] is not None and d in on[o]) <= makespan)
+    add_load_bounds(m, problem.tasks, y, dur, on, makespan)
     _memory(m, problem, model, y, on)
     m.Minimize(makespan)
     if hinted:
