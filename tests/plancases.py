@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
@@ -109,3 +111,11 @@ def gpu_pair(flops: float = 10e12, bandwidth: float = 100e9, link: float = BANDW
                       "test figures")
     devices = tuple(ClusterDevice(f"cuda:{i}", gpu) for i in range(2))
     return Cluster("pair", "two GPUs on one link", devices, (Link("link", ("cuda:0", "cuda:1"), link, LATENCY, "test"),))
+
+
+def fast_and_slow(ratio: float = 3.0) -> Cluster:
+    """Two GPUs whose ops are compute-bound, cuda:0 `ratio` times faster, launches free."""
+    fast = replace(instant_gpu(0.0), peak_flops={"float32": 3e9}, memory_bandwidth_Bps=1e30)
+    slow = replace(fast, key="slow", peak_flops={"float32": 3e9 / ratio})
+    return Cluster("fast-slow", "a fast and a slow GPU", (ClusterDevice("cuda:0", fast), ClusterDevice("cuda:1", slow)),
+                   (Link("link", ("cuda:0", "cuda:1"), BANDWIDTH, LATENCY, "test"),))

@@ -10,7 +10,8 @@ group touches, nothing freed), with split options added:
 
 - Options: each device whole; the batch split (`space.BATCH`) over each block of the accelerators
   (`blocks`: the whole pool, then aligned blocks halved down to pairs), so that 8 GPUs give 7
-  blocks, not `space.split_sets`' 28.
+  blocks, not `space.split_sets`' 28; over a block of unequal devices, also the batch cut in
+  proportion to their speeds (`space.BY_SPEED`).
 - A split task runs on every device of its block at once, for its slowest shard: the shards' times
   are read from the program of the whole graph split over that block (lowered and priced as the
   simulator prices any plan), summed per group, phase and device.
@@ -54,7 +55,8 @@ from placer.plans.plan import Plan
 from placer.plans.pricing import plan_cost
 from placer.plans.scoring import PlanScorer
 from placer.plans.search import SAMPLES, SearchResult, best_start
-from placer.plans.space import BATCH, Config, replan
+from placer.plans.layout import Shard
+from placer.plans.space import BATCH, BY_SPEED, PARTS, Config, device_speeds, replan
 from placer.plans.training import plan_training_step
 from placer.program.training import TrainingSpec
 
@@ -67,7 +69,7 @@ class Model:
     """The placement solver's problem with each group's options and their figures (seconds)."""
 
     problem: Problem
-    options: list[tuple[str, ...]]   # one device: whole there; more: the batch split over them
+    options: list[Config]            # whole on one device, or the batch split over a block (evenly or by speed)
     seconds: np.ndarray              # tasks x options x devices: the task's time on each of its devices (nan: not there)
     sync: np.ndarray                 # parts x options: the all-reduce of a split group's gradients
     caps: list[int | None]           # each device's memory (None: uncapped)
@@ -109,8 +111,7 @@ def plan_exact(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], dev
     if chosen is not None and chosen != hint:
         found = start
         for members, o in zip(parts, chosen):
-            option = model.options[o]
-            found = replan(graph, found, members, Config(option) if len(option) == 1 else Config(option, BATCH))
+            found = replan(graph, found, members, model.options[o])
         t = scorer.time(found)
         if t < start_time:
             start = found
@@ -129,14 +130,19 @@ def _labels(graph: OpGraph, plan: Plan) -> dict[str, str]:
     return {n: ",".join(plan.ops[n].devices) for n in graph.nodes}
 
 
-def _option_of(plan: Plan, members: list[str], options: list[tuple[str, ...]]) -> int:
-    """The option most of the group's ops take in `plan` (the first option where none is one)."""
-    counts: dict[tuple[str, ...], int] = {}
+def _option_of(plan: Plan, members: list[str], options: list[Config]) -> int:
+    """The option most of the group's ops take in `plan`: its devices and the parts its shards are
+    cut by (the first option where none is one)."""
+    counts: dict[tuple, int] = {}
     for n in members:
-        counts[plan.ops[n].devices] = counts.get(plan.ops[n].devices, 0) + 1
-    for devices, _ in sorted(counts.items(), key=lambda kv: -kv[1]):
-        if devices in options:
-            return options.index(devices)
+        op = plan.ops[n]
+        cuts = [x.parts for x in op.outputs if isinstance(x, Shard)]
+        key = (op.devices, cuts[0] if cuts else None)
+        counts[key] = counts.get(key, 0) + 1
+    taken = {(c.devices, c.parts): o for o, c in enumerate(options)}
+    for key, _ in sorted(counts.items(), key=lambda kv: -kv[1]):
+        if key in taken:
+            return taken[key]
     return 0
 
 
@@ -147,16 +153,23 @@ def build_model(graph: OpGraph, cluster: Cluster, devices: list[str], start: Pla
     cost = TrainingStepCosts(graph, devices, roofline, training) if training is not None else roofline
     problem = build_problem(graph, devices, cost, parts)
     D = len(devices)
-    options = [(d,) for d in devices] + blocks(devices)
+    options = [Config((d,)) for d in devices] + [Config(b, BATCH) for b in blocks(devices)]
+    speeds = device_speeds(graph, roofline, devices)
+    for block in blocks(devices):   # a block of unequal devices: its batch cut by speed too (as `space.configs`)
+        fastest = max(speeds[d] for d in block)
+        cut = tuple(max(1, round(PARTS * speeds[d] / fastest)) for d in block)
+        if len(set(cut)) > 1:
+            options.append(Config(block, BY_SPEED, cut))
     seconds = np.full((len(problem.tasks), len(options), D), np.nan)
     for d in range(D):
         seconds[:, d, d] = problem.seconds[:, d]
     sync = np.zeros((len(parts), len(options)))
     task_of = {task: k for k, task in enumerate(problem.tasks)}
-    for o, block in enumerate(options):
+    for o, option in enumerate(options):
+        block = option.devices
         if len(block) == 1:
             continue
-        split = replan(graph, start, list(graph.nodes), Config(block, BATCH))
+        split = replan(graph, start, list(graph.nodes), option)
         lowered, program = _split_program(graph, split, cluster, devices, training)
         part_of = _part_of_lowered(graph, lowered, parts)
         where = [devices.index(lowered.placement.nodes[n]) for n in lowered.graph.nodes]
@@ -239,14 +252,14 @@ class Ticks:
                             -1).astype(np.int64)
         self.sync = np.round(model.sync / unit).astype(np.int64)
         index = {d: i for i, d in enumerate(problem.devices)}
-        self.on = [[index[d] for d in o] for o in model.options]
+        self.on = [[index[d] for d in o.devices] for o in model.options]
         self.backward = {p: [k for k, (q, phase) in enumerate(problem.tasks) if q == p and phase == BACKWARD]
                          for p in range(len(problem.parts))}
         self.update = {p: [k for k, (q, phase) in enumerate(problem.tasks) if q == p and phase == UPDATE]
                        for p in range(len(problem.parts))}
 
     def delay(self, edge: tuple[int, int], oa: int, ob: int) -> int:
-        a, b = self.model.options[oa], self.model.options[ob]
+        a, b = self.model.options[oa].devices, self.model.options[ob].devices
         if oa == ob and len(a) > 1:   # one block's same slices
             return 0
         seconds = self.problem.pair_seconds[edge]

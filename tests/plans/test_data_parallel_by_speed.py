@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from placer.costmodel.roofline import RooflineCostModel
 from placer.errors import PlacerError
-from placer.hardware import Cluster, ClusterDevice, Link
 from placer.plans.data_parallel import data_parallel
 from placer.plans.data_parallel_by_speed import batch_shares, data_parallel_by_speed
 from placer.plans.layout import REPLICATE, Shard, parse_layout, piece_shape, shard_sizes
 from placer.plans.lower import lower
 from placer.plans.plan import OpPlan, Plan
 from placer.plans.pricing import simulate_plan
-from plancases import BANDWIDTH, LATENCY, conv_net, instant_gpu
+from plancases import conv_net, fast_and_slow
 
 TWO = ["cuda:0", "cuda:1"]
-
-
-def fast_and_slow(ratio: float = 3.0) -> Cluster:
-    """Two GPUs whose ops are compute-bound, cuda:0 `ratio` times faster, launches free."""
-    fast = replace(instant_gpu(0.0), peak_flops={"float32": 3e9}, memory_bandwidth_Bps=1e30)
-    slow = replace(fast, key="slow", peak_flops={"float32": 3e9 / ratio})
-    return Cluster("fast-slow", "a fast and a slow GPU", (ClusterDevice("cuda:0", fast), ClusterDevice("cuda:1", slow)),
-                   (Link("link", tuple(TWO), BANDWIDTH, LATENCY, "test"),))
 
 
 def test_uneven_shards_cut_an_axis_in_proportion_and_read_back_from_their_text():

@@ -12,6 +12,7 @@ from placer.plans import exact_plans
 from placer.plans.data_parallel import data_parallel
 from placer.plans.exact_plans import blocks, plan_exact
 from placer.plans.mcmc import mcmc
+from placer.plans.layout import Shard
 from placer.plans.plan import Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.search import plan_search
@@ -92,3 +93,21 @@ def test_few_groups_still_give_a_plan_that_runs(groups):
     graph, cluster, spec = embedding_mlp(), gpu_pair(), TrainingSpec()
     found = plan_exact(graph, cluster, starts_of(graph, TWO), TWO, samples=20, training=spec, groups=groups)
     assert found.measurement.ok
+
+
+def test_over_a_fast_and_a_slow_gpu_it_cuts_the_heavy_op_by_speed_and_keeps_the_rest_on_the_fast_one():
+    """cuda:0 three times cuda:1's speed: the even split waits for the slow half, the batch cut by
+    speed everywhere pays for its copies (0.83 s), the fast GPU alone does all the work (0.64 s).
+    The plan found mixes: the heavy conv cut 16:5 (`space.BY_SPEED`), the rest whole on cuda:0
+    (0.57 s, simulated). Red with no by-speed options."""
+    from placer.costmodel.roofline import RooflineCostModel
+    from placer.plans.data_parallel_by_speed import data_parallel_by_speed
+    from plancases import conv_net, fast_and_slow
+
+    graph, cluster = conv_net(batch=8, size=128, channels=128), fast_and_slow()
+    by_speed = simulate_plan(graph, data_parallel_by_speed(graph, TWO, RooflineCostModel(cluster, graph)), cluster)
+    found = plan_exact(graph, cluster, starts_of(graph, TWO), TWO, samples=20)
+    assert found.step_time < 0.95 * found.start_time and found.step_time < 0.8 * by_speed.step_time
+    assert found.plan.ops["conv"].outputs[0] == Shard(0, (16, 5))
+    assert all(found.plan.ops[n].devices == ("cuda:0",) for n in ("relu", "pool", "flatten", "fc"))
+    assert found.step_time == simulate_plan(graph, found.plan, cluster).step_time
