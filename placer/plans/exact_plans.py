@@ -45,6 +45,7 @@ from placer.costmodel.roofline import RooflineCostModel
 from placer.costmodel.sim_program import SimProgram, inference_program
 from placer.costmodel.training_costs import TrainingStepCosts
 from placer.devices import device_kind
+from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.placers.exact import (BACKWARD, GROUPS, TIME_LIMIT, UPDATE, Problem, add_copies, add_load_bounds,
@@ -169,8 +170,12 @@ def build_model(graph: OpGraph, cluster: Cluster, devices: list[str], start: Pla
         block = option.devices
         if len(block) == 1:
             continue
-        split = replan(graph, start, list(graph.nodes), option)
-        lowered, program = _split_program(graph, split, cluster, devices, training)
+        try:
+            lowered, program = _split_program(graph, replan(graph, start, list(graph.nodes), option), cluster,
+                                              devices, training)
+        except PlacerError:   # a layout the lowering cannot make: no group takes this option
+            seconds[:, o, [devices.index(x) for x in block]] = np.inf
+            continue
         part_of = _part_of_lowered(graph, lowered, parts)
         where = [devices.index(lowered.placement.nodes[n]) for n in lowered.graph.nodes]
         names = list(lowered.graph.nodes)
@@ -187,15 +192,20 @@ def build_model(graph: OpGraph, cluster: Cluster, devices: list[str], start: Pla
                 if np.isnan(seconds[k, o, d]):
                     seconds[k, o, d] = 0.0
         if training is not None:
-            link = roofline
-            n = len(block)
-            pair = max(range(n), key=lambda i: link.transfer_time(1 << 20, block[i], block[(i + 1) % n]))
             for p, members in enumerate(parts):
-                nbytes = _weight_bytes(graph, members)
-                if nbytes:
-                    sync[p, o] = 2 * (n - 1) * link.transfer_time(nbytes // n, block[pair], block[(pair + 1) % n])
+                sync[p, o] = _ring_all_reduce(roofline, block, _weight_bytes(graph, members))
     caps = [next(x.model.memory_bytes for x in cluster.devices if x.name == d) for d in devices]
     return Model(problem, options, seconds, sync, caps)
+
+
+def _ring_all_reduce(link: RooflineCostModel, block: tuple[str, ...], nbytes: int) -> float:
+    """A ring all-reduce of `nbytes` over `block`: 2(n-1) steps of an n-th of them, each over the
+    block's slowest neighbouring pair (0 for no bytes)."""
+    if not nbytes:
+        return 0.0
+    n = len(block)
+    pairs = [(block[i], block[(i + 1) % n]) for i in range(n)]
+    return 2 * (n - 1) * max(link.transfer_time(nbytes // n, a, b) for a, b in pairs)
 
 
 def _split_program(graph: OpGraph, plan: Plan, cluster: Cluster, devices: list[str],

@@ -111,3 +111,17 @@ def test_over_a_fast_and_a_slow_gpu_it_cuts_the_heavy_op_by_speed_and_keeps_the_
     assert found.plan.ops["conv"].outputs[0] == Shard(0, (16, 5))
     assert all(found.plan.ops[n].devices == ("cuda:0",) for n in ("relu", "pool", "flatten", "fc"))
     assert found.step_time == simulate_plan(graph, found.plan, cluster).step_time
+
+
+def test_a_split_the_lowering_cannot_make_is_left_out_not_a_crash(monkeypatch):
+    """Where the whole graph cannot be lowered split over a block, no group takes that option: the
+    search goes on over the others (here every device whole) and still returns a plan that runs."""
+    from placer.errors import PlacerError
+
+    def refuse(*args, **kwargs):
+        raise PlacerError("no such layout")
+
+    monkeypatch.setattr(exact_plans, "_split_program", refuse)
+    graph, cluster, spec = embedding_mlp(), gpu_pair(), TrainingSpec()
+    found = plan_exact(graph, cluster, starts_of(graph, TWO), TWO, samples=20, training=spec)
+    assert found.measurement.ok and found.step_time <= found.start_time
