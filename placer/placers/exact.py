@@ -393,6 +393,57 @@ def add_load_bounds(model, tasks: list[tuple[int, int]], lits: list[list], dur: 
                       if lit is not None and d in on[o]) <= makespan)
 
 
+def add_memory_caps(model, problem: Problem, lits: list[list], on: list[list[int]],
+                    caps: list[int | None]) -> list[tuple[object, int, list[int]]]:
+    """Each capped device's memory bound: the bytes only a part touches wherever one of its options
+    runs on the device, and each tensor several parts touch once where any of them does (a literal
+    `w` per tensor and device). Gives each such (w, device, the parts touching it)."""
+    shared_on = []
+    for d, cap in enumerate(caps):
+        if cap is None:
+            continue
+        held = [[lit for o, lit in enumerate(options) if lit is not None and d in on[o]] for options in lits]
+        terms = [int(problem.own_bytes[p]) * lit for p, here in enumerate(held) for lit in here]
+        for i, (nbytes, parts) in enumerate(problem.shared):
+            present = [lit for p in parts for lit in held[p]]
+            if present:
+                w = model.NewBoolVar(f"w{i}_{d}")
+                for lit in present:
+                    model.AddImplication(lit, w)
+                terms.append(nbytes * w)
+                shared_on.append((w, d, parts))
+        model.Add(sum(terms) <= int(cap))
+    return shared_on
+
+
+def add_hints(model, lits: list[list], choice: list[int], starts: list, ends: list, s_hint: list[int],
+              e_hint: list[int]) -> None:
+    """Hint `choice` (each part's option) and its schedule's starts and ends."""
+    for p, options in enumerate(lits):
+        for o, lit in enumerate(options):
+            if lit is not None:
+                model.AddHint(lit, int(choice[p] == o))
+    for k, (s, e) in enumerate(zip(starts, ends)):
+        model.AddHint(s, s_hint[k])
+        model.AddHint(e, e_hint[k])
+
+
+def deterministic_solver(seed: int, time_limit: float, work_limit: float):
+    """A CP-SAT solver with one seeded search worker, stopped by its deterministic time
+    (`work_limit`) or the wall clock (`time_limit`), whichever comes first."""
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1           # one deterministic search worker
+    # CP-SAT's own SIGINT handler would outlive the solve: a later Ctrl-C then kills the process
+    # (exit 130) instead of raising KeyboardInterrupt, and an interrupted training run loses its save
+    solver.parameters.catch_sigint_signal = False
+    solver.parameters.random_seed = int(seed)
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.max_deterministic_time = float(work_limit)
+    return solver
+
+
 def solve(problem: Problem, caps: list[int | None], hint: list[int] | None, *, time_limit: float,
           work_limit: float, seed: int = 0) -> Solution:
     """Place and order `problem`'s tasks with CP-SAT, minimising the makespan (ticks)."""
@@ -418,42 +469,16 @@ def solve(problem: Problem, caps: list[int | None], hint: list[int] | None, *, t
     makespan = model.NewIntVar(0, horizon, "makespan")
     model.AddMaxEquality(makespan, ends)
     add_load_bounds(model, problem.tasks, x, dur, on, makespan)
-    held: list[tuple[object, bool]] = []   # (w, its value under the hint): tensor i present on device d
-    for d, cap in enumerate(caps):
-        if cap is None:
-            continue
-        terms = [int(problem.own_bytes[p]) * x[p][d] for p in range(P) if x[p][d] is not None]
-        for i, (nbytes, parts) in enumerate(problem.shared):
-            lits = [x[p][d] for p in parts if x[p][d] is not None]
-            if lits:
-                w = model.NewBoolVar(f"w{i}_{d}")
-                for lit in lits:
-                    model.AddImplication(lit, w)
-                terms.append(nbytes * w)
-                held.append((w, hint is not None and any(hint[p] == d for p in parts)))
-        model.Add(sum(terms) <= int(cap))
+    shared_on = add_memory_caps(model, problem, x, on, caps)
     model.Minimize(makespan)
     if hint is not None:
         s_hint, e_hint, m_hint = hint_schedule
-        for p in range(P):
-            for d in range(D):
-                if x[p][d] is not None:
-                    model.AddHint(x[p][d], int(hint[p] == d))
-        for k in range(len(problem.tasks)):
-            model.AddHint(starts[k], s_hint[k])
-            model.AddHint(ends[k], e_hint[k])
+        add_hints(model, x, hint, starts, ends, s_hint, e_hint)
         model.AddHint(makespan, m_hint)
-        for w, value in held:
-            model.AddHint(w, int(value))
+        for w, d, parts in shared_on:
+            model.AddHint(w, int(any(hint[p] == d for p in parts)))
 
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1           # one deterministic search worker
-    # CP-SAT's own SIGINT handler would outlive the solve: a later Ctrl-C then kills the process
-    # (exit 130) instead of raising KeyboardInterrupt, and an interrupted training run loses its save
-    solver.parameters.catch_sigint_signal = False
-    solver.parameters.random_seed = int(seed)
-    solver.parameters.max_time_in_seconds = float(time_limit)
-    solver.parameters.max_deterministic_time = float(work_limit)
+    solver = deterministic_solver(seed, time_limit, work_limit)
     began = time.perf_counter()
     code = solver.Solve(model)
     wall = time.perf_counter() - began

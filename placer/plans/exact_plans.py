@@ -48,8 +48,9 @@ from placer.devices import device_kind
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
-from placer.placers.exact import (BACKWARD, GROUPS, TIME_LIMIT, UPDATE, Problem, add_copies, add_load_bounds,
-                                  add_tasks, build_problem, default_work_limit, model_parts, step_phases)
+from placer.placers.exact import (BACKWARD, GROUPS, TIME_LIMIT, UPDATE, Problem, add_copies, add_hints,
+                                  add_load_bounds, add_memory_caps, add_tasks, build_problem, default_work_limit,
+                                  deterministic_solver, model_parts, step_phases)
 from placer.plans.lower import lower
 from placer.plans.lowered import Lowered
 from placer.plans.plan import Plan
@@ -154,9 +155,10 @@ def build_model(graph: OpGraph, cluster: Cluster, devices: list[str], start: Pla
     cost = TrainingStepCosts(graph, devices, roofline, training) if training is not None else roofline
     problem = build_problem(graph, devices, cost, parts)
     D = len(devices)
-    options = [Config((d,)) for d in devices] + [Config(b, BATCH) for b in blocks(devices)]
+    split_over = blocks(devices)
+    options = [Config((d,)) for d in devices] + [Config(b, BATCH) for b in split_over]
     speeds = device_speeds(graph, roofline, devices)
-    for block in blocks(devices):   # a block of unequal devices: its batch cut by speed too (as `space.configs`)
+    for block in split_over:   # a block of unequal devices: its batch cut by speed too (as `space.configs`)
         fastest = max(speeds[d] for d in block)
         cut = tuple(max(1, round(PARTS * speeds[d] / fastest)) for d in block)
         if len(set(cut)) > 1:
@@ -352,47 +354,17 @@ def solve_options(model: Model, hint: list[int], unit: float, *, time_limit: flo
     makespan = m.NewIntVar(0, horizon, "makespan")
     m.AddMaxEquality(makespan, ends + sync_ends)
     add_load_bounds(m, problem.tasks, y, dur, on, makespan)
-    _memory(m, problem, model, y, on)
+    add_memory_caps(m, problem, y, on, model.caps)   # a split group counted whole on each of its devices
     m.Minimize(makespan)
     if hinted:
-        for p in range(P):
-            for o in range(O):
-                if y[p][o] is not None:
-                    m.AddHint(y[p][o], int(hint[p] == o))
-        for k in range(len(problem.tasks)):
-            m.AddHint(starts[k], s_hint[k])
-            m.AddHint(ends[k], e_hint[k])
+        add_hints(m, y, hint, starts, ends, s_hint, e_hint)
         for p, (s, e) in sync_vars.items():
             at = sync_hint.get(p, max([0] + [e_hint[k] for k in ticks.backward[p]]))
             m.AddHint(s, at)
             m.AddHint(e, at + int(sync[p, hint[p]]))
         m.AddHint(makespan, horizon)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.catch_sigint_signal = False   # an interrupted run must get its KeyboardInterrupt
-    solver.parameters.random_seed = int(seed)
-    solver.parameters.max_time_in_seconds = float(time_limit)
-    solver.parameters.max_deterministic_time = float(work_limit)
+    solver = deterministic_solver(seed, time_limit, work_limit)
     code = solver.Solve(m)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     return [next(o for o in range(O) if y[p][o] is not None and solver.Value(y[p][o])) for p in range(P)]
-
-
-def _memory(m, problem: Problem, model: Model, y, on) -> None:
-    """The devices' caps in the placement model's memory bound, a split group counted whole on each
-    of its devices: a device holds a group where one of the group's options runs on it."""
-    P = len(problem.parts)
-    for d, cap in enumerate(model.caps):
-        if cap is None:
-            continue
-        held = [[y[p][o] for o in range(len(model.options)) if y[p][o] is not None and d in on[o]] for p in range(P)]
-        terms = [int(problem.own_bytes[p]) * v for p in range(P) for v in held[p]]
-        for i, (nbytes, parts) in enumerate(problem.shared):
-            lits = [v for p in parts for v in held[p]]
-            if lits:
-                w = m.NewBoolVar(f"w{i}_{d}")
-                for lit in lits:
-                    m.AddImplication(lit, w)
-                terms.append(nbytes * w)
-        m.Add(sum(terms) <= int(cap))
