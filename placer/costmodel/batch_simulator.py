@@ -58,7 +58,8 @@ _KEY_LIMIT = 1 << 62
 
 @dataclass
 class BatchResult:
-    """Many simulated steps: times (inf where failed), peaks (placements x devices), failures."""
+    """Many simulated steps: times (inf where invalid; an out-of-memory row keeps its time), peaks
+    (placements x devices), failures (None where the row ran)."""
 
     step_time: np.ndarray
     peak_memory: np.ndarray | None   # None: not asked for (`simulate_batch(peaks=False)`)

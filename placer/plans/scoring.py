@@ -9,7 +9,9 @@ device, their gradients all-reduced): so a placement the search starts from scor
 does, and the search is never slower than that row.
 
 A plan that does not fit a device's memory, or that cannot be lowered, scores infinity: no
-search takes it. The seconds spent simulating are kept, so a search reports plans per second
+search takes it. Many plans at once (`times`, a learner's batch) are simulated together on the
+inference step (`batch_pricing.PlanBatchSimulator`: the same figures, thousands a second where
+they share their splits); a training step, or a subclass's own pricing, one at a time. The seconds spent simulating are kept, so a search reports plans per second
 (lowering and simulating one costs tens of milliseconds on the zoo's models, so it matters).
 """
 
@@ -24,6 +26,7 @@ from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.measure.measurement import Measurement
+from placer.plans.batch_pricing import PlanBatchSimulator
 from placer.plans.plan import Plan
 from placer.plans.pricing import gc_paused, predict_plan, simulate_plan
 from placer.plans.space import device_speeds, plan_key
@@ -41,6 +44,8 @@ class PlanScorer:
         self.cache: dict[tuple, Measurement | None] = {}
         self.seconds = 0.0
         self._placements: SimulatedMeasurer | None = None   # built once, for the plans that are placements
+        self._batch: PlanBatchSimulator | None = None
+        self._time_only: set[tuple] = set()   # plans cached from a batch: a step time, no peaks yet
 
     @property
     def simulated(self) -> int:
@@ -55,11 +60,43 @@ class PlanScorer:
 
     def time(self, plan: Plan) -> float:
         """The plan's simulated step time (infinity where it fails); a new plan costs a sample."""
-        m = self.measurement(plan)
+        key = plan_key(self.graph, plan)
+        m = self.cache[key] if key in self.cache else self.measurement(plan)
         return m.step_time if m is not None and m.ok else math.inf
+
+    def times(self, plans: list[Plan]) -> list[float]:
+        """`time` of each plan in turn, the new ones simulated together where they can be; it stops
+        (a shorter list) at the first new plan past the budget, as calling `time` in turn would."""
+        keys, todo = [plan_key(self.graph, p) for p in plans], {}
+        for k, (key, plan) in enumerate(zip(keys, plans)):
+            if key not in self.cache and key not in todo:
+                if self.simulated + len(todo) >= self.samples:
+                    plans, keys = plans[:k], keys[:k]
+                    break
+                todo[key] = plan
+        if todo and self._batchable():
+            start = time.perf_counter()
+            self._batch = self._batch or PlanBatchSimulator(self.graph, self.cluster)
+            with gc_paused():
+                found = self._batch.step_times(list(todo.values()))
+            self.seconds += time.perf_counter() - start
+            for (key, plan), t in zip(todo.items(), found.tolist()):
+                if math.isfinite(t):
+                    self.cache[key] = Measurement(ok=True, step_time=t, spread=0.0, times=[t])
+                    self._time_only.add(key)
+                else:   # its failure's reason, or a layout it cannot make, from the plan alone
+                    self.measurement(plan)
+        return [self.time(p) for p in plans]
+
+    def _batchable(self) -> bool:
+        """Whether plans are priced as `simulate_plan` prices them (so the batched pass gives the same)."""
+        return self.training is None and type(self)._simulate is PlanScorer._simulate
 
     def measurement(self, plan: Plan) -> Measurement | None:
         key = plan_key(self.graph, plan)
+        if key in self._time_only:   # asked for its peaks (a search's result): simulated alone, no new sample
+            self._time_only.discard(key)
+            del self.cache[key]
         if key not in self.cache:
             start = time.perf_counter()
             try:

@@ -90,19 +90,18 @@ def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan],
         with torch.no_grad():
             actions, _, _ = policy(features, adjacency, n_samples=SAMPLES_PER_UPDATE, generator=generator)
         drawn += len(actions)
-        times, new = [], 0
-        for row in actions.tolist():
-            plan = _plan(graph, start, members, options, row)
-            if scorer.spent and not scorer.known(plan):
-                break   # the budget ran out within the batch: no update on part of it
-            new += not scorer.known(plan)
-            t = scorer.time(plan)
+        rows = actions.tolist()
+        plans = [_plan(graph, start, members, options, row) for row in rows]
+        new = not all(scorer.known(plan) for plan in plans)
+        found = scorer.times(plans)   # the batch simulated together
+        if len(found) < len(plans):
+            break   # the budget ran out within the batch: no update on part of it
+        times = []
+        for row, plan, t in zip(rows, plans, found):
             times.append(t if math.isfinite(t) else failed)
             if t < best:
                 best_plan, best, best_row = plan, t, torch.tensor(row)
                 improvements.append(t)
-        if len(times) < len(actions):
-            break
         if not new:   # settled: every row a plan met before; restart from the best, less sure of it
             restarts += 1
             confidence = max(MIN_CONFIDENCE, START_CONFIDENCE - RESTART_STEP * restarts)
