@@ -55,16 +55,18 @@ def searched_plans(graph, n: int, seed: int) -> list[Plan]:
 def test_searched_plans_price_as_one_at_a_time(transformer):
     """Splits by batch and by weights, FSDP's stored weights, moved ops, and GPUs of 44 MiB so that
     some plans fail for memory: every figure equal, every failure a failure."""
-    plans = searched_plans(transformer, 60, seed=0)
+    plans = searched_plans(transformer, 24, seed=0)
     for cluster in (memory_bound((2**40,) * 4), memory_bound((44 * 2**20,) * 4)):
         expected = one_at_a_time(transformer, plans, cluster)
         assert (PlanBatchSimulator(transformer, cluster).step_times(plans) == expected).all()
     assert np.isinf(expected).sum() not in (0, len(plans))   # the small GPUs fail some plans, not all
 
 
-def test_ops_moved_beside_a_split_share_one_lowering(transformer):
-    """A DDP block and every other op moved about: one class, lowered once, the same figures."""
-    cluster = memory_bound((2**40,) * 4)
+@pytest.mark.parametrize("memory", [2**40, 40 * 2**20])
+def test_ops_moved_beside_a_split_share_one_lowering(transformer, memory):
+    """A DDP block and every other op moved about: one class, lowered once, the same figures; on
+    GPUs of 40 MiB some of them fail for memory, in the batched pass as alone."""
+    cluster = memory_bound((memory,) * 4)
     names = list(transformer.nodes)
     ddp = data_parallel(transformer, GPUS)
     base = Plan(GPUS, {n: ddp.ops[n] if k < len(names) // 3 else OpPlan((GPUS[0],)) for k, n in enumerate(names)},
@@ -74,8 +76,10 @@ def test_ops_moved_beside_a_split_share_one_lowering(transformer):
     rng = np.random.default_rng(1)
     plans = [Plan(GPUS, {n: op if n in pinned else OpPlan((GPUS[rng.integers(4)],)) for n, op in base.ops.items()},
                   transformer.sha256) for _ in range(40)]
-    assert (sim.step_times(plans) == one_at_a_time(transformer, plans, cluster)).all()
+    expected = one_at_a_time(transformer, plans, cluster)
+    assert (sim.step_times(plans) == expected).all()
     assert sim.lowered == 1
+    assert np.isinf(expected).any() == (memory < 2**30) and not np.isinf(expected).all()
 
 
 def test_ops_around_a_split_lower_as_they_run():
