@@ -38,7 +38,7 @@ from placer.plans.fsdp import fsdp  # noqa: E402
 from placer.plans.plan import OpPlan, Plan  # noqa: E402
 from placer.plans.pricing import simulate_plan  # noqa: E402
 from placer.plans.search import group_units, unit_grouping  # noqa: E402
-from placer.plans.space import configs, replan  # noqa: E402
+from placer.plans.space import configs, replan_groups  # noqa: E402
 
 TARGET = 10_000   # plans per second (issue 40)
 
@@ -59,9 +59,8 @@ def searched(graph, cluster, n: int, rng) -> list[Plan]:
     options = configs(devices)
     plans = []
     for k in range(n):
-        plan = (data_parallel if k % 2 else fsdp)(graph, devices)
-        for unit in rng.choice(len(members), size=rng.integers(1, len(members) + 1), replace=False):
-            plan = replan(graph, plan, members[unit], options[rng.integers(len(options))])
+        start = (data_parallel if k % 2 else fsdp)(graph, devices)
+        plan = replan_groups(graph, start, members, options, rng.integers(0, 2 * len(options), size=len(members)))
         ops = dict(plan.ops)
         for name in rng.choice(list(graph.nodes), size=8):
             ops[name] = OpPlan((devices[rng.integers(len(devices))],))

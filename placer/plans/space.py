@@ -94,6 +94,17 @@ def replan(graph: OpGraph, plan: Plan, names: Iterable[str], config: Config) -> 
                 extra={"placer": {"name": "plan", **still_stored(graph, plan, ops)}})
 
 
+def replan_groups(graph: OpGraph, start: Plan, members: Sequence[Sequence[str]], options: Sequence[Config],
+                  row: Sequence[int]) -> Plan:
+    """`start` with each group `members[k]` replanned to `options[row[k]]` in graph order (a
+    `row[k]` past the options keeps the group as it is): a learner's action, one config per group."""
+    plan = start
+    for ops, action in zip(members, row):
+        if action < len(options):
+            plan = replan(graph, plan, ops, options[action])
+    return plan
+
+
 def _pick(graph: OpGraph, name: str, ops: dict[str, OpPlan], config: Config) -> Split:
     node = graph.nodes[name]
     options = splits(node, graph, len(config.devices)) + [replicated(node)]

@@ -35,7 +35,7 @@ from placer.hardware import Cluster
 from placer.plans.plan import Plan
 from placer.plans.scoring import PlanScorer
 from placer.plans.search import GROUPS, SAMPLES, SearchResult, best_start, group_units, unit_grouping
-from placer.plans.space import Config, configs, replan
+from placer.plans.space import configs, replan_groups
 from placer.policy.hparams import Hyperparameters
 from placer.policy.reinforce import reinforce_update
 from placer.policy.seq2seq import Seq2SeqPolicy
@@ -91,7 +91,7 @@ def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan],
             actions, _, _ = policy(features, adjacency, n_samples=SAMPLES_PER_UPDATE, generator=generator)
         drawn += len(actions)
         rows = actions.tolist()
-        plans = [_plan(graph, start, members, options, row) for row in rows]
+        plans = [replan_groups(graph, start, members, options, row) for row in rows]
         new = not all(scorer.known(plan) for plan in plans)
         found = scorer.times(plans)   # the batch simulated together
         if len(found) < len(plans):
@@ -115,12 +115,3 @@ def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan],
         baseline, update = stats.new_baseline, update + 1
     return SearchResult(best_plan, scorer.measurement(best_plan), name, start_time, scorer.simulated,
                         scorer.seconds, scorer.plans_per_second, improvements)
-
-
-def _plan(graph: OpGraph, start: Plan, members: list[list[str]], options: list[Config], row: list[int]) -> Plan:
-    """The start with each group whose action is a config (not keep) replanned to it, in graph order."""
-    plan = start
-    for ops, action in zip(members, row):
-        if action < len(options):
-            plan = replan(graph, plan, ops, options[action])
-    return plan

@@ -17,7 +17,7 @@ from placer.plans.plan import OpPlan, Plan
 from placer.plans.pricing import simulate_plan
 from placer.plans.scoring import PlanScorer
 from placer.plans.search import group_units, unit_grouping
-from placer.plans.space import configs, replan
+from placer.plans.space import configs, replan_groups
 from plancases import matmul_relu, memory_bound
 
 GPUS = [f"cuda:{i}" for i in range(4)]
@@ -41,9 +41,8 @@ def searched_plans(graph, n: int, seed: int) -> list[Plan]:
     options = configs(GPUS)
     plans = []
     for k in range(n):
-        plan = (data_parallel if k % 2 else fsdp)(graph, GPUS)
-        for unit in rng.choice(len(members), size=rng.integers(1, len(members) + 1), replace=False):
-            plan = replan(graph, plan, members[unit], options[rng.integers(len(options))])
+        start = (data_parallel if k % 2 else fsdp)(graph, GPUS)
+        plan = replan_groups(graph, start, members, options, rng.integers(0, 2 * len(options), size=len(members)))
         ops = dict(plan.ops)
         for name in rng.choice(list(graph.nodes), size=8):
             if rng.random() < 0.7:
