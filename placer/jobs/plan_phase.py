@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from placer.jobs.searches import count_samples
+from placer.measure.intervals import format_exact_ratio
 from placer.policy.budget import PLAN_SHARE, PLANS, SampleBudget
 from placer.policy.checkpoint import save_summary
 from placer.policy.summary_file import RunSummary
@@ -97,6 +98,6 @@ def plan_line(record: dict, run_dir: Path) -> str:
     if record["file"] is None:
         return (f"plans: none faster than the learned placement ({record['samples']} plans simulated; fastest plan "
                 f"users run: {record['fastest_user_plan'] or 'none fits'}); placement.json stays the run's")
-    return (f"plan: {record['step_time'] * 1e3:.3f} ms simulated, {record['vs_placement']:.2f}x faster than the "
+    return (f"plan: {record['step_time'] * 1e3:.3f} ms simulated, {format_exact_ratio(record['vs_placement'])} faster than the "
             f"learned placement ({record['split_ops']} of {record['ops']} ops split, {record['samples']} plans "
             f"simulated): {run_dir / FILENAME} (placer apply --placement takes it)")

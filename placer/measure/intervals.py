@@ -98,6 +98,14 @@ def format_ratio(value: float, low: float | None = None, high: float | None = No
     return figure if low is None or high is None else f"{figure} {format_bounds(low, high, digits)}"
 
 
+def format_exact_ratio(value: float, digits: int = 2) -> str:
+    """An exact (simulated) ratio with the digits it takes not to read as 1 when it is not:
+    '1.002x' rather than '1.00x' beside the word 'faster' (at most 4)."""
+    while value != 1.0 and f"{value:.{digits}f}" == f"{1.0:.{digits}f}" and digits < 4:
+        digits += 1
+    return format_ratio(value, digits=digits)
+
+
 def format_interval(interval: Interval | Mapping[str, Any] | None, digits: int = 2) -> str:
     """An `Interval`, or its dict form ({'value', 'low', 'high', 'n'}), as a ratio: '1.32x [1.28, 1.35]',
     '1.32x' for an exact (simulated, n < 2) figure, '-' for none."""
@@ -106,7 +114,7 @@ def format_interval(interval: Interval | Mapping[str, Any] | None, digits: int =
     if isinstance(interval, Mapping):
         interval = Interval.from_dict(interval)
     if interval.n < 2:
-        return format_ratio(interval.value, digits=digits)
+        return format_exact_ratio(interval.value, digits)
     return format_ratio(interval.value, interval.low, interval.high, digits)
 
 

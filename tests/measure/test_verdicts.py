@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 
-from placer.measure.intervals import (FASTER, NOT_RESOLVED, SLOWER, TIED, Interval, interval_over_blocks, widen_by_runs,
-                                      median_interval, rounds_to_resolve, speedup_verdict, verdict,
-                                      verdict_words)
+from placer.measure.intervals import (FASTER, NOT_RESOLVED, SLOWER, TIED, Interval, format_interval,
+                                      interval_over_blocks, widen_by_runs, median_interval, rounds_to_resolve,
+                                      speedup_verdict, verdict, verdict_words)
 
 EDGE = 1.02   # the default resolution's band is [1 / 1.02, 1.02]
 MIRROR = {FASTER: SLOWER, SLOWER: FASTER, TIED: TIED, NOT_RESOLVED: NOT_RESOLVED}
@@ -64,6 +64,15 @@ def test_an_exact_figure_keeps_every_difference():
     assert speedup_verdict(speedup(0.999, 0.999, 0.999, n=1)) == SLOWER
     assert speedup_verdict(speedup(1.0, 1.0, 1.0, n=1)) == TIED
     assert rounds_to_resolve(speedup(1.001, 1.001, 1.001, n=1)) is None
+
+
+def test_an_exact_figure_is_printed_with_the_digits_its_verdict_needs():
+    """A simulated 0.24% is 'faster', so it does not print as 1.00x; a measured one keeps two digits."""
+    assert format_interval(Interval(1.0024, 1.0024, 1.0024, 1)) == "1.002x"
+    assert format_interval(Interval(0.9976, 0.9976, 0.9976, 1)) == "0.998x"
+    assert format_interval(Interval(1.0, 1.0, 1.0, 1)) == "1.00x"
+    assert format_interval(Interval(1.35, 1.35, 1.35, 1)) == "1.35x"
+    assert format_interval(Interval(1.0024, 1.001, 1.004, 20)) == "1.00x [1.00, 1.00]"
 
 
 def test_the_rounds_to_resolve_grow_as_the_squared_ratio_of_reach_to_gap():
