@@ -23,11 +23,10 @@ import numpy as np
 
 from placer.costmodel.batch_simulator import simulate_batch
 from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
-from placer.costmodel.simulator import SimulatedMeasurer
+from placer.costmodel.simulator import Simulator
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
-from placer.plans.layout import REPLICATE
 from placer.plans.lower import lower
 from placer.plans.plan import OpPlan, Plan
 from placer.plans.pricing import gc_paused, plan_cost
@@ -38,10 +37,10 @@ KEPT = 64   # lowered graphs kept for the plans to come
 
 @dataclass
 class _Class:
-    """The lowered graph a class of plans shares: its measurer, the lowered placement of the plan
+    """The lowered graph a class of plans shares: its simulator, the lowered placement of the plan
     that made it, and where each free op sits among the lowered graph's nodes."""
 
-    measurer: SimulatedMeasurer | None   # None: the class's plans cannot be lowered
+    simulator: Simulator | None          # None: the class's plans cannot be lowered
     base: np.ndarray | None              # the first plan's device index per lowered node
     free: list[str]                      # the free ops, source names (they keep them when lowered)
     free_at: np.ndarray | None           # their indices among the lowered graph's nodes
@@ -78,7 +77,7 @@ class PlanBatchSimulator:
             rows.setdefault(self.class_key(plan), []).append((k, plan))
         for key, members in rows.items():
             cls = self._class(key, members[0][1])
-            if cls.measurer is None:
+            if cls.simulator is None:
                 continue
             assign = np.repeat(cls.base[None, :], len(members), axis=0)
             unknown = np.zeros(len(members), dtype=bool)
@@ -96,9 +95,9 @@ class PlanBatchSimulator:
         """Each row's step time (infinity where it fails). A few rows go one by one: the batched
         pass lays out its tables per graph first, which costs more than a few simulations."""
         if len(assign) < FEW:
-            found = [cls.measurer.simulator.simulate(tuple(row)) for row in assign.tolist()]
+            found = [cls.simulator.simulate(tuple(row)) for row in assign.tolist()]
             return np.asarray([r.step_time if r.failure is None else np.inf for r in found])
-        result = simulate_batch(cls.measurer.simulator, assign, peaks=False)
+        result = simulate_batch(cls.simulator, assign, peaks=False)
         return np.where([f is not None for f in result.failure], np.inf, result.step_time)
 
     def class_key(self, plan: Plan) -> tuple:
@@ -107,7 +106,8 @@ class PlanBatchSimulator:
         reading a stored weight), by graph position. Called per plan, so kept to a few dict
         lookups per pinned op."""
         ops = plan.ops
-        fixed = [n for n, op in ops.items() if len(op.devices) > 1 or ((op.inputs or op.outputs) and not _whole(op))]
+        # most ops are whole with no layouts: the cheap test first, `placed` only for the rest
+        fixed = [n for n, op in ops.items() if (len(op.devices) > 1 or op.inputs or op.outputs) and not op.placed]
         pinned = set(fixed)
         for n in fixed:
             pinned |= self._near[n]
@@ -140,17 +140,13 @@ class PlanBatchSimulator:
         free = [n for n in self._order if n not in pinned]
         try:
             lowered = lower(self.graph, plan)
-            measurer = cluster_measurer(self.cluster, lowered.graph,
-                                        plan_cost(lowered, lambda g: RooflineCostModel(self.cluster, g)))
+            simulator = cluster_measurer(self.cluster, lowered.graph,
+                                         plan_cost(lowered, lambda g: RooflineCostModel(self.cluster, g))).simulator
         except PlacerError:
             return _Class(None, None, free, None)
         if not set(lowered.placement.nodes.values()) <= self._index.keys():   # as one alone: invalid
             return _Class(None, None, free, None)
         position = {n: i for i, n in enumerate(lowered.graph.nodes)}
         base = np.asarray([self._index[lowered.placement.nodes[n]] for n in lowered.graph.nodes], dtype=np.int64)
-        return _Class(measurer, base, free, np.asarray([position[n] for n in free], dtype=np.int64))
+        return _Class(simulator, base, free, np.asarray([position[n] for n in free], dtype=np.int64))
 
-
-def _whole(op: OpPlan) -> bool:
-    """Every tensor of the op whole (an op on one device so is free: it lowers to itself wherever it runs)."""
-    return all(x == REPLICATE for x in op.inputs + op.outputs)

@@ -44,6 +44,11 @@ class OpPlan:
     def whole(self) -> bool:
         return len(self.devices) == 1
 
+    @property
+    def placed(self) -> bool:
+        """Whole on one device with every tensor whole: what a placement says of an op."""
+        return self.whole and all(x == REPLICATE for x in self.inputs + self.outputs)
+
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"devices": list(self.devices)}
         if self.inputs or self.outputs:
@@ -98,7 +103,7 @@ class Plan:
 
     @property
     def is_placement(self) -> bool:
-        return all(op.whole and all(x == REPLICATE for x in op.inputs + op.outputs) for op in self.ops.values())
+        return all(op.placed for op in self.ops.values())
 
     def device_counts(self) -> dict[str, int]:
         """How many ops run on each device (a split op on each of its devices), devices with none as 0."""

@@ -60,7 +60,9 @@ class PlanScorer:
 
     def time(self, plan: Plan) -> float:
         """The plan's simulated step time (infinity where it fails); a new plan costs a sample."""
-        key = plan_key(self.graph, plan)
+        return self._time(plan_key(self.graph, plan), plan)
+
+    def _time(self, key: tuple, plan: Plan) -> float:
         m = self.cache[key] if key in self.cache else self.measurement(plan)
         return m.step_time if m is not None and m.ok else math.inf
 
@@ -71,14 +73,13 @@ class PlanScorer:
         for k, (key, plan) in enumerate(zip(keys, plans)):
             if key not in self.cache and key not in todo:
                 if self.simulated + len(todo) >= self.samples:
-                    plans, keys = plans[:k], keys[:k]
+                    keys = keys[:k]
                     break
                 todo[key] = plan
         if todo and self._batchable():
             start = time.perf_counter()
             self._batch = self._batch or PlanBatchSimulator(self.graph, self.cluster)
-            with gc_paused():
-                found = self._batch.step_times(list(todo.values()))
+            found = self._batch.step_times(list(todo.values()))   # collection paused inside
             self.seconds += time.perf_counter() - start
             for (key, plan), t in zip(todo.items(), found.tolist()):
                 if math.isfinite(t):
@@ -86,7 +87,7 @@ class PlanScorer:
                     self._time_only.add(key)
                 else:   # its failure's reason, or a layout it cannot make, from the plan alone
                     self.measurement(plan)
-        return [self.time(p) for p in plans]
+        return [self._time(key, plan) for key, plan in zip(keys, plans)]
 
     def _batchable(self) -> bool:
         """Whether plans are priced as `simulate_plan` prices them (so the batched pass gives the same)."""

@@ -92,8 +92,9 @@ def plan_reinforce(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan],
         drawn += len(actions)
         rows = actions.tolist()
         plans = [replan_groups(graph, start, members, options, row) for row in rows]
-        new = not all(scorer.known(plan) for plan in plans)
+        before = scorer.simulated
         found = scorer.times(plans)   # the batch simulated together
+        new = scorer.simulated > before
         if len(found) < len(plans):
             break   # the budget ran out within the batch: no update on part of it
         times = []
