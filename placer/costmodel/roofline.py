@@ -120,7 +120,7 @@ class RooflineCostModel:
         return route_time(self.cluster.route(src, dst), nbytes)
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
-        return tuple(link.name for link in self.cluster.route(src, dst))
+        return self.cluster.occupied(src, dst)
 
 
 def cluster_measurer(cluster: Cluster, graph: OpGraph, cost: RooflineCostModel | None = None, *,

@@ -68,8 +68,9 @@ class ClusterDevice:
 
 @dataclass(frozen=True)
 class Link:
-    """A connection between devices and hosts. Two members: a point-to-point link; more: a shared
-    bus (or switch uplink) that every copy between any two of its members crosses."""
+    """A connection between devices and hosts. Two members: a point-to-point link, full duplex (a
+    copy each way at once); more: a shared bus that every copy between any two of its members
+    crosses, one at a time."""
 
     name: str
     members: tuple[str, ...]
@@ -111,6 +112,24 @@ class Cluster:
         if (src, dst) not in cache:
             cache[(src, dst)] = self._find_route(src, dst)
         return cache[(src, dst)]
+
+    def occupied(self, src: str, dst: str) -> tuple[str, ...]:
+        """What a copy from src to dst holds while it runs, one name per link of its route: a
+        point-to-point link only in the direction it crosses it ("name:from->to"; a link's bandwidth
+        is per direction, as PCIe and NVLink carry both at once), a shared bus (three members or
+        more) whole, whichever way it is crossed."""
+        held = []
+        at = src
+        route = self.route(src, dst)
+        for k, link in enumerate(route):
+            if len(link.members) == 2:
+                to = link.members[1] if link.members[0] == at else link.members[0]
+                held.append(f"{link.name}:{at}->{to}")
+            else:
+                to = dst if k + 1 == len(route) else next(m for m in link.members if m in route[k + 1].members)
+                held.append(link.name)
+            at = to
+        return tuple(held)
 
     @functools.cached_property
     def _route_cache(self) -> dict[tuple[str, str], tuple[Link, ...]]:

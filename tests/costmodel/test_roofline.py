@@ -65,11 +65,47 @@ def test_half_precision_matmuls_run_on_tensor_cores_where_the_device_has_them():
 def test_a_copy_crosses_its_route_its_latencies_adding_up_and_the_slowest_link_setting_the_pace():
     graph = load_graph(matmul_model(64))
     cost = RooflineCostModel(cluster(), graph)
-    assert cost.route("cuda:0", "cuda:1") == ("pcie0", "pcie1")   # through host memory, no peer link
+    # through host memory, no peer link; a point-to-point link held only in the direction crossed
+    assert cost.route("cuda:0", "cuda:1") == ("pcie0:cuda:0->host", "pcie1:host->cuda:1")
+    assert cost.route("cuda:1", "cuda:0") == ("pcie1:cuda:1->host", "pcie0:host->cuda:0")
     assert cost.transfer_time(2**20, "cuda:0", "cuda:1") == pytest.approx(20e-6 + 2**20 / 16e9)
-    assert cost.route("cuda:0", "cpu:0") == ("pcie0", "bridge")
+    assert cost.route("cuda:0", "cpu:0") == ("pcie0:cuda:0->host", "bridge:host->cpu:0")
     assert cost.transfer_time(2**20, "cuda:0", "cpu:0") == pytest.approx(12e-6 + 2**20 / 16e9)
     assert cost.transfer_time(2**20, "cuda:0", "cuda:0") == 0.0 and cost.route("cpu:0", "cpu:0") == ()
+
+
+def swap_model(n: int = 1024):
+    """a = x + 1 and b = x + 2, then c = b + 1 and d = a + 2: with a and c on one GPU, b and d on
+    the other, a goes one way while b goes the other."""
+    nodes = [helper.make_node("Add", [x, k], [y], name=y) for x, k, y in
+             (("x", "one", "a"), ("x", "two", "b"), ("b", "one", "c"), ("a", "two", "d"))]
+    consts = [numpy_helper.from_array(np.full((n, n), v, np.float32), k) for k, v in (("one", 1), ("two", 2))]
+    out = [helper.make_tensor_value_info(t, TensorProto.FLOAT, [n, n]) for t in "cd"]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])], out, consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_links_carry_both_directions_at_once_and_a_shared_bus_one_copy_at_a_time():
+    """A link's bandwidth is per direction, as PCIe and NVLink carry both at once: copies crossing
+    each other take one copy's time. A bus of three members or more
+    (a shared host bridge) carries one copy at a time whichever way. Red with every link held whole
+    (both directions as one): the swap takes two copies' time."""
+    graph = load_graph(swap_model())
+    nbytes = 1024 * 1024 * 4
+
+    def step(c: Cluster, where: dict[str, str]) -> float:
+        measurer = SimulatedMeasurer(graph, as_devices(c.device_specs()), RooflineCostModel(c, graph))
+        return measurer.measure(Placement(c.device_names, where, graph.sha256)).step_time
+
+    crossed = {"a": "cuda:0", "c": "cuda:0", "b": "cuda:1", "d": "cuda:1"}
+    pair = cluster()
+    add = RooflineCostModel(pair, graph).op_time(graph.nodes["a"], "cuda:0")   # each Add's
+    copy = 20e-6 + nbytes / 16e9
+    assert step(pair, crossed) == pytest.approx(2 * add + copy, rel=1e-9)   # the two copies at once
+    bus = Cluster("bus", "two GPUs on one shared bridge", pair.devices[1:], (
+        Link("bridge", ("cuda:0", "cuda:1", "host"), 16e9, 20e-6, "test"),), hosts=("host",))
+    assert RooflineCostModel(bus, graph).route("cuda:0", "cuda:1") == ("bridge",)
+    assert step(bus, crossed) == pytest.approx(2 * add + 2 * copy, rel=1e-9)   # one after the other
 
 
 def test_a_devices_memory_capacity_is_a_hard_cap():
