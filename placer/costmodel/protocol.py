@@ -27,8 +27,8 @@ class CostModel(Protocol):
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         """The links a copy from `src` to `dst` occupies while it runs (a full-duplex link named
         once per direction); each carries one copy at a time, so copies whose routes share a link
-        (a PCIe host bridge, a machine's network link) wait for each other. A model without shared links gives each ordered pair its own
-        (`own_link`)."""
+        (a PCIe host bridge, a machine's network link) wait for each other. A model without shared
+        links gives each ordered pair its own (`own_link`)."""
         ...
 
     def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
