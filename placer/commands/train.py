@@ -99,10 +99,11 @@ def register(subparsers) -> None:
                              "and writes placement.json, policy.pt, checkpoint.pt (--resume) and summary.json to "
                              "the run folder")
     parser.add_argument("--space", default=None, choices=["plans", "placement"],
-                        help="plans (the default with --cluster) ends the run with a search over plans that split "
-                             "ops (DDP, FSDP, tensor, pipeline and REINFORCE over plans, a fifth of --samples), "
-                             "plan.json where one beats the placement; on this machine's devices its finalists are "
-                             "measured for real; placement keeps to whole ops")
+                        help="plans (the default) ends the run with a search over plans that split ops (DDP, "
+                             "FSDP, tensor, pipeline and REINFORCE over plans, a fifth of --samples), plan.json "
+                             "where one beats the placement; on this machine's devices its finalists are measured "
+                             "for real, and a run with --micro-batches searches plans only when asked; placement "
+                             "keeps to whole ops")
     parser.add_argument("--no-compare", action="store_true",
                         help="skip the closing comparison (every baseline placer, random search and the learned "
                              "placements measured side by side, as placer compare --include-rl does)")

@@ -1,6 +1,6 @@
 """The train job's last search on a described cluster: plans, from the learned placement.
 
-With `--space plans` (the default on a cluster), once the learner, the polish and local search's
+With `--space plans` (the default), once the learner, the polish and local search's
 warm start have settled placement.json, the plans users run (DDP, FSDP on a training step,
 Megatron's tensor parallelism, pipeline stages replicated, the batch cut by speed) are priced,
 and REINFORCE over plans (`placer.policy.plan_reinforce`) searches from the fastest of them and
@@ -28,11 +28,14 @@ USER_PLANS = ("data_parallel", "fsdp", "tensor_parallel", "pipeline_data", "data
 LEARNER = "plan_reinforce"
 
 
-def reserve(budget: SampleBudget, searching: bool) -> None:
-    """Set the plans' share of --samples aside where the run is `searching` plans (nothing to set
-    aside when it goes by time); none where it is not (a resumed run may change --space)."""
-    if searching and budget.total is not None:
-        budget.reserve(PLANS, int(budget.total * PLAN_SHARE))
+def reserve(budget: SampleBudget, searching: bool, least: int = 1) -> None:
+    """Set the plans' share of --samples aside where the run is `searching` plans and the share
+    holds the `least` a search needs (nothing to set aside when it goes by time); none where it is
+    not (a resumed run may change --space), so that no sample is set aside for a search that
+    cannot run: the plan phase then says what --samples left it."""
+    share = None if budget.total is None else int(budget.total * PLAN_SHARE)
+    if searching and share is not None and share >= least:
+        budget.reserve(PLANS, share)
     else:
         budget.reserved.pop(PLANS, None)
 

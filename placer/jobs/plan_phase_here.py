@@ -31,6 +31,13 @@ USER_PLANS = ("data_parallel", "tensor_parallel", "data_parallel_by_speed")
 LEARNED = "learned placement"
 
 
+def least_samples() -> int:
+    """The fewest samples a plan search here runs on: one plan predicted, and the finalists measured."""
+    from placer.evaluate.plan_finalists import FINALISTS
+
+    return FINALISTS + 1
+
+
 def search_plans_here(graph, devices: list[str], cost, measurer, run_dir: Path, summary: RunSummary,
                       budget: SampleBudget, start, seed: int, report=print) -> list:
     """Search plans from placement.json on the profile, measure the finalists for real, and write
@@ -48,14 +55,15 @@ def search_plans_here(graph, devices: list[str], cost, measurer, run_dir: Path, 
     if measurer.pipeline is not None and measurer.pipeline.pipelined:
         report("plans: not searched; plans are priced on one step, not a pipelined one, so far")
         return []
-    began = time.perf_counter()
-    cost = costs_here(graph, measurer, cost)   # batch shards timed at their own shapes
-    rows, notes = measured_plan_rows(graph, devices, USER_PLANS, measurer, cost)
     allowed = budget.allowance(PLANS)
     samples = search.SAMPLES if allowed is None else allowed - plan_finalists.FINALISTS
     if samples < 1:
-        report(f"plans: not searched; --samples leaves {allowed} for plans (raise --samples, or --space placement)")
+        report(f"plans: not searched; --samples leaves {allowed} for plans, and a search here needs "
+               f"{least_samples()} (raise --samples, or --space placement)")
         return []
+    began = time.perf_counter()
+    cost = costs_here(graph, measurer, cost)   # batch shards timed at their own shapes
+    rows, notes = measured_plan_rows(graph, devices, USER_PLANS, measurer, cost)
     learned = Plan.from_placement(Placement.load(run_dir / "placement.json"))
     starts = {LEARNED: learned, **{r.name: r.split_plan for r in rows}}
     scorer = ProfiledPlanScorer(graph, cost, samples)

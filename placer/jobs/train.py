@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from placer.errors import PlacerError
 from placer.jobs import paths, plan_phase, searches
-from placer.jobs.plan_phase_here import search_plans_here
+from placer.jobs.plan_phase_here import least_samples, search_plans_here
 from placer.jobs.place import SAMPLED_CHAINS
 from placer.jobs.settings import HardwareSettings, ModelSettings, StepSettings, check_seed
 from placer.policy.budget import GRAPH_POLICY_POLISH, SEQ2SEQ_POLISH, polish_share
@@ -148,11 +148,14 @@ def _check_seq2seq(settings: TrainSettings):
 
 
 def searches_plans(settings: TrainSettings) -> bool:
-    """Whether the run ends with a plan search: `--space plans`, the default on a described cluster
-    (on this machine's devices it measures its finalists: asked for, so far)."""
+    """Whether the run ends with a plan search: `--space plans`, the default. On this machine's
+    devices a pipelined step (--micro-batches) keeps to placements unless asked: plans are measured
+    here on one step, so far."""
     if settings.space not in (None, *plan_phase.SPACES):
         raise PlacerError(f"--space takes {' or '.join(plan_phase.SPACES)}, not {settings.space!r}")
-    return settings.space == "plans" or (settings.space is None and settings.hardware.simulated_only)
+    if settings.space is not None:
+        return settings.space == "plans"
+    return settings.hardware.simulated_only or not settings.step.pipeline().pipelined
 
 
 def _hyperparameters(settings: TrainSettings, described: bool) -> Hyperparameters:
@@ -226,7 +229,8 @@ def _seq2seq(settings: TrainSettings, run_dir: Path, report: Report, *, plan: Re
         SimulatedMeasurer(graph, devices, cost, training=training, pipeline=pipeline)
     warm = searched = None
     budget = start.budget(settings.samples, polish)   # what every phase drew, kept in the run folder
-    plan_phase.reserve(budget, searches_plans(settings))   # set aside before local search and the learner draw
+    # set aside before local search and the learner draw; a search here measures its finalists too
+    plan_phase.reserve(budget, searches_plans(settings), least=1 if described else least_samples())
     names, caps = [d.name for d in devices], caps_from_devices(devices)
     # the baselines it starts from see a training step's costs per node on the training objective
     # (and the polish's moves too: built once for both)

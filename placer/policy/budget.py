@@ -3,13 +3,14 @@
 A run given N samples spends them in phases, in this order: the graph policy's zero-shot start;
 on a described cluster local search's own run; the learner (REINFORCE, or the graph policy's
 fine-tune); the polish (local search's moves from the learned placement, in the simulator); the
-plans (on a described cluster: the plans users run and REINFORCE over plans, from the learned
-placement; `placer.jobs.plan_phase`), whose share is set aside before the learner starts; the
-graph policy's greedy chains at the end, whose samples are set aside before the learner starts.
-A phase asks the ledger how many samples it may draw in all (`allowance`) and records what it
-drew (`draw`); the ledger is saved with the run and read back on `--resume`, so that a resumed run
-splits its samples exactly as an uncut one. The one split rule: the polish takes a share `polish`
-of what the phases before the learner leave, and the learner the rest, rounded in its favour.
+plans (the plans users run and REINFORCE over plans, from the learned placement; on this
+machine's devices its finalists measured; `placer.jobs.plan_phase`, `plan_phase_here`), whose
+share is set aside before the learner starts; the graph policy's greedy chains at the end,
+whose samples are set aside before the learner starts. A phase asks the ledger how many
+samples it may draw in all (`allowance`) and records what it drew (`draw`); the ledger is saved
+with the run and read back on `--resume`, so that a resumed run splits its samples exactly as an
+uncut one. The one split rule: the polish takes a share `polish` of what the phases before the
+learner leave, and the learner the rest, rounded in its favour.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _known(phase: str) -> str:
 # 0.5 1.013, 0.75 1.005, 0.9 1.001; a quarter is kept for learning).
 SEQ2SEQ_POLISH = 0.5
 GRAPH_POLICY_POLISH = 0.75
-# The plans' share of --samples on a described cluster, set aside before the first phase: a plan
+# The plans' share of --samples, set aside before the first phase: a plan
 # search from the learned placement needs a few hundred plans (`placer.plans.search.SAMPLES`: 200)
 PLAN_SHARE = 0.2
 

@@ -105,10 +105,11 @@ def ends(run_dir) -> dict:
             "samples": summary["samples"], "by_phase": summary.get("samples_by_phase")}
 
 
+HERE = ["--reward", "hybrid", "--devices", "cpu:0,cpu:1", "--space", "placement"]   # the fakes run no plans
 PHASES = {   # phase -> (options, where Ctrl-C lands)
-    "profiling": (["--reward", "hybrid", "--devices", "cpu:0,cpu:1"], ("profiling", 1)),
-    "reinforce": (["--reward", "hybrid", "--devices", "cpu:0,cpu:1"], ("simulated", 9)),
-    "real": (["--reward", "hybrid", "--devices", "cpu:0,cpu:1"], ("real", 4)),
+    "profiling": (HERE, ("profiling", 1)),
+    "reinforce": (HERE, ("simulated", 9)),
+    "real": (HERE, ("real", 4)),
     "local search": (["--cluster", "paper-4xk40", "--reward", "simulated"], None),
 }
 

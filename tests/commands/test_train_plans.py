@@ -1,6 +1,7 @@
-"""`placer train --cluster` searches plans by default (`--space plans`): the plans users run and
-REINFORCE over plans from the learned placement, every plan priced counted in --samples, and
-plan.json where a plan beats the placement; `--space placement` keeps to whole ops."""
+"""`placer train` searches plans by default (`--space plans`), on a cluster and on this machine's
+devices: the plans users run and REINFORCE over plans from the learned placement, every plan priced
+counted in --samples, and plan.json where a plan beats the placement; `--space placement` keeps to
+whole ops."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def test_a_run_on_this_machine_measures_its_plans_and_keeps_the_fastest_measured
     model = tiny_conv_file(tmp_path / "tiny.onnx", batch=4)
     run = tmp_path / "run"
     assert main(["train", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--reward",
-                 "simulated", "--samples", "120", "--samples-per-update", "8", "--space", "plans", "--run-dir",
+                 "simulated", "--samples", "120", "--samples-per-update", "8", "--run-dir",   # plans: the default
                  str(run), "--no-progress", "--no-compare", "--objective", objective]) == 0
     summary = json.loads((run / "summary.json").read_text())
     plan, phases = summary["plan"], summary["samples_by_phase"]
@@ -151,3 +152,33 @@ def test_a_run_on_this_machine_measures_its_plans_and_keeps_the_fastest_measured
         assert Plan.load(run / "plan.json").ops == measured["data_parallel"].ops
     else:
         assert Placement.load(run / "placement.json").nodes == measured["learned placement"].to_placement().nodes
+
+
+
+@pytest.mark.parametrize("samples, described, reserved", [(20, False, None), (35, False, 7), (20, True, 4),
+                                                          (4, True, None)])
+def test_the_plans_share_is_set_aside_only_where_it_holds_a_search(samples, described, reserved):
+    """A fifth of --samples goes to the plans where it holds the least a search needs: on this
+    machine's devices one plan predicted and the finalists measured (7), on a cluster one plan."""
+    from placer.jobs import plan_phase
+    from placer.jobs.plan_phase_here import least_samples
+    from placer.policy.budget import PLANS, REINFORCE, SampleBudget
+
+    budget = SampleBudget(samples)
+    plan_phase.reserve(budget, True, least=1 if described else least_samples())
+    assert budget.reserved.get(PLANS) == reserved
+    assert budget.allowance(REINFORCE) == samples - (reserved or 0)
+
+
+def test_a_plan_search_here_without_the_samples_it_needs_says_so_in_one_line():
+    from types import SimpleNamespace
+
+    from placer.jobs.plan_phase_here import search_plans_here
+    from placer.policy.budget import REINFORCE, SampleBudget
+
+    budget, said = SampleBudget(20), []
+    budget.set_drawn(REINFORCE, 16)
+    rows = search_plans_here(None, ["cpu:0", "cpu:1"], None, SimpleNamespace(pipeline=None), None, {}, budget, None,
+                             0, report=said.append)
+    assert rows == [] and said == ["plans: not searched; --samples leaves 4 for plans, and a search here needs 7 "
+                                   "(raise --samples, or --space placement)"]
