@@ -182,3 +182,16 @@ def test_a_plan_search_here_without_the_samples_it_needs_says_so_in_one_line():
                              0, report=said.append)
     assert rows == [] and said == ["plans: not searched; --samples leaves 4 for plans, and a search here needs 7 "
                                    "(raise --samples, or --space placement)"]
+
+
+def test_a_pipelined_run_here_keeps_to_placements_unless_asked(tmp_path, monkeypatch, capsys):
+    """Plans are measured here on one step, not a pipelined one: --micro-batches keeps the run to
+    placements by default, and --space plans, asked for, says in one line why it searched none."""
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model = tiny_conv_file(tmp_path / "tiny.onnx", batch=4)
+    argv = ["train", "--graph", str(model), "--devices", "cpu:0[threads=1],cpu:1[threads=1]", "--reward", "simulated",
+            "--micro-batches", "2", "--samples", "40", "--samples-per-update", "4", "--no-progress", "--no-compare"]
+    assert main([*argv, "--run-dir", str(tmp_path / "default")]) == 0
+    assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("plans")]
+    assert main([*argv, "--run-dir", str(tmp_path / "asked"), "--space", "plans"]) == 0
+    assert "plans: not searched; plans are priced on one step, not a pipelined one, so far" in capsys.readouterr().out
