@@ -39,7 +39,8 @@ def _split_of(graph: OpGraph, name: str, op: OpPlan) -> Split:
             raise PlacerError(f"op {name} is on one device ({op.devices[0]}), where it is whole; give its layouts "
                               "as Replicate(), or none")
         return whole
-    allowed = [whole] + splits(node, graph, len(op.devices))
+    parts = next((x.parts for x in op.inputs + op.outputs if isinstance(x, Shard) and x.parts), None)
+    allowed = [whole] + splits(node, graph, len(op.devices), parts)
     even = tuple(tuple(x.even if isinstance(x, Shard) else x for x in side) for side in layouts)
     for split in allowed:
         if (split.inputs, split.outputs) == even:

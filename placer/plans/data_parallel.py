@@ -21,8 +21,10 @@ from placer.plans.rules import Split, replicated, splits
 NAME = "data_parallel"
 
 
-def data_parallel(graph: OpGraph, devices: Sequence[str]) -> Plan:
-    """DDP's plan of `graph` over `devices` (two or more); a graph with no batch to split is a PlacerError."""
+def data_parallel(graph: OpGraph, devices: Sequence[str], parts: tuple[int, ...] | None = None) -> Plan:
+    """DDP's plan of `graph` over `devices` (two or more); a graph with no batch to split is a PlacerError.
+    With `parts` (an uneven cut, `data_parallel_by_speed`'s) a reshape of the batch is split where
+    the parts map it (`rules._reshape`); the layouts stay even, for the caller to cut."""
     devices = tuple(devices)
     if len(devices) < 2:
         raise PlacerError(f"data parallelism splits the batch over two devices or more, and there is "
@@ -31,7 +33,7 @@ def data_parallel(graph: OpGraph, devices: Sequence[str]) -> Plan:
     lengths = batch_lengths(graph)
     ops, whole, split_any = {}, [], False
     for name, node in graph.nodes.items():
-        chosen, free, batch = batch_split(graph, node, held, lengths, len(devices))
+        chosen, free, batch = batch_split(graph, node, held, lengths, len(devices), parts)
         if not free and any(node.inputs):   # a Constant is made on every device, as in DDP
             whole.append(name)
         split_any = split_any or batch
@@ -48,10 +50,10 @@ def batch_lengths(graph: OpGraph) -> set[int]:
 
 
 def batch_split(graph: OpGraph, node: OpNode, held: dict[str, Layout], lengths: set[int],
-                n: int | None = None) -> tuple[Split, bool, bool]:
+                n: int | None = None, parts: tuple[int, ...] | None = None) -> tuple[Split, bool, bool]:
     """The node's split as DDP takes it over `n` devices given the layouts `held` so far (which it
     updates with its outputs'), whether that split needs no collective, and whether it splits the batch."""
-    free = [s for s in splits(node, graph, n)
+    free = [s for s in splits(node, graph, n, parts)
             if _keeps_weights(graph, s, node.inputs, lengths) and not _needs_collective(s, node.inputs, held)]
     batch = [s for s in free if all(x == Shard(0) for t, x in zip(node.outputs, s.outputs) if t)]
     chosen = (batch or free or [replicated(node)])[0]

@@ -43,7 +43,7 @@ def data_parallel_by_speed(graph: OpGraph, devices: Sequence[str], cost: CostMod
                           "the batch too short to tell them apart); data_parallel is this plan")
     kept = list(shares)
     parts = tuple(shares.values())
-    even = data_parallel(graph, kept)
+    even = data_parallel(graph, kept, parts)   # its reshapes of the batch mapped for these parts
 
     def uneven(x: Layout) -> Layout:
         return Shard(x.dim, parts) if isinstance(x, Shard) else x

@@ -32,7 +32,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from placer.graph.opgraph import OpGraph, OpNode
-from placer.plans.layout import PARTIAL, REPLICATE, Layout, Shard
+from placer.plans.layout import PARTIAL, REPLICATE, Layout, Shard, shard_sizes
 
 
 @dataclass(frozen=True)
@@ -49,22 +49,24 @@ def replicated(node: OpNode) -> Split:
     return Split("replicate", (REPLICATE,) * len(node.inputs), (REPLICATE,) * len(node.outputs))
 
 
-def splits(node: OpNode, graph: OpGraph, n: int | None = None) -> list[Split]:
+def splits(node: OpNode, graph: OpGraph, n: int | None = None, parts: tuple[int, ...] | None = None) -> list[Split]:
     """The splits of `node` over several devices that its maths allows (replication aside); given
-    the device count `n`, also those that hold only for it (`_reshape`'s)."""
+    the device count `n` (and the `parts` an uneven cut gives them), also those that hold only for
+    it (`_reshape`'s)."""
     if node.domain not in ("", "ai.onnx") or any(t and t not in graph.tensors for t in node.inputs):
         return []
     rule = _RULES.get(node.op_type)
     if rule is None:
         return []
-    return [s for s in rule(node, _Shapes(node, graph, n)) if len(s.inputs) == len(node.inputs)]
+    return [s for s in rule(node, _Shapes(node, graph, n, parts)) if len(s.inputs) == len(node.inputs)]
 
 
 class _Shapes:
     """The node's input and output shapes (None for an omitted input) and its attributes."""
 
-    def __init__(self, node: OpNode, graph: OpGraph, n: int | None = None) -> None:
-        self.node, self.n = node, n
+    def __init__(self, node: OpNode, graph: OpGraph, n: int | None = None,
+                 parts: tuple[int, ...] | None = None) -> None:
+        self.node, self.n, self.parts = node, n, parts
         self.ins = [graph.tensors[t].shape if t else None for t in node.inputs]
         self.outs = [info.shape for info in node.output_info]
         self.graph = graph
@@ -227,13 +229,23 @@ def _flatten(node: OpNode, s: _Shapes) -> list[Split]:
 
 def _reshape(node: OpNode, s: _Shapes) -> list[Split]:
     # row-major: a reshape that keeps axis 0's length maps sample k to sample k; one that changes it
-    # (the batch merged with the axes after it, or cut) maps device k's contiguous n-th of the
-    # elements to the same n-th where n divides both lengths
-    x, out, n = s.ins[0], s.out, s.n
+    # (the batch merged with the axes after it, or cut) maps device k's slice of axis 0 to its own
+    # slice where both hold the same run of elements (evenly cut: where n divides both lengths)
+    x, out = s.ins[0], s.out
     keeps = x and out and x[0] == out[0] > 1
-    merges = x and out and n and n > 1 and x[0] != out[0] and x[0] % n == 0 and out[0] % n == 0 \
-        and min(x[0], out[0]) > 1
+    merges = x and out and x[0] != out[0] and min(x[0], out[0]) > 1 and _same_runs(x, out, s.n, s.parts)
     return ([s.split("axis 0", {0: Shard(0)}, Shard(0))] if keeps or merges else []) + _reshape_blocks(s)
+
+
+def _same_runs(x: tuple[int, ...], out: tuple[int, ...], n: int | None, parts: tuple[int, ...] | None) -> bool:
+    """Whether device k's slice of axis 0 of `x` and of `out` (n slices, cut by `parts` where given)
+    hold the same elements in row-major order, for every k."""
+    if not n or n < 2:
+        return False
+    size = math.prod(x)
+    per_x, per_out = size // x[0], size // out[0]
+    return ([k * per_x for k in shard_sizes(x[0], n, parts)] ==
+            [k * per_out for k in shard_sizes(out[0], n, parts)])
 
 
 def _reshape_blocks(s: _Shapes) -> list[Split]:

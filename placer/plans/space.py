@@ -107,7 +107,7 @@ def replan_groups(graph: OpGraph, start: Plan, members: Sequence[Sequence[str]],
 
 def _pick(graph: OpGraph, name: str, ops: dict[str, OpPlan], config: Config) -> Split:
     node = graph.nodes[name]
-    options = splits(node, graph, len(config.devices)) + [replicated(node)]
+    options = splits(node, graph, len(config.devices), config.parts) + [replicated(node)]
     held = [_held(graph, t, ops) for t in node.inputs]
 
     def score(s: Split) -> tuple[int, int]:

@@ -81,7 +81,7 @@ def feeds_for(graph: OpGraph) -> dict[str, np.ndarray]:
 
 def run_plan(graph: OpGraph, plan: Plan, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     made = runnable(graph, plan)
-    executor = PlacedExecutor(made.graph, made.placement, as_devices(list(TWO)))
+    executor = PlacedExecutor(made.graph, made.placement, as_devices(list(plan.devices)))
     try:
         return made.outputs(executor.run(made.feeds(feeds)))
     finally:
@@ -193,8 +193,30 @@ def test_a_reshape_merging_the_batch_with_the_steps_is_cut_by_speed_in_proportio
     x = rng.standard_normal((4, 5, 8)).astype(np.float32)
     want = (x.reshape(20, 8) @ w).reshape(4, 5, 6)
     np.testing.assert_allclose(run_plan(graph, plan, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
-    with pytest.raises(PlacerError, match="unevenly but not alike"):
+    with pytest.raises(PlacerError, match="not a split its maths allows"):   # the reshape cannot map 3:1 to 13:7
         lower(graph, cut((2, 1)))
+
+
+def test_three_devices_cut_by_speed_keep_the_reshapes_split_where_their_parts_map_them():
+    """Evenly, 4 samples do not cut in three (the reshapes replicated, above); cut 2:1:1 as by
+    speed, the merged rows cut 10:5:5, each device's rows the runs of its samples: no op replicated,
+    no collective, and the outputs the whole model's."""
+    from placer.plans.lower import lower
+
+    graph, w, rng = merge_matmul_cut(3)
+    three, parts = ("cpu:0", "cpu:1", "cpu:2"), (2, 1, 1)
+    even = data_parallel(graph, three, parts)
+    assert even.extra["placer"]["replicated"] == []
+    ops = {n: OpPlan(op.devices, tuple(Shard(0, parts) if isinstance(x, Shard) else x for x in op.inputs),
+                     tuple(Shard(0, parts) for _ in op.outputs)) for n, op in even.ops.items()}
+    plan = Plan(list(three), ops, graph.sha256)
+    lowered = lower(graph, plan)
+    assert not lowered.helpers
+    assert sorted(lowered.graph.tensors[t].shape for t in lowered.graph.tensors if t.startswith("r@")) == \
+        [(5, 8), (5, 8), (10, 8)]
+    x = rng.standard_normal((4, 5, 8)).astype(np.float32)
+    want = (x.reshape(20, 8) @ w).reshape(4, 5, 6)
+    np.testing.assert_allclose(run_plan(graph, plan, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)
 
 
 def train_three_steps(graph: OpGraph, plan: Plan | None, feeds: dict[str, np.ndarray], spec: TrainingSpec) -> list:
