@@ -14,7 +14,8 @@ which every device computes its own piece with the op itself, as DTensor's shard
   Reshape where they keep axis 0 (the batch). Given the device count n, Reshape also maps an axis
   it splits or merges as a leading factor (hidden -> heads x head_dim and back; the batch with the
   steps after it, batch x steps -> rows and back), where n divides both lengths, so that device k's
-  contiguous block is the same elements on both sides.
+  contiguous block is the same elements on both sides; given an uneven cut's parts, the batch's
+  reshapes wherever device k's slices hold the same elements under those parts.
 - Shape and Size read only metadata, so they take a sharded input and give a replicated output.
 
 Only axes longer than 1 are offered. Every op may also be replicated: each device computes all of
