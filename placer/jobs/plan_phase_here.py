@@ -56,11 +56,11 @@ def search_plans_here(graph, devices: list[str], cost, measurer, run_dir: Path, 
         report("plans: not searched; plans are priced on one step, not a pipelined one, so far")
         return []
     allowed = budget.allowance(PLANS)
-    samples = search.SAMPLES if allowed is None else allowed - plan_finalists.FINALISTS
-    if samples < 1:
+    if allowed is not None and allowed < least_samples():
         report(f"plans: not searched; --samples leaves {allowed} for plans, and a search here needs "
                f"{least_samples()} (raise --samples, or --space placement)")
         return []
+    samples = search.SAMPLES if allowed is None else allowed - plan_finalists.FINALISTS
     began = time.perf_counter()
     cost = costs_here(graph, measurer, cost)   # batch shards timed at their own shapes
     rows, notes = measured_plan_rows(graph, devices, USER_PLANS, measurer, cost)
