@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
 
 
@@ -52,18 +53,35 @@ def node_levels(graph: OpGraph, assignment: Mapping[str, str], skip: set[str]) -
 
 
 def plan_partitions(graph: OpGraph, assignment: Mapping[str, str], folded: Mapping[str, object] = (),
-                    folded_nodes: set[str] = frozenset()) -> list[Partition]:
+                    folded_nodes: set[str] = frozenset(), stages: Mapping[str, int] | None = None
+                    ) -> list[Partition]:
     """The partitions of `assignment` (node -> device) over `graph`, in run order; `folded` are the
-    tensors placer computes once (their nodes, `folded_nodes`, are in no partition)."""
+    tensors placer computes once (their nodes, `folded_nodes`, are in no partition); `stages`
+    (node -> number, 0 where absent) cut them further, see the module doc."""
     levels = node_levels(graph, assignment, set(folded_nodes))
-    keys: dict[tuple[int, str], list[str]] = {}
+    stage = _checked_stages(graph, levels, stages or {})
+    keys: dict[tuple[int, int, str], list[str]] = {}
     for name in levels:   # topological order, so each partition's nodes are too
-        keys.setdefault((levels[name], assignment[name]), []).append(name)
+        keys.setdefault((stage(name), levels[name], assignment[name]), []).append(name)
     position = {n: i for i, n in enumerate(graph.nodes)}
-    ordered = sorted(keys, key=lambda k: (k[0], position[keys[k][0]]))
-    parts = [Partition(i, key[1], keys[key]) for i, key in enumerate(ordered)]
+    ordered = sorted(keys, key=lambda k: (k[0], k[1], position[keys[k][0]]))
+    parts = [Partition(i, key[2], keys[key]) for i, key in enumerate(ordered)]
     _fill_tensors(graph, parts, set(folded))
     return parts
+
+
+def _checked_stages(graph: OpGraph, levels: Mapping[str, int], stages: Mapping[str, int]):
+    """node -> its stage; a stage lower than a producer's is a `PlacerError`: its partition would
+    run before one it waits on."""
+    def stage(name: str) -> int:
+        return stages.get(name, 0)
+
+    for name in levels:
+        for producer in (graph.producer.get(t) for t in _reads(graph, name)):
+            if producer in levels and stage(producer) > stage(name):
+                raise PlacerError(f"stage {stage(name)} of {name} is below stage {stage(producer)} of {producer}, "
+                                  "which it reads: a node's stage must be at least its producers'")
+    return stage
 
 
 def _reads(graph: OpGraph, name: str) -> list[str]:

@@ -62,11 +62,12 @@ class OrtPlacement:
     """`graph` under `placement` on `devices` as ONNX Runtime sessions; `run(feeds)` is one step.
 
     `profile_prefix` turns ORT's profiler on in every session (files named from it); with
-    `pipeline` a step is a pipelined step of its micro-batches."""
+    `pipeline` a step is a pipelined step of its micro-batches; `stages` (node -> number) cut the
+    partitions further (`placer.engines.onnxruntime.partition`)."""
 
     def __init__(self, graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None,
                  *, folding: Folding | None = None, profile_prefix: str | None = None,
-                 pipeline: Pipeline | None = None) -> None:
+                 pipeline: Pipeline | None = None, stages: Mapping[str, int] | None = None) -> None:
         self.graph = graph
         self.pipeline = pipeline if pipeline is not None and pipeline.pipelined else None
         self.devices = as_devices(devices if devices is not None else placement.devices)
@@ -75,7 +76,8 @@ class OrtPlacement:
         used = list(dict.fromkeys(self.assignment.values()))
         whole = len(used) == 1
         self.folding = Folding() if whole else (folding if folding is not None else Folding.of(graph))
-        self.partitions = plan_partitions(graph, self.assignment, self.folding.values, self.folding.nodes)
+        self.partitions = plan_partitions(graph, self.assignment, self.folding.values, self.folding.nodes,
+                                          None if whole else stages)   # one device: one session, uncut
         self.peak_memory = self._accounted()
         over = [d for d in self.devices if d.mem_cap is not None and self.peak_memory.get(d.name, 0) > d.mem_cap]
         if over:

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import pytest
 
+from placer.errors import PlacerError
 from placer.graph.load import parse_input_shapes
 from placer.kernels.loading import load_graph
 from placer.graph.feeds import random_feeds
@@ -89,6 +90,47 @@ def test_a_shape_of_another_devices_tensor_is_folded_and_waits_on_nothing():
         assert placed.partitions[1].constants == ["target"]
         feeds = random_feeds(graph, seed=1)
         assert_same(placed.run_arrays(feeds, timeout_s=10), whole_model_outputs(graph.model, feeds))
+
+
+def _rnnlm_by_layer(graph):
+    """rnnlm's first LSTM layer on cpu:0, the second and the projection on cpu:1; each node's
+    time step as its stage (the export lists the nodes step by step, each step ending in the
+    projection; constants at stage 0, where they are read from)."""
+    nodes, stages, step = {}, {}, 0
+    for name, op in graph.nodes.items():
+        nodes[name] = "cpu:1" if name.startswith(("/cells.1", "/decoder")) else "cpu:0"
+        stages[name] = 0 if op.op_type == "Constant" else step
+        step += name.startswith("/decoder")
+    for name, op in graph.nodes.items():   # the join of the steps' projections: after the last step
+        if op.op_type in ("Unsqueeze", "Concat"):
+            nodes[name], stages[name] = "cpu:1", step
+    return Placement(["cpu:0", "cpu:1"], nodes, graph.sha256), stages
+
+
+def test_stages_hand_a_layers_first_steps_over_before_the_layer_ends(zoo_file):
+    graph = load_graph(zoo_file("rnnlm"))
+    placement, stages = _rnnlm_by_layer(graph)
+    feeds = random_feeds(graph, seed=0)
+    expected = whole_model_outputs(zoo_file("rnnlm"), feeds)
+    with OrtPlacement(graph, placement, CPUS[:2]) as whole_layers:
+        # without stages cpu:1 waits for all of the first layer: one partition each
+        assert [p.device for p in whole_layers.partitions] == ["cpu:0", "cpu:1"]
+    with OrtPlacement(graph, placement, CPUS[:2], stages=stages) as staged:
+        devices = [p.device for p in staged.partitions]
+        steps = max(stages.values())
+        assert devices[:2] == ["cpu:0", "cpu:1"] and len(devices) >= 2 * steps
+        # every cpu:1 partition but the join waits on the cpu:0 partition of its own step only
+        assert devices.index("cpu:1") < len(devices) - 1 - devices[::-1].index("cpu:0")
+        assert_same(staged.run_arrays(feeds, timeout_s=10), expected)
+
+
+def test_a_stage_below_its_producers_is_refused_in_one_line(zoo_file):
+    graph = load_graph(zoo_file("rnnlm"))
+    placement, stages = _rnnlm_by_layer(graph)
+    last = next(n for n in reversed(list(graph.nodes)) if n.startswith("/decoder"))
+    with pytest.raises(PlacerError, match=r"stage 0 of /decoder\S* is below stage \d+ of .*a node's stage must "
+                                          r"be at least its producers'"):
+        OrtPlacement(graph, placement, CPUS[:2], stages={**stages, last: 0})
 
 
 def test_outputs_repeat_over_steps_with_sessions_built_once(zoo_file):
