@@ -6,6 +6,16 @@ and one level form a partition, so nodes of one device that do not wait on anoth
 partition, and a partition never waits on one of a higher level: each device runs its partitions
 in level order, each as soon as its inputs exist, and no two devices can wait on each other.
 
+*Stages* cut further: a stage number per node that never decreases along an edge. Nodes of one
+device, level and stage form a partition. Partitions run in order of stage plus level, then level
+(a topological order: along an edge neither decreases, and where both stay the node stays in its
+partition). A long chain on one device (an unrolled recurrence's first layer) then hands its
+first steps to the next device before it ends, and goes on with its next steps before it takes
+back what the other device made of the first: without stages the next device waits for the whole
+chain. By default a node's stage is its band of depth (`depth_stages`): at most `STAGES` bands,
+each `STAGE_DEPTH` nodes deep or more, so a shallow graph stays uncut; and only where the bands
+let a device start sooner, since each cut costs a session call and the fusions across it.
+
 Each partition is a standalone model cut from the bound model (`OpGraph.model`): its inputs
 (graph inputs and other partitions' tensors, outer-scope reads of subgraphs included), its
 outputs (read by another partition, or graph outputs), the initializers its nodes read, and the
@@ -24,6 +34,10 @@ from onnx import helper, numpy_helper
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+
+
+STAGES = 8         # depth bands a graph is cut into, at most
+STAGE_DEPTH = 16   # nodes of depth a band spans, at least
 
 
 @dataclass
@@ -52,22 +66,62 @@ def node_levels(graph: OpGraph, assignment: Mapping[str, str], skip: set[str]) -
     return level
 
 
+def depth_stages(graph: OpGraph, skip: set[str]) -> dict[str, int]:
+    """Node -> its band of depth (the nodes on its longest path of producers, those in `skip` not
+    counted): at most `STAGES` bands of equal depth, each at least `STAGE_DEPTH` deep."""
+    depth: dict[str, int] = {}
+    for name in graph.nodes:
+        if name not in skip:
+            depth[name] = 1 + max((depth[p] for p in (graph.producer.get(t) for t in _reads(graph, name))
+                                   if p in depth), default=-1)
+    band = max(STAGE_DEPTH, -(-(max(depth.values(), default=0) + 1) // STAGES))
+    return {name: d // band for name, d in depth.items()}
+
+
 def plan_partitions(graph: OpGraph, assignment: Mapping[str, str], folded: Mapping[str, object] = (),
                     folded_nodes: set[str] = frozenset(), stages: Mapping[str, int] | None = None
                     ) -> list[Partition]:
     """The partitions of `assignment` (node -> device) over `graph`, in run order; `folded` are the
     tensors placer computes once (their nodes, `folded_nodes`, are in no partition); `stages`
-    (node -> number, 0 where absent) cut them further, see the module doc."""
+    (node -> number, 0 where absent; by default `depth_stages`; {}: uncut) cut them further, see
+    the module doc."""
     levels = node_levels(graph, assignment, set(folded_nodes))
-    stage = _checked_stages(graph, levels, stages or {})
+    if stages is None:
+        bands = depth_stages(graph, set(folded_nodes))
+        stages = bands if _bands_let_a_device_start_sooner(graph, assignment, levels, bands) else {}
+    stage = _checked_stages(graph, levels, stages)
     keys: dict[tuple[int, int, str], list[str]] = {}
     for name in levels:   # topological order, so each partition's nodes are too
         keys.setdefault((stage(name), levels[name], assignment[name]), []).append(name)
     position = {n: i for i, n in enumerate(graph.nodes)}
-    ordered = sorted(keys, key=lambda k: (k[0], k[1], position[keys[k][0]]))
+    # stage plus level first: a device runs its next stage's first-level nodes before those that
+    # wait on another device's work of this stage, so the devices do not take turns stage by stage
+    ordered = sorted(keys, key=lambda k: (k[0] + k[1], k[1], position[keys[k][0]]))
     parts = [Partition(i, key[2], keys[key]) for i, key in enumerate(ordered)]
     _fill_tensors(graph, parts, set(folded))
     return parts
+
+
+def _bands_let_a_device_start_sooner(graph: OpGraph, assignment: Mapping[str, str], levels: Mapping[str, int],
+                                     bands: Mapping[str, int]) -> bool:
+    """Whether cutting by `bands` lets some device start sooner: a tensor crosses to another device
+    from a band before the last of its producer's uncut partition, or into a band after the first of
+    its reader's. Where none does (data parallelism: each replica's result crosses at its end),
+    the bands only add session calls and break fusions (ResNet-50's data-parallel plan 9% slower cut).
+    """
+    first: dict[tuple[int, str], int] = {}
+    last: dict[tuple[int, str], int] = {}
+    for name, level in levels.items():
+        group = (level, assignment[name])
+        first[group] = min(first.get(group, bands[name]), bands[name])
+        last[group] = max(last.get(group, bands[name]), bands[name])
+    for name in levels:
+        for producer in (graph.producer.get(t) for t in _reads(graph, name)):
+            if producer in levels and assignment[producer] != assignment[name] and (
+                    bands[producer] < last[levels[producer], assignment[producer]]
+                    or bands[name] > first[levels[name], assignment[name]]):
+                return True
+    return False
 
 
 def _checked_stages(graph: OpGraph, levels: Mapping[str, int], stages: Mapping[str, int]):

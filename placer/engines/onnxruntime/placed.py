@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import onnxruntime as ort
@@ -62,8 +63,11 @@ class OrtPlacement:
     """`graph` under `placement` on `devices` as ONNX Runtime sessions; `run(feeds)` is one step.
 
     `profile_prefix` turns ORT's profiler on in every session (files named from it); with
-    `pipeline` a step is a pipelined step of its micro-batches; `stages` (node -> number) cut the
-    partitions further (`placer.engines.onnxruntime.partition`)."""
+    `pipeline` a step is a pipelined step of its micro-batches; `stages` (node -> number; by
+    default bands of depth; {}: none) cut the partitions further
+    (`placer.engines.onnxruntime.partition`). A session holds its own copy of each weight it
+    reads, so where the default stages' copies (a recurrence's weights, read at every step) put a
+    device over its cap, the partitions stay uncut."""
 
     def __init__(self, graph: OpGraph, placement: Placement, devices: Sequence[Device | str] | None = None,
                  *, folding: Folding | None = None, profile_prefix: str | None = None,
@@ -76,10 +80,14 @@ class OrtPlacement:
         used = list(dict.fromkeys(self.assignment.values()))
         whole = len(used) == 1
         self.folding = Folding() if whole else (folding if folding is not None else Folding.of(graph))
-        self.partitions = plan_partitions(graph, self.assignment, self.folding.values, self.folding.nodes,
-                                          None if whole else stages)   # one device: one session, uncut
+        cut = partial(plan_partitions, graph, self.assignment, self.folding.values, self.folding.nodes)
+        self.partitions = cut({} if whole else stages)   # one device: one session of the whole model
         self.peak_memory = self._accounted()
-        over = [d for d in self.devices if d.mem_cap is not None and self.peak_memory.get(d.name, 0) > d.mem_cap]
+        over = self._over_cap()
+        if over and stages is None and not whole:
+            self.partitions = cut({})
+            self.peak_memory = self._accounted()
+            over = self._over_cap()
         if over:
             raise OutOfMemory("; ".join(f"{d.name} needs about {self.peak_memory[d.name]} B but its cap is "
                                         f"{d.mem_cap} B" for d in over), peak_memory=dict(self.peak_memory))
@@ -104,6 +112,9 @@ class OrtPlacement:
         direct = {o.name: self._constant(o.name) for o in graph.outputs
                   if o.name not in made and o.name not in {i.name for i in graph.inputs}}
         self.engine = ConcurrentSessions(pieces, [o.name for o in graph.outputs], direct, cores)
+
+    def _over_cap(self) -> list[Device]:
+        return [d for d in self.devices if d.mem_cap is not None and self.peak_memory.get(d.name, 0) > d.mem_cap]
 
     def _constant(self, name: str) -> np.ndarray:
         if name in self.folding.values:

@@ -11,6 +11,7 @@ from placer.graph.load import parse_input_shapes
 from placer.kernels.loading import load_graph
 from placer.graph.feeds import random_feeds
 from placer.placement import Placement
+from placer.engines.onnxruntime.partition import STAGES, depth_stages
 from placer.engines.onnxruntime.placed import OrtPlacement
 from testgraphs import branches
 
@@ -107,21 +108,58 @@ def _rnnlm_by_layer(graph):
     return Placement(["cpu:0", "cpu:1"], nodes, graph.sha256), stages
 
 
+def _hands_over_early(partitions) -> bool:
+    """cpu:1's first partition waits on none of cpu:0's last: cpu:1 starts before cpu:0 ends."""
+    first = next(p for p in partitions if p.device == "cpu:1")
+    last = [p for p in partitions if p.device == "cpu:0"][-1]
+    return last.index != 0 and not set(first.inputs) & set(last.outputs)
+
+
 def test_stages_hand_a_layers_first_steps_over_before_the_layer_ends(zoo_file):
     graph = load_graph(zoo_file("rnnlm"))
     placement, stages = _rnnlm_by_layer(graph)
     feeds = random_feeds(graph, seed=0)
     expected = whole_model_outputs(zoo_file("rnnlm"), feeds)
-    with OrtPlacement(graph, placement, CPUS[:2]) as whole_layers:
-        # without stages cpu:1 waits for all of the first layer: one partition each
-        assert [p.device for p in whole_layers.partitions] == ["cpu:0", "cpu:1"]
-    with OrtPlacement(graph, placement, CPUS[:2], stages=stages) as staged:
-        devices = [p.device for p in staged.partitions]
-        steps = max(stages.values())
-        assert devices[:2] == ["cpu:0", "cpu:1"] and len(devices) >= 2 * steps
-        # every cpu:1 partition but the join waits on the cpu:0 partition of its own step only
-        assert devices.index("cpu:1") < len(devices) - 1 - devices[::-1].index("cpu:0")
-        assert_same(staged.run_arrays(feeds, timeout_s=10), expected)
+    with OrtPlacement(graph, placement, CPUS[:2], stages={}) as uncut:
+        # cpu:1 waits for all of the first layer: one partition each
+        assert [p.device for p in uncut.partitions] == ["cpu:0", "cpu:1"]
+    for given in (stages, None):   # a stage per time step, and the default bands of depth
+        with OrtPlacement(graph, placement, CPUS[:2], stages=given) as staged:
+            assert len(staged.partitions) > 2 and _hands_over_early(staged.partitions)
+            assert_same(staged.run_arrays(feeds, timeout_s=10), expected)
+
+
+def test_default_stages_are_bands_of_depth_and_a_shallow_graph_stays_uncut(zoo_file):
+    graph = load_graph(zoo_file("nmt"))
+    bands = depth_stages(graph, set())
+    assert max(bands.values()) + 1 == STAGES
+    for name, op in graph.nodes.items():   # a band never decreases along an edge
+        assert all(bands[graph.producer[t]] <= bands[name] for t in op.inputs if t in graph.producer)
+    assert set(depth_stages(load_graph(branches(2, depth=3)), set()).values()) == {0}
+
+
+def test_bands_that_let_no_device_start_sooner_leave_the_partitions_uncut():
+    # one deep chain per device, joined at the end: each crosses over at its end only
+    graph = load_graph(branches(2, depth=40, width=8))
+    placement = Placement(["cpu:0", "cpu:1"], {n: "cpu:1" if n.startswith(("mm1", "relu1")) else "cpu:0"
+                                               for n in graph.nodes}, graph.sha256)
+    assert max(depth_stages(graph, set()).values()) > 0
+    with OrtPlacement(graph, placement, CPUS[:2]) as placed:
+        assert [(p.device, len(p.nodes)) for p in placed.partitions] == [("cpu:0", 80), ("cpu:1", 80), ("cpu:0", 1)]
+
+
+def test_where_the_stages_copies_of_the_weights_break_a_cap_the_partitions_stay_uncut(zoo_file):
+    graph = load_graph(zoo_file("rnnlm"))
+    placement, _ = _rnnlm_by_layer(graph)
+    with OrtPlacement(graph, placement, CPUS[:2], stages={}) as uncut:
+        fits = max(uncut.peak_memory.values())
+    with OrtPlacement(graph, placement, CPUS[:2]) as staged:
+        assert max(staged.peak_memory.values()) > fits   # the recurrent weights, once per stage
+    capped = [f"cpu:{k}[threads=1,mem={fits}]" for k in range(2)]
+    with OrtPlacement(graph, placement, capped) as placed:
+        assert [p.device for p in placed.partitions] == ["cpu:0", "cpu:1"]
+        feeds = random_feeds(graph, seed=0)
+        assert_same(placed.run_arrays(feeds, timeout_s=10), whole_model_outputs(zoo_file("rnnlm"), feeds))
 
 
 def test_a_stage_below_its_producers_is_refused_in_one_line(zoo_file):
