@@ -56,13 +56,12 @@ def node_levels(graph: OpGraph, assignment: Mapping[str, str], skip: set[str]) -
     """Node -> the number of device changes on its longest path of producers (nodes in `skip`,
     the folded ones, run nowhere and count as constants)."""
     level: dict[str, int] = {}
-    producer = graph.producer
     for name, op in graph.nodes.items():
         if name in skip:
             continue
         own = assignment[name]
-        level[name] = max((level[p] + (assignment[p] != own)
-                           for p in (producer.get(t) for t in _reads(graph, name)) if p in level), default=0)
+        level[name] = max((level[p] + (assignment[p] != own) for p in _producers(graph, name) if p in level),
+                          default=0)
     return level
 
 
@@ -72,8 +71,7 @@ def depth_stages(graph: OpGraph, skip: set[str]) -> dict[str, int]:
     depth: dict[str, int] = {}
     for name in graph.nodes:
         if name not in skip:
-            depth[name] = 1 + max((depth[p] for p in (graph.producer.get(t) for t in _reads(graph, name))
-                                   if p in depth), default=-1)
+            depth[name] = 1 + max((depth[p] for p in _producers(graph, name) if p in depth), default=-1)
     band = max(STAGE_DEPTH, -(-(max(depth.values(), default=0) + 1) // STAGES))
     return {name: d // band for name, d in depth.items()}
 
@@ -116,7 +114,7 @@ def _bands_let_a_device_start_sooner(graph: OpGraph, assignment: Mapping[str, st
         first[group] = min(first.get(group, bands[name]), bands[name])
         last[group] = max(last.get(group, bands[name]), bands[name])
     for name in levels:
-        for producer in (graph.producer.get(t) for t in _reads(graph, name)):
+        for producer in _producers(graph, name):
             if producer in levels and assignment[producer] != assignment[name] and (
                     bands[producer] < last[levels[producer], assignment[producer]]
                     or bands[name] > first[levels[name], assignment[name]]):
@@ -131,11 +129,16 @@ def _checked_stages(graph: OpGraph, levels: Mapping[str, int], stages: Mapping[s
         return stages.get(name, 0)
 
     for name in levels:
-        for producer in (graph.producer.get(t) for t in _reads(graph, name)):
+        for producer in _producers(graph, name):
             if producer in levels and stage(producer) > stage(name):
                 raise PlacerError(f"stage {stage(name)} of {name} is below stage {stage(producer)} of {producer}, "
                                   "which it reads: a node's stage must be at least its producers'")
     return stage
+
+
+def _producers(graph: OpGraph, name: str):
+    """The nodes that make what `name` reads (graph inputs and initializers have none)."""
+    return (graph.producer.get(t) for t in _reads(graph, name))
 
 
 def _reads(graph: OpGraph, name: str) -> list[str]:
