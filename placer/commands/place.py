@@ -51,16 +51,22 @@ def run(args: argparse.Namespace) -> int:
     where = f"round {info['round']}" if "round" in info else "kept instead"
     print(f"  placement written        {t * 1e3:10.3f} ms simulated ({info['chain']}, {where}); "
           f"lower bound {bound * 1e3:.3f} ms ({format_ratio(t / bound)})")
-    print(f"    the policy's best      {policy_t * 1e3:10.3f} ms simulated")
+    print(f"    the policy's best      {_simulated(policy_t)}")
     if settings.chains:
-        print(f"    most likely chains     {info['first_chains_step_time'] * 1e3:10.3f} ms simulated "
+        print(f"    most likely chains     {_simulated(info['first_chains_step_time'])} "
               f"(without the {settings.chains} sampled)")
-    print(f"    from nothing alone     {info['from_nothing_step_time'] * 1e3:10.3f} ms simulated")
+    print(f"    from nothing alone     {_simulated(info['from_nothing_step_time'])}")
     if info["best_heuristic"] is not None:
         best = info["best_heuristic_step_time"]
         print(f"  best list heuristic      {best * 1e3:10.3f} ms simulated ({info['best_heuristic']})")
-        print(f"  policy / heuristic       {policy_t / best:10.3f}x" + ("  (faster)" if policy_t < best else ""))
+        if policy_t is not None:
+            print(f"  policy / heuristic       {policy_t / best:10.3f}x" + ("  (faster)" if policy_t < best else ""))
     else:
         print("  no list heuristic fits the devices' memory")
     print(f"placement: {result.path}")
     return 0
+
+
+def _simulated(seconds: float | None) -> str:
+    """A step time as the command prints it; None: no placement of that kind fits the devices' memory."""
+    return "  overflows a device's memory" if seconds is None else f"{seconds * 1e3:10.3f} ms simulated"

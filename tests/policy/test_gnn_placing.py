@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from placer.costmodel.roofline import cluster_measurer
+from placer.errors import PlacerError
 from placer.graph.load import load_graph
 from placer.hardware import load_cluster
 from placer.policy.gnn import GraphPlacementPolicy, PolicyConfig
@@ -83,3 +84,38 @@ def test_the_sampled_chains_start_from_every_distinct_heuristic_placement():
     policy = GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
     info = place_episode(policy, episode, keep_heuristic=False, chains=48).extra["placer"]
     assert info["chain"].startswith(("from ", "sampled from ")) and isinstance(info["same_as_start"], bool)
+
+
+def test_where_every_round_overflows_a_device_the_heuristics_placement_that_fits_is_returned(monkeypatch):
+    """Llama-2-70B on 8xh100-nvlink: every round of the shipped policy overflowed a GPU while heft's
+    placement fits, and `place` exited 2. Here a policy that puts every group on a device too small
+    for the graph: the best heuristic's placement comes back, fitting, and says why; the policy's
+    own figure is None (no round fits), not a step time."""
+    import dataclasses
+
+    graph, cluster = load_graph(branches(4, 2, width=128, batch=32)), load_cluster("4xa100-nvlink")
+    small = dataclasses.replace(cluster.devices[0], model=dataclasses.replace(cluster.devices[0].model,
+                                                                              memory_bytes=4096))
+    cramped = dataclasses.replace(cluster, devices=(small, *cluster.devices[1:]))
+    episode = make_episode(graph, cramped)
+    torch.manual_seed(0)
+    policy = GraphPlacementPolicy(PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
+    monkeypatch.setattr(policy, "logits", lambda x, encoded, assign: torch.where(
+        torch.arange(x.mask.shape[1]) == 0, 0.0, -1e9).expand(len(assign), *x.mask.shape))
+    assert episode.start is not None and (episode.start != 0).all()   # the premise: the heuristic avoids it
+    placement = place_episode(policy, episode)
+    info = placement.extra["placer"]
+    assert info["rounds_from_nothing"] == [None, None] and info["rounds_from_heuristic"] == [None, None]
+    assert info["policy_step_time"] is None and "overflowed a device's memory" in info["chain"]
+    assert cramped.devices[0].name not in placement.nodes.values()
+    measured = cluster_measurer(cramped, graph).measure(placement)
+    assert measured.failure is None and measured.step_time == pytest.approx(episode.best_time, rel=1e-9)
+    # the policy's own placement alone (fine-tuning's view): no round fits, one line says so
+    with pytest.raises(PlacerError, match="within its devices' memory"):
+        place_episode(policy, episode, keep_heuristic=False)
+    # pre-training's held-out figures: a row with the failure, not a ratio of None
+    from placer.corpus.items import CorpusItem
+    from placer.policy.gnn.pretrain import held_out_figures
+
+    row, = held_out_figures(policy, [CorpusItem("cramped", "branches", graph, cramped)])
+    assert "overflowed a device's memory" in row["failure"] and row["ratio_to_best_baseline"] is None

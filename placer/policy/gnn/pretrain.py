@@ -13,6 +13,7 @@ seconds it took.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,14 +68,15 @@ def held_out_figures(policy: GraphPlacementPolicy, items: list[Any]) -> list[dic
         try:
             placement = place_episode(policy, episode)
         except PlacerError as exc:
-            rows.append({"name": item.name, "family": getattr(item, "family", ""), "cluster": item.cluster.name,
-                         "ops": len(item.graph.nodes), "failure": str(exc), "ratio_to_best_heuristic": None,
-                         "ratio_to_best_baseline": None, "from_nothing_ratio_to_best_heuristic": None})
+            rows.append(_failure_row(item, str(exc)))
             continue
         seconds = time.monotonic() - started
         info = placement.extra["placer"]
         # the policy's own figure: where `place` kept the heuristic's placement instead, it says so apart
         t = info.get("policy_step_time", info["simulated_step_time"])
+        if t is None:   # the heuristic's placement was kept because every round of the policy overflowed
+            rows.append(_failure_row(item, f"no placement the policy made fits: {info['chain']}"))
+            continue
         best = episode.best_time if episode.best_name else None
         searched = _local_search_time(episode)
         yardsticks = [b for b in (best, searched) if b]
@@ -86,10 +88,24 @@ def held_out_figures(policy: GraphPlacementPolicy, items: list[Any]) -> list[dic
                      "from_nothing_step_time_s": info["from_nothing_step_time"],
                      "best_heuristic": episode.best_name, "best_heuristic_step_time_s": best,
                      "ratio_to_best_heuristic": t / best if best else None,
-                     "from_nothing_ratio_to_best_heuristic": info["from_nothing_step_time"] / best if best else None,
+                     "from_nothing_ratio_to_best_heuristic": _ratio(info["from_nothing_step_time"], best),
                      "local_search_step_time_s": searched,
                      "ratio_to_best_baseline": t / min(yardsticks) if yardsticks else None})
     return rows
+
+
+def _failure_row(item: Any, failure: str) -> dict[str, Any]:
+    """A held-out item no round of the policy fits: its failure, and no figures."""
+    return {"name": item.name, "family": getattr(item, "family", ""), "cluster": item.cluster.name,
+            "ops": len(item.graph.nodes), "failure": failure, "ratio_to_best_heuristic": None,
+            "ratio_to_best_baseline": None, "from_nothing_ratio_to_best_heuristic": None}
+
+
+def _ratio(t: float | None, best: float | None) -> float | None:
+    """`t` over `best`; inf where `t` is None (no round fits), None without a `best`."""
+    if not best:
+        return None
+    return math.inf if t is None else t / best
 
 
 def _local_search_time(episode: Episode) -> float | None:
