@@ -126,6 +126,9 @@ class Residency:
         return own
 
 
+IPM_CELLS = 20_000   # (node, device) pairs above which the load LP is solved by interior point
+
+
 def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None,
                   memory: Residency | None = None) -> float:
     """min T s.t. sum_d x[n,d] = 1, sum_n x[n,d] t[n,d] <= T, x >= 0 (x on finite times only);
@@ -183,8 +186,11 @@ def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None,
     a_eq = coo_matrix((np.ones(len(cells)), ([i for i, _ in cells], list(range(len(cells))))),
                       shape=(n_nodes, n_var))
     a_ub = coo_matrix((vals, (rows, cols)), shape=(len(bounds), n_var))
+    # HiGHS's dual simplex took 56 s on a 10,000-node Llama over 10 devices, its interior point
+    # (with crossover) 14 s, to the same optimum within 1e-14; below IPM_CELLS the simplex stays
+    method = "highs-ipm" if len(cells) > IPM_CELLS else "highs"
     result = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.asarray(bounds), A_eq=a_eq.tocsr(), b_eq=np.ones(n_nodes),
-                     bounds=(0, None), method="highs")
+                     bounds=(0, None), method=method)
     if result.status == 2 and memory is not None:
         return math.inf
     if result.status != 0:

@@ -28,11 +28,15 @@ def upward_ranks(state: ScheduleState) -> dict[str, float]:
         finite = [t for t in times.values() if math.isfinite(t)]
         mean_time[n] = float(np.mean(finite)) if finite else 0.0
     rank: dict[str, float] = {}
+    mean_transfer: dict[int, float] = {}   # by size: repeated layers send the same sizes again and again
     for n in reversed(list(state.graph.nodes)):
         tail = 0.0
         for s in state.succs[n]:
             nbytes = int(state.graph.dag.edges[n, s].get("bytes", 0))
-            comm = (sum(cost.transfer_time(nbytes, a, b) for a, b in links) / len(links)) if links else 0.0
+            comm = mean_transfer.get(nbytes)
+            if comm is None:
+                comm = mean_transfer[nbytes] = ((sum(cost.transfer_time(nbytes, a, b) for a, b in links) / len(links))
+                                                if links else 0.0)
             tail = max(tail, comm + rank[s])
         rank[n] = mean_time[n] + tail
     return rank
