@@ -66,3 +66,35 @@ def test_list_schedulers_keep_within_memory_caps(place):
 def test_list_schedulers_need_a_cost_model(place, chain):
     with pytest.raises(PlacerError, match="cost model"):
         place(chain, ["cpu:0", "cpu:1"], None)
+
+
+def test_the_insertion_start_is_the_first_gap_after_ready_time_on_any_timeline(chain, cost2):
+    """HEFT fills idle gaps: the scan that starts past the intervals ending by the ready time (made
+    for 10,000-node graphs) finds the start the whole scan finds, zero-length nodes included."""
+    import random
+
+    def whole_scan(busy, ready, length):
+        t = ready
+        for begin, end in busy:
+            if t + length <= begin:
+                return t
+            t = max(t, end)
+        return t
+
+    state = ScheduleState(chain, ["cpu:0", "cpu:1"], cost2, None)
+    node = next(iter(chain.nodes))
+    rng = random.Random(0)
+    for _ in range(300):
+        state.busy["cpu:0"] = []
+        t = 0.0
+        for _ in range(rng.randint(0, 8)):   # disjoint intervals, some of zero length, some touching
+            t += rng.choice([0.0, 0.0, 0.5, 1.0, 2.0])
+            length = rng.choice([0.0, 0.5, 1.0, 3.0])
+            state.busy["cpu:0"].append((t, t + length))
+            t += length
+        state.times[node]["cpu:0"] = length = rng.choice([0.0, 0.5, 1.0, 2.5])
+        ready = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 20.0])
+        assert state.insertion_start(node, "cpu:0", ready) == whole_scan(state.busy["cpu:0"], ready, length)
+    state.busy["cpu:0"] = [(0.0, 1.0), (3.0, 4.0), (4.0, 10.0)]
+    state.times[node]["cpu:0"] = 1.5
+    assert state.insertion_start(node, "cpu:0", 0.5) == 1.0 and state.insertion_start(node, "cpu:0", 2.0) == 10.0
