@@ -109,6 +109,18 @@ class RooflineCostModel:
         return self._model[device].launch_overhead_s + max(self.compute_time(node, device),
                                                            self.memory_time(node, device))
 
+    def op_times(self, node: OpNode, devices: list[str]) -> list[float]:
+        """`op_time` on each of `devices`, worked out once per device model and kind."""
+        priced: dict[tuple[int, str], float] = {}
+        out = []
+        for device in devices:
+            key = (id(self._model[device]), device_kind(device))
+            t = priced.get(key)
+            if t is None:
+                t = priced[key] = self.op_time(node, device)
+            out.append(t)
+        return out
+
     def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
         """A backward: BACKWARD_FACTOR x the node's forward; else PASSES[kind] passes over `nbytes`."""
         if kind == "backward":

@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from placer.graph.opgraph import OpGraph
-from placer.costmodel.protocol import CostModel
+from placer.costmodel.protocol import CostModel, op_times
 from placer.kernels.registry import host_read_inputs
 from placer.program.pipeline import BACKWARD, Pipeline, Unrolled, order_1f1b, unroll
 from placer.program.training import TrainingSpec
@@ -62,7 +62,7 @@ def inference_program(graph: OpGraph, devices: Sequence[str], cost: CostModel) -
     """One step per node, at the cost model's op time."""
     return SimProgram(steps=[Step(n.name, n.op_type, n.inputs, n.outputs) for n in graph.nodes.values()],
                       node_of=list(range(len(graph.nodes))),
-                      times=[[float(cost.op_time(node, d)) for d in devices] for node in graph.nodes.values()],
+                      times=[[float(t) for t in op_times(cost, node, list(devices))] for node in graph.nodes.values()],
                       outputs={t.name for t in graph.outputs}, size=_tensor_size(graph, {}), held=[])
 
 
@@ -84,7 +84,7 @@ def training_program(graph: OpGraph, devices: Sequence[str], cost: CostModel, sp
             times.append([float(cost.training_step_time(step.name, step.op_type, node, touched, d))
                           for d in devices])
         else:
-            times.append([float(cost.op_time(node, d)) for d in devices])
+            times.append([float(t) for t in op_times(cost, node, list(devices))])
     position = {s.name: i for i, s in enumerate(plan.steps)}
     held = [(spec.optimizer.state_bytes(size(p)), position[f"update:{p}"]) for p in plan.trained]
     return SimProgram(plan.steps, node_of, times, set(plan.outputs), size, held,

@@ -13,7 +13,7 @@ import math
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.costmodel.protocol import CostModel
+from placer.costmodel.protocol import CostModel, op_times
 from collections.abc import Callable
 
 from placer.placers.base import Caps, MemoryBook, does_not_fit, within_caps
@@ -40,7 +40,8 @@ class ScheduleState:
             for n in graph.nodes}
         self.succs: dict[str, list[str]] = {
             n: sorted(graph.dag.successors(n), key=self.topo_index.__getitem__) for n in graph.nodes}
-        self.times = {n: {d: float(cost.op_time(node, d)) for d in devices} for n, node in graph.nodes.items()}
+        self.times = {n: dict(zip(self.devices, map(float, op_times(cost, node, self.devices))))
+                      for n, node in graph.nodes.items()}
         self.place: dict[str, str] = {}
         self.start: dict[str, float] = {}
         self.finish: dict[str, float] = {}

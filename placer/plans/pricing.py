@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
 
-from placer.costmodel.protocol import CostModel
+from placer.costmodel.protocol import CostModel, op_times
 from placer.costmodel.roofline import RooflineCostModel, cluster_measurer
 from placer.graph.opgraph import OpGraph, OpNode
 from placer.hardware import Cluster
@@ -47,6 +47,12 @@ class PlanCostModel:
         if cost is HelperCost.FREE:
             return 0.0
         return self.launch_time(node, device)
+
+    def op_times(self, node: OpNode, devices: list[str]) -> list[float]:
+        """`op_time` on each of `devices`: the base's at once for an op of the graph (see `op_times`)."""
+        if node.name in self.helpers:
+            return [self.op_time(node, d) for d in devices]
+        return op_times(self.base, node, devices)
 
     def launch_time(self, node: OpNode, device: str) -> float:
         """A collective's kernel launch on `device`: `node` as an op that computes and moves nothing."""

@@ -177,3 +177,32 @@ def test_devices_that_contend_run_slower_while_both_are_busy():
     branch = RooflineCostModel(Cluster("x", "", (ClusterDevice("cpu:0", CPU),), ()), graph).op_time(
         graph.nodes["a"], "cpu:0")
     assert contended == pytest.approx(free + 0.5 * branch, rel=0.05)
+
+
+def test_every_devices_time_of_an_op_at_once_equals_each_ones_and_a_wrapper_keeps_its_own():
+    """`op_times` prices a device model once for all its devices (8 H100s are one price): each
+    device's figure is still its own op_time, a faster model of the same kind included; a cost model
+    that prices ops itself and hands the rest to a base (`__getattr__`) is asked op by op."""
+    from placer.costmodel.protocol import op_times
+
+    fast = DeviceModel(**{**GPU.__dict__, "peak_flops": {"float32": 40e12}})
+    mixed = Cluster("mixed", "two GPU models", (ClusterDevice("cpu:0", CPU), ClusterDevice("cuda:0", GPU),
+                                                 ClusterDevice("cuda:1", GPU), ClusterDevice("cuda:2", fast)),
+                    cluster().links + (Link("pcie2", ("cuda:2", "host"), 16e9, 10e-6, "test"),), hosts=("host",))
+    graph = load_graph(matmul_model(512))
+    cost, node = RooflineCostModel(mixed, graph), graph.nodes["mm"]
+    devices = ["cuda:2", "cpu:0", "cuda:0", "cuda:1"]
+    assert op_times(cost, node, devices) == [cost.op_time(node, d) for d in devices]
+    assert len(set(op_times(cost, node, devices))) == 3
+
+    class Halved:
+        def __init__(self, base):
+            self.base = base
+
+        def __getattr__(self, name):
+            return getattr(self.base, name)
+
+        def op_time(self, node, device):
+            return self.base.op_time(node, device) / 2
+
+    assert op_times(Halved(cost), node, devices) == [cost.op_time(node, d) / 2 for d in devices]
