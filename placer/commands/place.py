@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
           f"{result.cluster.name} ({len(result.cluster.devices)} devices) in {result.seconds:.2f} s with the graph "
           f"policy ({settings.policy or 'pre-trained, shipped with placer'})")
     policy_t = info.get("policy_step_time", t)   # set where the heuristic's own placement was kept
+    # None: no placement of that kind fits the devices' memory
+    _simulated = lambda s: "  overflows a device's memory" if s is None else f"{s * 1e3:10.3f} ms simulated"  # noqa: E731
     where = f"round {info['round']}" if "round" in info else "kept instead"
     print(f"  placement written        {t * 1e3:10.3f} ms simulated ({info['chain']}, {where}); "
           f"lower bound {bound * 1e3:.3f} ms ({format_ratio(t / bound)})")
@@ -65,8 +67,3 @@ def run(args: argparse.Namespace) -> int:
         print("  no list heuristic fits the devices' memory")
     print(f"placement: {result.path}")
     return 0
-
-
-def _simulated(seconds: float | None) -> str:
-    """A step time as the command prints it; None: no placement of that kind fits the devices' memory."""
-    return "  overflows a device's memory" if seconds is None else f"{seconds * 1e3:10.3f} ms simulated"
