@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from operator import itemgetter
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
@@ -17,10 +18,6 @@ from placer.costmodel.protocol import CostModel, op_times
 from collections.abc import Callable
 
 from placer.placers.base import Caps, MemoryBook, does_not_fit, within_caps
-
-
-def _end(interval: tuple[float, float]) -> float:
-    return interval[1]
 
 
 class ScheduleState:
@@ -69,7 +66,7 @@ class ScheduleState:
         # a device's intervals never overlap, so their ends rise with their starts: those ending by
         # `ready` hold no gap after it, and the scan starts past them (on 10,000 nodes the whole
         # scan made HEFT quadratic)
-        for begin, end in busy[bisect.bisect_right(busy, ready, key=_end):]:
+        for begin, end in busy[bisect.bisect_right(busy, ready, key=itemgetter(1)):]:
             if t + length <= begin:
                 return t
             t = max(t, end)
