@@ -65,23 +65,26 @@ def stages(work: np.ndarray, cut: np.ndarray | None = None, memory: np.ndarray |
     cut[0] = 0.0   # nothing crosses into the first stage
     if not isinstance(memory, StageMemory):
         memory = StageMemory(np.zeros(n) if memory is None else np.asarray(memory, dtype=float), np.zeros(n))
-    caps = caps or [math.inf] * D
+    caps = np.asarray(caps or [math.inf] * D, dtype=float)
     best = np.full((D + 1, n + 1), np.inf)
     best[0, 0] = 0.0
     start = np.zeros((D + 1, n + 1), dtype=np.int64)
-    for k in range(1, D + 1):
-        d = k - 1
-        for j in range(n + 1):
-            i = np.arange(j)
+    # j outside, every device at once inside: a stage's memory does not depend on its device, and
+    # row d of `cost` reads best[d, :j] (best[k-1] for k = d + 1), final once column j - 1 is
+    for j in range(n + 1):
+        if j:
             # an inf - inf (a node that cannot run on d) is nan: such a stage is impossible
-            cost = np.maximum(np.maximum(best[k - 1, :j], np.nan_to_num(prefix[j, d] - prefix[:j, d], nan=np.inf)),
-                              cut[:j, d])
-            cost[memory.ending_at(j) > caps[d]] = np.inf
-            if j and np.isfinite(cost).any():
-                start[k, j] = int(np.argmin(cost))
-                best[k, j] = cost[start[k, j]]
-            if not every_device and best[k - 1, j] <= best[k, j]:   # device d left empty
-                best[k, j], start[k, j] = best[k - 1, j], j
+            span = np.nan_to_num(prefix[j] - prefix[:j], nan=np.inf).T
+            cost = np.maximum(np.maximum(best[:D, :j], span), cut[:j].T)
+            cost[memory.ending_at(j)[None, :] > caps[:, None]] = np.inf
+            first = np.argmin(cost, axis=1)
+            for d in np.flatnonzero(np.isfinite(cost).any(axis=1)):
+                start[d + 1, j] = first[d]
+                best[d + 1, j] = cost[d, first[d]]
+        if not every_device:
+            for k in range(1, D + 1):
+                if best[k - 1, j] <= best[k, j]:   # device k-1 left empty
+                    best[k, j], start[k, j] = best[k - 1, j], j
     device = [0] * n
     j = n
     for k in range(D, 0, -1):
