@@ -47,7 +47,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import numpy as np
@@ -530,6 +531,41 @@ def _project(graph: OpGraph, parts: list[list[str]], nodes: dict[str, str], devi
     return out
 
 
+# A comparison asks for the same solve twice in a row: local search's exact start, then the exact row
+# (same graph, devices, cost model, caps and hint). A solve stopped by its work, not the wall clock,
+# is deterministic, so the last one is kept (with a weak reference to its cost model, which may be
+# unhashable) and handed to a caller whose wall clock it fits in.
+_last_solve: dict = {}
+
+
+def _solved(graph: OpGraph, devices: list[str], cost: CostModel, caps: dict, groups: int,
+            hint_nodes: dict[str, str] | None, seed: int, time_limit: float, work_limit: float):
+    """The model's parts, the problem, the hint projected on the parts and the solver's solution
+    (a copy: `exact` amends it), the last solve's where it is the same and fits in `time_limit`."""
+    key = (graph.sha256, tuple(devices), tuple(sorted(caps.items())), groups, seed, work_limit,
+           None if hint_nodes is None else tuple(hint_nodes[n] for n in graph.nodes))
+    if _last_solve.get("key") == key and _last_solve["cost"]() is cost:
+        parts, problem, hint, solution = _last_solve["solved"]
+        if solution.wall_s <= time_limit:
+            return parts, problem, hint, replace(solution)
+    parts = model_parts(graph, groups, hint_nodes)
+    problem = build_problem(graph, devices, cost, parts)
+    hint = _project(graph, parts, hint_nodes, devices) if hint_nodes is not None else None
+    if hint is not None:
+        seconds = problem.schedule(hint, seconds=True)[2]
+        problem.unit = seconds / TICKS if seconds > 0 else 1.0
+    else:
+        longest = np.where(np.isfinite(problem.seconds), problem.seconds, 0.0).max(axis=1).sum()
+        delays = sum(float(s.max(initial=0.0)) for s in problem.pair_seconds.values())
+        problem.unit = (longest + delays) / (5 * TICKS) if longest + delays > 0 else 1.0
+    solution = solve(problem, [caps.get(d) for d in devices], hint, time_limit=time_limit, work_limit=work_limit,
+                     seed=seed)
+    _last_solve.clear()
+    if solution.stopped_by != "wall clock":
+        _last_solve.update(key=key, cost=weakref.ref(cost), solved=(parts, problem, hint, replace(solution)))
+    return parts, problem, hint, solution
+
+
 def default_work_limit(time_limit: float = TIME_LIMIT) -> float:
     """CP-SAT's deterministic time limit that goes with a wall-clock `time_limit`."""
     return time_limit * WORK_PER_SECOND
@@ -555,19 +591,9 @@ def exact(graph: OpGraph, devices: list[str], cost: CostModel | None = None, cap
     start = start if start is not None else best_start(graph, devices, cost, caps, sim, seed=seed)
     hint_nodes = ({n: devices[int(k)] for n, k in zip(graph.nodes, start.assign)}
                   if start.assign is not None else None)
-    parts = model_parts(graph, groups, hint_nodes)
-    problem = build_problem(graph, devices, cost, parts)
-    hint = _project(graph, parts, hint_nodes, devices) if hint_nodes is not None else None
-    if hint is not None:
-        seconds = problem.schedule(hint, seconds=True)[2]
-        problem.unit = seconds / TICKS if seconds > 0 else 1.0
-    else:
-        longest = np.where(np.isfinite(problem.seconds), problem.seconds, 0.0).max(axis=1).sum()
-        delays = sum(float(s.max(initial=0.0)) for s in problem.pair_seconds.values())
-        problem.unit = (longest + delays) / (5 * TICKS) if longest + delays > 0 else 1.0
-    cap_list = [caps.get(d) for d in devices]
     work_limit = default_work_limit(time_limit) if work_limit is None else work_limit
-    solution = solve(problem, cap_list, hint, time_limit=time_limit, work_limit=work_limit, seed=seed)
+    parts, problem, hint, solution = _solved(graph, devices, cost, caps, groups, hint_nodes, seed, time_limit,
+                                             work_limit)
     training = training_of(cost)
     if not solution.part_device:
         if caps:

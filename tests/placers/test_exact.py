@@ -144,12 +144,43 @@ def test_a_hint_beyond_the_models_memory_budget_is_returned_when_the_solver_find
 
 def test_exact_is_deterministic_when_its_work_limit_stops_it():
     dag = random_dag(60, seed=2)
-    cost = AnalyticCostModel(["cpu:0", "cpu:1"])
-    runs = [exact(dag, ["cpu:0", "cpu:1"], cost, time_limit=60.0, work_limit=0.3) for _ in range(2)]
+    # a cost model each: the second solve is CP-SAT's again, not the first one kept
+    runs = [exact(dag, ["cpu:0", "cpu:1"], AnalyticCostModel(["cpu:0", "cpu:1"]), time_limit=60.0, work_limit=0.3)
+            for _ in range(2)]
     assert runs[0].extra["placer"]["stopped_by"] == "deterministic time"
     assert runs[0].extra["placer"]["deterministic_time"] == pytest.approx(0.3, abs=0.05)
     assert runs[0].nodes == runs[1].nodes
     assert runs[0].extra["placer"]["objective"] == runs[1].extra["placer"]["objective"]
+
+
+def test_the_same_solve_asked_twice_in_a_row_is_solved_once(monkeypatch):
+    """Local search's exact start and then the exact row (a comparison) share one solve; another
+    cost model, other caps or a wall clock the kept solve did not fit in solve again."""
+    exact_module = sys.modules[exact.__module__]   # the package's `exact` is the function
+    solved = []
+
+    def counting(*args, **kwargs):
+        solved.append(kwargs["time_limit"])
+        return real(*args, **kwargs)
+
+    real = exact_module.solve
+    monkeypatch.setattr(exact_module, "solve", counting)
+    dag, devices = random_dag(60, seed=2), ["cpu:0", "cpu:1"]
+    cost = AnalyticCostModel(devices)
+    first = exact(dag, devices, cost, time_limit=60.0, work_limit=0.3)
+    second = exact(dag, devices, cost, time_limit=30.0, work_limit=0.3)
+    assert len(solved) == 1
+    assert second.nodes == first.nodes
+    assert second.extra["placer"]["time_limit"] == 30.0   # the record is the caller's
+    assert {k: first.extra["placer"][k] for k in ("objective", "bound", "used", "stopped_by")} == \
+        {k: second.extra["placer"][k] for k in ("objective", "bound", "used", "stopped_by")}
+    exact(dag, devices, AnalyticCostModel(devices), time_limit=60.0, work_limit=0.3)
+    assert len(solved) == 2
+    exact(dag, devices, cost, {"cpu:0": 10 ** 12}, time_limit=60.0, work_limit=0.3)
+    assert len(solved) == 3
+    kept = exact_module._last_solve["solved"][3]
+    exact(dag, devices, cost, {"cpu:0": 10 ** 12}, time_limit=kept.wall_s / 2, work_limit=0.3)
+    assert len(solved) == 4
 
 
 def test_the_groups_graph_has_no_cycle_and_follows_the_hint():
