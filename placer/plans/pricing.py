@@ -50,14 +50,18 @@ class PlanCostModel:
 
     def op_times(self, node: OpNode, devices: list[str]) -> list[float]:
         """`op_time` on each of `devices`: the base's at once for an op of the graph (see `op_times`)."""
-        if node.name in self.helpers:
+        cost = self.helpers.get(node.name)
+        if cost is None:
+            return op_times(self.base, node, devices)
+        if getattr(self.base, "helper_time", None) is not None:   # profiled per device
             return [self.op_time(node, d) for d in devices]
-        return op_times(self.base, node, devices)
+        if cost is HelperCost.FREE:
+            return [0.0] * len(devices)
+        return op_times(self.base, _launched(node), devices)   # a launch is priced once per device model
 
     def launch_time(self, node: OpNode, device: str) -> float:
         """A collective's kernel launch on `device`: `node` as an op that computes and moves nothing."""
-        return self.base.op_time(replace(node, name=f"{node.name}#launch", inputs=(), output_info=(), flops=0.0,
-                                         param_bytes=0), device)
+        return self.base.op_time(_launched(node), device)
 
     def training_step_time(self, step: str, kind: str, node: OpNode, nbytes: int, device: str) -> float:
         """The base's, but a layout change's backward: the reverse change, priced as the change is
@@ -71,6 +75,11 @@ class PlanCostModel:
 
     def route(self, src: str, dst: str) -> tuple[str, ...]:
         return self.base.route(src, dst)
+
+
+def _launched(node: OpNode) -> OpNode:
+    """`node` as an op that computes and moves nothing: what its launch costs."""
+    return replace(node, name=f"{node.name}#launch", inputs=(), output_info=(), flops=0.0, param_bytes=0)
 
 
 def plan_cost(lowered: Lowered, base: Callable[[OpGraph], CostModel]) -> PlanCostModel:

@@ -100,3 +100,25 @@ def test_a_sharded_tensor_handed_on_to_another_stage_goes_piece_by_piece():
     assert lowered.graph.nodes["relu0@cuda:3"].inputs == ("m0@cuda:1",) and not lowered.helpers
     step = simulate_plan(graph, plan, pairwise_cluster(4)).step_time
     assert step == pytest.approx(LAUNCH + LATENCY + 4 * 30 * 4 / BANDWIDTH + LAUNCH, rel=1e-9)
+
+
+def test_every_devices_time_of_a_lowered_node_at_once_equals_each_ones():
+    """`PlanCostModel.op_times` (what the simulator reads) prices a collective's launch once per
+    device model, and gives each device what `op_time` gives it: launches, free steps and shards,
+    on a cluster of two GPU models and a CPU."""
+    from placer.costmodel.protocol import op_times
+    from placer.plans.lowered import HelperCost
+    from placer.plans.pricing import plan_cost
+
+    cluster = load_cluster("v100-k40-mix")
+    names = cluster.device_names
+    graph = matmul_relu(64, 128, 256)
+    plan = Plan(list(names), {"mm0": OpPlan(tuple(names), (REPLICATE, Shard(1)), (Shard(1),)),
+                              "relu0": OpPlan(tuple(names), (Shard(0),), (Shard(0),))})   # an all-to-all
+    lowered = lower(graph, plan)
+    cost = plan_cost(lowered, lambda g: RooflineCostModel(cluster, g))
+    assert {HelperCost.LAUNCH, HelperCost.FREE} <= set(lowered.helpers.values())
+    for node in lowered.graph.nodes.values():
+        assert op_times(cost, node, names) == [cost.op_time(node, d) for d in names], node.name
+    launch = next(lowered.graph.nodes[n] for n, c in lowered.helpers.items() if c is HelperCost.LAUNCH)
+    assert len(set(op_times(cost, launch, names))) > 1   # the V100s' launch is not the K40s'
