@@ -35,23 +35,24 @@ def tensor_parallel(graph: OpGraph, devices: Sequence[str]) -> Plan:
         raise PlacerError(f"tensor parallelism splits layers over two devices or more, and there is "
                           f"{len(devices)}: {', '.join(devices) or 'none'}")
     n = len(devices)
+    options = _Splits(graph, n)
     chosen: dict[str, Split] = {}
     blocks, gathered = 0, []
     for name, node in reversed(graph.nodes.items()):
         if name in chosen or not _is_linear(graph, node):
             continue
-        row = _split_named(node, graph, n, "reduced axis")
+        row = options.named(node, "reduced axis")
         if row is None:
             continue
-        region = _walk_back(graph, node, row, n)
+        region = _walk_back(graph, node, row, options)
         if region is None:
             continue
         chosen.update(region.splits)
         gathered += region.gathered
         blocks += 1
-    head = _head(graph, chosen, n)
+    head = _head(graph, chosen, options)
     if blocks and head is not None:
-        chosen[head.name] = _split_named(head, graph, n, "columns")
+        chosen[head.name] = options.named(head, "columns")
     if not blocks:
         raise PlacerError(f"tensor parallelism splits MLP and attention blocks (a linear layer, element-wise ops "
                           f"or an attention core, a second linear layer), and {graph.source or 'the graph'} has "
@@ -62,11 +63,11 @@ def tensor_parallel(graph: OpGraph, devices: Sequence[str]) -> Plan:
                                   "head": head.name if head is not None else None}})
 
 
-def _head(graph: OpGraph, chosen: dict[str, Split], n: int) -> OpNode | None:
+def _head(graph: OpGraph, chosen: dict[str, Split], options: _Splits) -> OpNode | None:
     """The last linear layer, where no block holds it (a language model's head over the vocabulary):
     split by columns as Megatron's is, its output all-gathered for whatever reads it."""
     last = next((node for node in reversed(graph.nodes.values()) if _is_linear(graph, node)), None)
-    if last is None or last.name in chosen or _split_named(last, graph, n, "columns") is None:
+    if last is None or last.name in chosen or options.named(last, "columns") is None:
         return None
     return last
 
@@ -81,8 +82,21 @@ def _is_linear(graph: OpGraph, node: OpNode) -> bool:
             and len(graph.tensors[node.inputs[1]].shape) == 2)
 
 
-def _split_named(node: OpNode, graph: OpGraph, n: int, name: str) -> Split | None:
-    return next((s for s in splits(node, graph, n) if s.name == name), None)
+class _Splits:
+    """Each node's splits over `n` devices, worked out once: the walks back from each block pass the
+    same nodes again and again (a residual stream leads back to the embedding)."""
+
+    def __init__(self, graph: OpGraph, n: int) -> None:
+        self.graph, self.n = graph, n
+        self._of: dict[str, list[Split]] = {}
+
+    def of(self, node: OpNode) -> list[Split]:
+        if node.name not in self._of:
+            self._of[node.name] = splits(node, self.graph, self.n)
+        return self._of[node.name]
+
+    def named(self, node: OpNode, name: str) -> Split | None:
+        return next((s for s in self.of(node) if s.name == name), None)
 
 
 class _Region:
@@ -92,7 +106,7 @@ class _Region:
         self.columns = 0
 
 
-def _walk_back(graph: OpGraph, row: OpNode, row_split: Split, n: int) -> _Region | None:
+def _walk_back(graph: OpGraph, row: OpNode, row_split: Split, options: _Splits) -> _Region | None:
     """The block ending in `row`: each producer of a tensor the block reads sharded takes the split
     that leaves it so, back to the column linears; None where the walk reaches none."""
     region = _Region()
@@ -102,18 +116,20 @@ def _walk_back(graph: OpGraph, row: OpNode, row_split: Split, n: int) -> _Region
     order = list(graph.nodes)
     for name in reversed(order[:order.index(row.name)]):
         node = graph.nodes[name]
+        if wanted.keys().isdisjoint(node.outputs):   # most nodes: a set test, not a list (a walk can be long)
+            continue
         outs = [wanted.get(t) for t in node.outputs if t]
         if not any(outs):
             continue
         want = next(x for x in outs if x)
         if _is_linear(graph, node):
-            split = _split_named(node, graph, n, "columns")
+            split = options.named(node, "columns")
             if split is None or split.outputs[0] != want:
                 return None
             region.splits[name] = split
             region.columns += 1
             continue
-        split = next((s for s in splits(node, graph, n)
+        split = next((s for s in options.of(node)
                       if all(w is None or w == o for w, o in zip(outs, s.outputs))), None)
         if split is None and node.op_type == "Split" and isinstance(want, Shard):
             # a fused projection cut along the sharded axis: gathered whole before the Split
