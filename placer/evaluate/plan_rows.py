@@ -64,7 +64,8 @@ def plan_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names=PLANS,
     searched = [n for n in names if n in searches]
     if searched:   # from the plans just priced (each built once), and the placements
         found, more = searched_rows(graph, cluster, devices, searched, placements or {}, built, samples, seed, training,
-                                    pipeline is not None and pipeline.pipelined, searches)
+                                    pipeline is not None and pipeline.pipelined, searches,
+                                    measured={r.name: r.measurement for r in rows})
         rows, notes = rows + found, notes + more
     return rows, notes
 

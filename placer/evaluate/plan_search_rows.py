@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from placer.evaluate.compare import CompareRow
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
+from placer.measure.measurement import Measurement
 from placer.placement import Placement
 from placer.plans import exact_plans, mcmc, search
 from placer.devices import device_kind
@@ -36,10 +37,11 @@ BY = {search.NAME: "local search", mcmc.NAME: "MCMC", exact_plans.NAME: "CP-SAT"
 
 def searched_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, placements: Mapping[str, Placement],
                   plans: Mapping[str, Plan], samples: int | None = None, seed: int = 0,
-                  training=None, pipelined: bool = False,
-                  searches: Mapping[str, Callable] = SEARCHES) -> tuple[list[CompareRow], list[str]]:
+                  training=None, pipelined: bool = False, searches: Mapping[str, Callable] = SEARCHES,
+                  measured: Mapping[str, Measurement] | None = None) -> tuple[list[CompareRow], list[str]]:
     """A row per search in `names` (of `searches`, name -> function) over `devices`, from the best of
-    `placements` and `plans` (row name -> each), and a note for each that does not apply."""
+    `placements` and `plans` (row name -> each), and a note for each that does not apply.
+    `measured`: the plans' simulations on the whole graph where their rows made them already."""
     if pipelined:
         return [], [f"{', '.join(names)}: not simulated; plans are searched on one step, not a pipelined one, so far"]
     starts = {**{name: Plan.from_placement(p) for name, p in placements.items()}, **plans}
@@ -55,7 +57,8 @@ def searched_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, p
             found = searches[name](graph, cluster, starts, devices, samples=samples, seed=seed, training=training)
             m, plan, where = found.measurement, found.plan, ""
         else:
-            found, plan, m = _search_reduced(searches[name], reduced, cluster, starts, devices, samples, seed)
+            found, plan, m = _search_reduced(searches[name], reduced, cluster, starts, devices, samples, seed,
+                                             measured or {})
             where = (f" on {reduced.kept} of its {reduced.blocks} repeated blocks "
                      f"({len(reduced.graph.nodes)} of {len(graph.nodes)} nodes), the plan found simulated on the whole")
         split = sum(1 for op in plan.ops.values() if not op.whole)
@@ -76,17 +79,19 @@ def _kept_blocks(devices: list[str]) -> int:
 
 
 def _search_reduced(searcher, reduced: Reduced, cluster: Cluster, starts: Mapping[str, Plan], devices: list[str],
-                    samples: int, seed: int):
+                    samples: int, seed: int, measured: Mapping[str, Measurement]):
     """`searcher` on the reduced graph from the reduced `starts`; the plan found on the whole graph
     and its simulation there, or the start it began from where that is as fast (so the row is
-    never slower than its start): two of the samples go to those simulations."""
+    never slower than its start): two of the samples go to those simulations (the start's taken
+    from `measured` where its row simulated it: a 10,000-node plan is seconds to simulate)."""
     scorer = ReducedScorer(reduced, cluster, max(1, samples - 2))
     found = searcher(reduced.graph, cluster, {n: reduced.to_reduced(p) for n, p in starts.items()}, devices,
                      samples=scorer.samples, seed=seed, scorer=scorer)
     start = starts[found.start]
     plan = reduced.to_full(found.plan)
     m = simulate_plan(reduced.full, plan, cluster)
-    started = simulate_plan(reduced.full, Plan(list(devices), dict(start.ops), reduced.full.sha256), cluster)
+    started = measured.get(found.start) or simulate_plan(reduced.full, Plan(list(devices), dict(start.ops),
+                                                                            reduced.full.sha256), cluster)
     if not m.ok or (started.ok and started.step_time <= m.step_time):
         plan, m = start, started
     found.samples += 2

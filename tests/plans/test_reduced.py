@@ -103,3 +103,28 @@ def test_a_dropped_layers_own_output_is_left_out_of_the_reduced_graph(llama, tmp
     assert [o.name for o in reduced.graph.outputs] == [o.name for o in graph.outputs if o.name != extra]
     plan = Plan.from_placement(Placement(["cpu:0", *GPUS], {n: "cuda:0" for n in graph.nodes}, graph.sha256))
     assert ReducedScorer(reduced, load_cluster("4xa100-nvlink"), 2).measurement(reduced.to_reduced(plan)).ok
+
+
+def test_a_start_its_row_simulated_is_not_simulated_again_on_the_whole_graph(llama, monkeypatch):
+    """A reduced search simulates on the whole graph the plan it found; its start's figure is the
+    start's row's, already simulated there (a 10,000-node plan takes seconds)."""
+    from placer.evaluate import plan_search_rows
+    from placer.plans.tensor_parallel import tensor_parallel
+
+    _, graph, _ = llama
+    monkeypatch.setattr(reduced_module, "LARGE", 0)
+    cluster = load_cluster("4xa100-nvlink")
+    start = tensor_parallel(graph, GPUS)
+    row = simulate_plan(graph, start, cluster)
+    simulated = []
+
+    def counting(graph, plan, cluster):
+        simulated.append(plan)
+        return simulate_plan(graph, plan, cluster)
+
+    monkeypatch.setattr(plan_search_rows, "simulate_plan", counting)
+    (found,), _ = plan_search_rows.searched_rows(graph, cluster, GPUS, ["plan_search"], {}, {"tensor_parallel": start},
+                                                 samples=6, measured={"tensor_parallel": row})
+    assert len(simulated) == 1   # the plan found, not the start again
+    assert f"from tensor_parallel ({row.step_time * 1e3:.3f} ms)" in found.note
+    assert found.measurement.step_time <= row.step_time
