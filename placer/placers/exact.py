@@ -45,6 +45,7 @@ slower in the simulator than the heuristic it was hinted with.
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 import weakref
@@ -192,19 +193,24 @@ def acyclic_groups(graph: OpGraph, target: int, hint_nodes: dict[str, str] | Non
             succ[a][b] = succ[a].get(b, 0) + int(data.get("bytes", 0))
             pred[b].add(a)
 
-    def reaches(a: int, b: int, skip_direct: bool) -> bool:
-        """A path from a to b (through another part when `skip_direct`)."""
-        stack = [c for c in succ[a] if not (skip_direct and c == b)]
-        seen = set(stack)
-        while stack:
-            c = stack.pop()
-            if c == b:
-                return True
-            for nxt in succ[c]:
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append(nxt)
-        return False
+    def reachability() -> tuple[dict[int, int], dict[int, int]]:
+        """Each group's bit, and the bits of every group reachable from it: one pass in a
+        topological order (Kahn's) of the groups' graph, which stays acyclic."""
+        indegree = {i: len(pred[i]) for i in parts}
+        order = [i for i in parts if not indegree[i]]
+        for i in order:   # grows as it goes
+            for c in succ[i]:
+                indegree[c] -= 1
+                if not indegree[c]:
+                    order.append(c)
+        bit = {i: 1 << k for k, i in enumerate(order)}
+        below: dict[int, int] = {}
+        for i in reversed(order):
+            reach = 0
+            for c in succ[i]:
+                reach |= bit[c] | below[c]
+            below[i] = reach
+        return bit, below
 
     def merge(a: int, b: int) -> None:
         parts[a] += parts.pop(b)
@@ -228,27 +234,49 @@ def acyclic_groups(graph: OpGraph, target: int, hint_nodes: dict[str, str] | Non
 
     def unrelated_pair(same_device: bool) -> tuple[int, int] | None:
         """The lightest two groups (of one hint device) with no path between them."""
-        order = list(nx.topological_sort(nx.DiGraph([(a, b) for a in succ for b in succ[a]])))
-        order += [i for i in parts if i not in set(order)]
-        bit = {i: 1 << k for k, i in enumerate(order)}
-        below = {i: 0 for i in parts}   # bits of every group reachable from i
-        for i in reversed(order):
-            for c in succ[i]:
-                below[i] |= bit[c] | below[c]
+        bit, below = reachability()
         ids = sorted(parts, key=lambda i: (weight[i], i))
         return next(((a, b) for k, a in enumerate(ids) for b in ids[k + 1:]
                      if (not same_device or where[a] == where[b])
                      and not below[a] & bit[b] and not below[b] & bit[a]), None)
 
+    def key(a: int, b: int) -> tuple[float, int, int, int]:
+        """Where the pair a -> b comes in the order of merges: the lightest first, the most bytes on ties."""
+        return weight[a] + weight[b], -succ[a][b], a, b
+
     def contract(goal: int, same_device: bool) -> None:
+        # The pairs in that order, in a heap rather than sorted afresh for each merge (thousands of
+        # merges on a 10,000-node graph). A merge changes only the survivor's pairs: they are pushed
+        # again, and an entry whose key is no longer its pair's is dropped when it comes up.
+        def joinable(a: int, b: int) -> bool:
+            return not same_device or where[a] == where[b]
+
+        heap = [key(a, b) for a in succ for b in succ[a] if joinable(a, b)]
+        heapq.heapify(heap)
         while len(parts) > goal:
-            pairs = sorted((weight[a] + weight[b], -nbytes, a, b) for a in succ for b, nbytes in succ[a].items()
-                           if not same_device or where[a] == where[b])
-            pick = next(((a, b) for _, _, a, b in pairs if not reaches(a, b, skip_direct=True)), None)
+            pick, passed, seen, reach = None, [], set(), None
+            while heap:
+                entry = heapq.heappop(heap)
+                a, b = entry[2], entry[3]
+                if (a, b) in seen or b not in succ.get(a, ()) or not joinable(a, b) or key(a, b) != entry:
+                    continue
+                seen.add((a, b))
+                reach = reach or reachability()   # once per merge, where a pair is asked
+                bit, below = reach
+                if not any(below[c] & bit[b] for c in succ[a] if c != b):   # no path through a third group
+                    pick = (a, b)
+                    break
+                passed.append(entry)   # joined through a third group for now: asked again after this merge
             pick = pick or unrelated_pair(same_device)
             if pick is None:
                 return
             merge(*pick)
+            for entry in passed:
+                heapq.heappush(heap, entry)
+            survivor = pick[0]
+            for a, b in [(survivor, c) for c in succ[survivor]] + [(c, survivor) for c in pred[survivor]]:
+                if joinable(a, b):
+                    heapq.heappush(heap, key(a, b))
 
     contract(target, same_device=bool(hint_nodes))
     if len(parts) > HINT_SLACK * target:   # the hint's devices cut too often: merge across them too
