@@ -18,10 +18,11 @@ by default) may stop sooner. `exact_start=False` leaves the solver out. Then it 
 
 and goes back to group moves whenever a node move helped, until neither helps (a local optimum)
 or the budget is spent. Candidate moves (unit, device) are scanned in a seeded shuffled order,
-`CHUNK` at a time, each chunk simulated in one `simulate_batch` call; the fastest move of a chunk
-that lowers the simulated step time and fits the caps (the simulator's and the executor's memory
-check) is taken, and the scan goes on after the chunk. A neighbourhood is at its local optimum
-once every one of its moves has been scanned since the last improvement.
+`CHUNK` at a time (`LARGE_CHUNK` on a large graph), each chunk simulated in one `simulate_batch`
+call; the fastest move of a chunk that lowers the simulated step time and fits the caps (the
+simulator's and the executor's memory check) is taken, and the scan goes on after the chunk. A
+neighbourhood is at its local optimum once every one of its moves has been scanned since the last
+improvement.
 
 On the training objective (`cost` a `TrainingStepCosts`) the moves are scored on the simulated
 training step (backward, gradients and optimizer state included), with `pipeline` on the
@@ -51,6 +52,16 @@ from placer.placers.starts import Start, best_start, fastest
 # buys more moves (the 14 held-out problems of benchmarks/generalisation.py, simulated: 4 against 64
 # never slower, 0.65% faster on average at 500 samples and 1.1% at 2000, up to 5% on YOLO)
 CHUNK = 4
+# On a large graph a batch costs its walk's numpy calls per step, whatever its rows: on the
+# 10,000-node Llama-2-7B shape (8xh100-nvlink) a batch of 4 placements took 0.45 s and one of 32
+# 0.90 s (113 -> 28 ms a placement), so there local search takes its moves 32 at a time
+LARGE_GRAPH = 2000   # nodes
+LARGE_CHUNK = 32
+
+
+def chunk_for(graph: OpGraph) -> int:
+    """Moves simulated per batch on `graph`: `CHUNK`, or `LARGE_CHUNK` from `LARGE_GRAPH` nodes."""
+    return LARGE_CHUNK if len(graph.nodes) >= LARGE_GRAPH else CHUNK
 GROUPS = 64         # the most groups moved whole
 EXACT_WALL_LIMIT = 600.0   # seconds: only a safety net for the solver's start (its work limit stops it first)
 # A move must lower the step time by more than this share of it: float noise is no improvement.
@@ -266,7 +277,7 @@ def local_search(graph: OpGraph, devices: list[str], cost: CostModel | None = No
     position = {n: i for i, n in enumerate(graph.nodes)}
     group_units = [np.asarray([position[n] for n in members], dtype=np.int64) for members in grouping.groups]
     search = _Search(graph, devices, sim, caps, training_of(cost), start.assign.copy(), start.step_time,
-                     samples - start.simulated, np.random.default_rng(seed))
+                     samples - start.simulated, np.random.default_rng(seed), chunk=chunk_for(graph))
     if resume is not None:
         search.restore(resume["search"])
     try:

@@ -119,6 +119,27 @@ def test_local_search_spends_at_most_its_budget(monkeypatch):
     assert sum(counted) == 150   # the whole budget went on moves
 
 
+def test_on_a_large_graph_moves_are_simulated_in_larger_batches(monkeypatch):
+    """From `LARGE_GRAPH` nodes a batch holds `LARGE_CHUNK` moves (on 10,000 nodes a batch's cost is
+    its walk, whatever its rows), below it `CHUNK`; the budget holds either way."""
+    module = importlib.import_module("placer.placers.local_search")
+    dag = random_dag(120, seed=4)
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
+    batches = []
+    real = module.simulate_batch
+    monkeypatch.setattr(module, "simulate_batch",
+                        lambda sim, assign, **kw: batches.append(len(assign)) or real(sim, assign, **kw))
+    small = local_search(dag, DEVICES, cost, samples=150)
+    assert max(batches) == module.CHUNK
+    batches.clear()
+    monkeypatch.setattr(module, "LARGE_GRAPH", len(dag.nodes))
+    large = local_search(dag, DEVICES, cost, samples=150)
+    assert max(batches) == module.LARGE_CHUNK
+    assert large.extra["placer"]["simulated"] <= 150
+    assert large.extra["placer"]["simulated_step_time"] <= large.extra["placer"]["start_step_time"]
+    assert small.extra["placer"]["start_step_time"] == large.extra["placer"]["start_step_time"]
+
+
 def test_local_search_respects_the_caps():
     dag = random_dag(30, seed=5)
     cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 4e9, "cpu:1": 1e9})
