@@ -560,37 +560,41 @@ def _project(graph: OpGraph, parts: list[list[str]], nodes: dict[str, str], devi
 
 
 # A comparison asks for the same solve twice in a row: local search's exact start, then the exact row
-# (same graph, devices, cost model, caps and hint). A solve stopped by its work, not the wall clock,
-# is deterministic, so the last one is kept (with a weak reference to its cost model, which may be
-# unhashable) and handed to a caller whose wall clock it fits in.
+# (same graph, devices, cost model, caps and hint). The last model built is kept (with a weak
+# reference to its cost model, which may be unhashable), and its solve where that was stopped by
+# its work, not the wall clock (so deterministic), for a caller whose wall clock it fits in.
 _last_solve: dict = {}
 
 
 def _solved(graph: OpGraph, devices: list[str], cost: CostModel, caps: dict, groups: int,
             hint_nodes: dict[str, str] | None, seed: int, time_limit: float, work_limit: float):
     """The model's parts, the problem, the hint projected on the parts and the solver's solution
-    (a copy: `exact` amends it), the last solve's where it is the same and fits in `time_limit`."""
+    (a copy: `exact` amends it), the last call's where they are the same (the solution where it
+    fits in `time_limit`)."""
     key = (graph.sha256, tuple(devices), tuple(sorted(caps.items())), groups, seed, work_limit,
            None if hint_nodes is None else tuple(hint_nodes[n] for n in graph.nodes))
     if _last_solve.get("key") == key and _last_solve["cost"]() is cost:
-        parts, problem, hint, solution = _last_solve["solved"]
-        if solution.wall_s <= time_limit:
-            return parts, problem, hint, replace(solution)
-    parts = model_parts(graph, groups, hint_nodes)
-    problem = build_problem(graph, devices, cost, parts)
-    hint = _project(graph, parts, hint_nodes, devices) if hint_nodes is not None else None
-    if hint is not None:
-        seconds = problem.schedule(hint, seconds=True)[2]
-        problem.unit = seconds / TICKS if seconds > 0 else 1.0
+        parts, problem, hint = _last_solve["model"]
+        kept = _last_solve.get("solution")
+        if kept is not None and kept.wall_s <= time_limit:
+            return parts, problem, hint, replace(kept)
     else:
-        longest = np.where(np.isfinite(problem.seconds), problem.seconds, 0.0).max(axis=1).sum()
-        delays = sum(float(s.max(initial=0.0)) for s in problem.pair_seconds.values())
-        problem.unit = (longest + delays) / (5 * TICKS) if longest + delays > 0 else 1.0
+        parts = model_parts(graph, groups, hint_nodes)
+        problem = build_problem(graph, devices, cost, parts)
+        hint = _project(graph, parts, hint_nodes, devices) if hint_nodes is not None else None
+        if hint is not None:
+            seconds = problem.schedule(hint, seconds=True)[2]
+            problem.unit = seconds / TICKS if seconds > 0 else 1.0
+        else:
+            longest = np.where(np.isfinite(problem.seconds), problem.seconds, 0.0).max(axis=1).sum()
+            delays = sum(float(s.max(initial=0.0)) for s in problem.pair_seconds.values())
+            problem.unit = (longest + delays) / (5 * TICKS) if longest + delays > 0 else 1.0
+        _last_solve.clear()
+        _last_solve.update(key=key, cost=weakref.ref(cost), model=(parts, problem, hint))
     solution = solve(problem, [caps.get(d) for d in devices], hint, time_limit=time_limit, work_limit=work_limit,
                      seed=seed)
-    _last_solve.clear()
     if solution.stopped_by != "wall clock":
-        _last_solve.update(key=key, cost=weakref.ref(cost), solved=(parts, problem, hint, replace(solution)))
+        _last_solve["solution"] = replace(solution)
     return parts, problem, hint, solution
 
 

@@ -154,33 +154,31 @@ def test_exact_is_deterministic_when_its_work_limit_stops_it():
 
 
 def test_the_same_solve_asked_twice_in_a_row_is_solved_once(monkeypatch):
-    """Local search's exact start and then the exact row (a comparison) share one solve; another
-    cost model, other caps or a wall clock the kept solve did not fit in solve again."""
+    """Local search's exact start and then the exact row (a comparison) share one model and one
+    solve; another cost model or other caps build and solve again; a wall clock the kept solve did
+    not fit in solves the same model again."""
     exact_module = sys.modules[exact.__module__]   # the package's `exact` is the function
-    solved = []
-
-    def counting(*args, **kwargs):
-        solved.append(kwargs["time_limit"])
-        return real(*args, **kwargs)
-
-    real = exact_module.solve
-    monkeypatch.setattr(exact_module, "solve", counting)
+    built, solved = [], []
+    for name, calls in (("model_parts", built), ("solve", solved)):
+        real = getattr(exact_module, name)
+        monkeypatch.setattr(exact_module, name,
+                            lambda *a, real=real, calls=calls, **kw: calls.append(1) or real(*a, **kw))
     dag, devices = random_dag(60, seed=2), ["cpu:0", "cpu:1"]
     cost = AnalyticCostModel(devices)
     first = exact(dag, devices, cost, time_limit=60.0, work_limit=0.3)
     second = exact(dag, devices, cost, time_limit=30.0, work_limit=0.3)
-    assert len(solved) == 1
+    assert (len(built), len(solved)) == (1, 1)
     assert second.nodes == first.nodes
     assert second.extra["placer"]["time_limit"] == 30.0   # the record is the caller's
     assert {k: first.extra["placer"][k] for k in ("objective", "bound", "used", "stopped_by")} == \
         {k: second.extra["placer"][k] for k in ("objective", "bound", "used", "stopped_by")}
     exact(dag, devices, AnalyticCostModel(devices), time_limit=60.0, work_limit=0.3)
-    assert len(solved) == 2
+    assert (len(built), len(solved)) == (2, 2)
     exact(dag, devices, cost, {"cpu:0": 10 ** 12}, time_limit=60.0, work_limit=0.3)
-    assert len(solved) == 3
-    kept = exact_module._last_solve["solved"][3]
+    assert (len(built), len(solved)) == (3, 3)
+    kept = exact_module._last_solve["solution"]
     exact(dag, devices, cost, {"cpu:0": 10 ** 12}, time_limit=kept.wall_s / 2, work_limit=0.3)
-    assert len(solved) == 4
+    assert (len(built), len(solved)) == (3, 4)
 
 
 def test_the_groups_graph_has_no_cycle_and_follows_the_hint():
