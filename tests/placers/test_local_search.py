@@ -113,6 +113,7 @@ def test_local_search_spends_at_most_its_budget(monkeypatch):
                             lambda sim, assign, real=real, **kw: counted.append(len(assign)) or real(sim, assign, **kw))
     for samples in (1, 5, 37, 150):
         counted.clear()
+        importlib.import_module("placer.placers.starts")._last_start.clear()   # each run scores its start itself
         p = local_search(dag, DEVICES, cost, samples=samples)
         assert sum(counted) == p.extra["placer"]["simulated"] <= samples
         assert not p.extra["placer"]["local_optimum"]
@@ -138,6 +139,30 @@ def test_on_a_large_graph_moves_are_simulated_in_larger_batches(monkeypatch):
     assert large.extra["placer"]["simulated"] <= 150
     assert large.extra["placer"]["simulated_step_time"] <= large.extra["placer"]["start_step_time"]
     assert small.extra["placer"]["start_step_time"] == large.extra["placer"]["start_step_time"]
+
+
+def test_the_same_start_asked_twice_in_a_row_is_placed_and_scored_once(monkeypatch):
+    """Local search's start and then the exact row's (a comparison): the heuristics place and the
+    simulator scores once; a smaller limit, another cost model or a given placement start afresh,
+    and a start served again is the caller's own (changing it changes no later one)."""
+    starts = importlib.import_module("placer.placers.starts")
+    placed = []
+    monkeypatch.setattr(starts, "START_PLACERS", {name: (lambda *a, place=place, name=name, **kw: placed.append(name)
+                                                         or place(*a, **kw))
+                                                  for name, place in starts.START_PLACERS.items()})
+    dag = random_dag(40, seed=3)
+    cost = AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9})
+    sim = Simulator(dag, DEVICES, cost)
+    first = best_start(dag, DEVICES, cost, None, sim, limit=1000)
+    first.candidates["exact"] = 1.0   # as local search adds its solver's
+    again = best_start(dag, DEVICES, cost, None, sim)
+    assert len(placed) == len(starts.START_PLACERS)
+    assert (again.name, again.step_time, again.simulated) == (first.name, first.step_time, first.simulated)
+    assert again.assign.tolist() == first.assign.tolist() and "exact" not in again.candidates
+    best_start(dag, DEVICES, cost, None, sim, limit=first.simulated - 1)
+    assert len(placed) == 2 * len(starts.START_PLACERS)
+    best_start(dag, DEVICES, AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9}), None, sim)
+    assert len(placed) == 3 * len(starts.START_PLACERS)
 
 
 def test_local_search_respects_the_caps():
