@@ -65,6 +65,8 @@ class RooflineCostModel:
         # contention as the simulator and the bound read it (`placer.costmodel.contention`)
         self.slowdown = {d.name: d.contention for d in cluster.devices}
         self._model: dict[str, DeviceModel] = {d.name: d.model for d in cluster.devices}
+        # devices priced alike: one model, one kind (`op_times`)
+        self._alike = {d.name: (id(d.model), device_kind(d.name)) for d in cluster.devices}
         self._transfers: dict[tuple[int, str, str], float] = {}
         activations = {name: info.nbytes for name, info in graph.tensors.items() if name not in graph.initializers}
         # bytes an op reads besides its weights (which `param_bytes` counts)
@@ -114,7 +116,7 @@ class RooflineCostModel:
         priced: dict[tuple[int, str], float] = {}
         out = []
         for device in devices:
-            key = (id(self._model[device]), device_kind(device))
+            key = self._alike[device]
             t = priced.get(key)
             if t is None:
                 t = priced[key] = self.op_time(node, device)
