@@ -36,10 +36,11 @@ from placer.plans.plan import Plan
 from placer.plans.rules import Split
 
 
-def lower(graph: OpGraph, plan: Plan) -> Lowered:
-    """`plan` (checked against `graph`) as a graph, a placement and its helpers' prices."""
+def lower(graph: OpGraph, plan: Plan, runnable: bool = True) -> Lowered:
+    """`plan` (checked against `graph`) as a graph, a placement and its helpers' prices; with
+    `runnable` False for pricing alone (`LoweredBuilder.runnable`)."""
     splits = op_splits(graph, plan)
-    b = LoweredBuilder(graph, list(plan.devices))
+    b = LoweredBuilder(graph, list(plan.devices), runnable)
     convert = Converter(b, graph)
     stored_on = tuple(plan.extra.get("placer", {}).get("stored_on", plan.devices))
     for weight, text in plan.extra.get("placer", {}).get("stored", {}).items():   # FSDP's: held sharded
@@ -67,7 +68,7 @@ def lower(graph: OpGraph, plan: Plan) -> Lowered:
 def _whole(b: LoweredBuilder, node: OpNode, device: str, inputs: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
     """The op itself on `device` (renamed inputs only where a layout change feeds it); its outputs."""
     read = tuple(p[0] for p in inputs)
-    b.add(node if read == node.inputs else renamed(node, node.name, read, node.outputs), device)
+    b.add(node if read == node.inputs else renamed(node, node.name, read, node.outputs, runnable=b.runnable), device)
     return [(t,) for t in node.outputs]
 
 
@@ -82,7 +83,7 @@ def _shards(b: LoweredBuilder, graph: OpGraph, node: OpNode, split: Split, devic
         b.shard_of[name] = node.name
         infos = tuple(TensorInfo(names[k], piece_shape(graph.tensors[t].shape, layout, k, n), graph.tensors[t].dtype)
                       for t, names, layout in zip(node.outputs, outputs, split.outputs) if t)
-        b.add(renamed(node, name, read, tuple(names[k] for names in outputs),
+        b.add(renamed(node, name, read, tuple(names[k] for names in outputs), runnable=b.runnable,
                        output_info=infos, param_bytes=b.param_bytes(read),
                        flops=node.flops * _share(graph, node, split, k, n)), device)
     return outputs
@@ -99,10 +100,15 @@ def _share(graph: OpGraph, node: OpNode, split: Split, k: int, n: int) -> float:
     return 1.0
 
 
-def renamed(node: OpNode, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], **changes) -> OpNode:
+def renamed(node: OpNode, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], runnable: bool = True,
+            **changes) -> OpNode:
     """`node` as `name`, reading `inputs` (its implicit ones last, as `OpNode.inputs` lists them)
     and writing `outputs`, with `changes` to its other fields; its proto renamed alike, what a
-    control-flow body reads from outside it too (its own names kept)."""
+    control-flow body reads from outside it too (its own names kept); none where not `runnable`."""
+    implicit = inputs[len(inputs) - len(node.implicit_inputs):] if node.implicit_inputs else ()
+    if not runnable:
+        return replace(node, name=name, inputs=inputs, outputs=outputs, proto=None, implicit_inputs=implicit,
+                       **changes)
     proto = onnx.NodeProto()
     proto.CopyFrom(node.proto)
     proto.name = name
@@ -113,5 +119,4 @@ def renamed(node: OpNode, name: str, inputs: tuple[str, ...], outputs: tuple[str
     moved = {old: new for old, new in zip(node.inputs, inputs) if old and old != new}
     if moved and (node.implicit_inputs or subgraphs(proto)):
         rename_outer_reads(proto, moved)
-    implicit = inputs[len(inputs) - len(node.implicit_inputs):] if node.implicit_inputs else ()
     return replace(node, name=name, inputs=inputs, outputs=outputs, proto=proto, implicit_inputs=implicit, **changes)

@@ -66,6 +66,9 @@ class LoweredBuilder:
 
     source: OpGraph
     devices: list[str]
+    # False: for pricing alone (a search's thousands of plans): no ONNX protos, no DiGraph, neither of
+    # which the simulator reads; the graph's `model` is empty and its `dag` None, so a reader fails loudly
+    runnable: bool = True
     nodes: dict[str, OpNode] = field(default_factory=dict)
     placed: dict[str, str] = field(default_factory=dict)
     tensors: dict[str, TensorInfo] = field(default_factory=dict)
@@ -105,7 +108,7 @@ class LoweredBuilder:
         runs it by (`placer.kernels.collectives`); gives its outputs' names."""
         name = self.unique(f"{base}/{op_type}@{device}")
         proto = helper.make_node(op_type, list(inputs), [o.name for o in outputs], name=name, domain=DOMAIN,
-                                 **attrs)
+                                 **attrs) if self.runnable else None
         self.add(OpNode(name, op_type, DOMAIN, 1, tuple(inputs), tuple(o.name for o in outputs), proto,
                         output_info=tuple(outputs)), device)
         self.helpers[name] = cost
@@ -126,17 +129,18 @@ class LoweredBuilder:
         output -> its layout and names), its placement and its helpers' prices."""
         outputs = list(dict.fromkeys(t for _, names in held.values() for t in names))
         src = self.source
-        protos = [n.proto for n in self.nodes.values()]
         model = helper.make_model(
-            helper.make_graph(protos, f"{src.model.graph.name}-plan",
+            helper.make_graph([n.proto for n in self.nodes.values()], f"{src.model.graph.name}-plan",
                               [_value_info(i) for i in (*self.inputs.values(), *self.initializers.values())],
                               [_value_info(self.tensors[t]) for t in outputs]),
-            opset_imports=[*src.model.opset_import, helper.make_opsetid(DOMAIN, 1)])
+            opset_imports=[*src.model.opset_import, helper.make_opsetid(DOMAIN, 1)]) if self.runnable \
+            else onnx.ModelProto()
         sha = hashlib.sha256(f"{src.sha256}\0{plan_digest}".encode()).hexdigest()
         graph = OpGraph(model=model, nodes=dict(self.nodes), tensors=dict(self.tensors),
                         inputs=list(self.inputs.values()), outputs=[self.tensors[t] for t in outputs],
                         initializers=dict(self.initializers), opsets={**src.opsets, DOMAIN: 1}, sha256=sha,
-                        dag=build_dag(self.nodes, self.tensors), source=f"{src.source} (a plan, lowered)")
+                        dag=build_dag(self.nodes, self.tensors) if self.runnable else None,
+                        source=f"{src.source} (a plan, lowered)")
         return Lowered(graph, Placement(list(self.devices), dict(self.placed), sha), dict(self.helpers),
                        dict(self.slices), dict(self.shard_of), dict(held))
 

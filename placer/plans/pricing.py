@@ -105,7 +105,7 @@ def simulate_plan(graph: OpGraph, plan: Plan, cluster: Cluster) -> Measurement:
     """`plan`'s simulated step on `cluster` with the roofline costs (failed where a device's peak
     memory exceeds its capacity, the reason saying which), as `cluster_measurer` measures a placement."""
     with gc_paused():
-        lowered = lower(graph, plan)
+        lowered = lower(graph, plan, runnable=False)   # priced, never run
         cost = plan_cost(lowered, lambda g: RooflineCostModel(cluster, g))
         return cluster_measurer(cluster, lowered.graph, cost).measure(lowered.placement)
 

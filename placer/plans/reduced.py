@@ -159,7 +159,7 @@ class ReducedScorer(PlanScorer):
         self._uncapped = uncapped(cluster)
 
     def _simulate(self, plan: Plan) -> Measurement:
-        lowered = lower(self.graph, plan)
+        lowered = lower(self.graph, plan, runnable=False)   # priced, never run
         cost = plan_cost(lowered, lambda g: RooflineCostModel(self.cluster, g))
         m = cluster_measurer(self._uncapped, lowered.graph, cost).measure(lowered.placement)
         if not m.ok:

@@ -122,3 +122,36 @@ def test_every_devices_time_of_a_lowered_node_at_once_equals_each_ones():
         assert op_times(cost, node, names) == [cost.op_time(node, d) for d in names], node.name
     launch = next(lowered.graph.nodes[n] for n, c in lowered.helpers.items() if c is HelperCost.LAUNCH)
     assert len(set(op_times(cost, launch, names))) > 1   # the V100s' launch is not the K40s'
+
+
+@pytest.mark.parametrize("which", ["data_parallel", "tensor_parallel", "all_to_all"])
+def test_a_plan_lowered_for_pricing_alone_simulates_as_the_runnable_one(which, tmp_path):
+    """Lowered without protos or a DiGraph (a search's plans), a plan's simulated step and peaks are
+    the runnable lowering's, and what it left out cannot be read by mistake."""
+    import graphs
+    from placer.plans.data_parallel import data_parallel
+    from placer.plans.pricing import plan_cost
+    from placer.plans.tensor_parallel import tensor_parallel
+
+    cluster = load_cluster("v100-k40-mix")
+    names = cluster.device_names
+    gpus = [d for d in names if d.startswith("cuda")]
+    if which == "all_to_all":
+        graph = matmul_relu(64, 128, 256)
+        plan = Plan(list(names), {"mm0": OpPlan(tuple(names), (REPLICATE, Shard(1)), (Shard(1),)),
+                                  "relu0": OpPlan(tuple(names), (Shard(0),), (Shard(0),))})
+    else:
+        graph = load_graph(graphs.export("transformer", tmp_path / "t.onnx", batch=4, seq_len=8, layers=2, vocab=64))
+        plan = data_parallel(graph, gpus) if which == "data_parallel" else tensor_parallel(graph, gpus)
+    runnable, priced = lower(graph, plan), lower(graph, plan, runnable=False)
+    assert priced.helpers == runnable.helpers and priced.placement.nodes == runnable.placement.nodes
+    assert priced.graph.dag is None and all(node.proto is None for node in priced.graph.nodes.values()
+                                            if node.name not in graph.nodes)
+
+    def simulated(lowered):
+        cost = plan_cost(lowered, lambda g: RooflineCostModel(cluster, g))
+        return cluster_measurer(cluster, lowered.graph, cost).measure(lowered.placement)
+
+    a, b = simulated(runnable), simulated(priced)
+    assert (a.ok, a.step_time, a.peak_memory) == (b.ok, b.step_time, b.peak_memory)
+    assert simulate_plan(graph, plan, cluster).step_time == a.step_time
