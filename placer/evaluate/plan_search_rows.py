@@ -94,6 +94,6 @@ def _search_reduced(searcher, reduced: Reduced, cluster: Cluster, starts: Mappin
                                                                             reduced.full.sha256), cluster)
     if not m.ok or (started.ok and started.step_time <= m.step_time):
         plan, m = start, started
-    found.samples += 2
+    found.samples += 1 + (found.start not in measured)   # the start's row simulated it already
     found.start_time = started.step_time if started.ok else math.inf   # the note gives the whole graph's
     return found, plan, m

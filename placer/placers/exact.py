@@ -203,6 +203,8 @@ def acyclic_groups(graph: OpGraph, target: int, hint_nodes: dict[str, str] | Non
                 indegree[c] -= 1
                 if not indegree[c]:
                     order.append(c)
+        if len(order) != len(parts):   # the merges keep it acyclic (`convex_parts` starts it so)
+            raise AssertionError("the groups' graph has a cycle")
         bit = {i: 1 << k for k, i in enumerate(order)}
         below: dict[int, int] = {}
         for i in reversed(order):
@@ -562,7 +564,9 @@ def _project(graph: OpGraph, parts: list[list[str]], nodes: dict[str, str], devi
 # A comparison asks for the same solve twice in a row: local search's exact start, then the exact row
 # (same graph, devices, cost model, caps and hint). The last model built is kept (with a weak
 # reference to its cost model, which may be unhashable), and its solve where that was stopped by
-# its work, not the wall clock (so deterministic), for a caller whose wall clock it fits in.
+# its work, not the wall clock (so deterministic), for a caller whose wall clock it fits in (its
+# record then gives that solve's seconds). The graph is kept by reference too: its sha256 names the
+# file, not the shapes bound when it was loaded.
 _last_solve: dict = {}
 
 
@@ -573,7 +577,7 @@ def _solved(graph: OpGraph, devices: list[str], cost: CostModel, caps: dict, gro
     fits in `time_limit`)."""
     key = (graph.sha256, tuple(devices), tuple(sorted(caps.items())), groups, seed, work_limit,
            None if hint_nodes is None else tuple(hint_nodes[n] for n in graph.nodes))
-    if _last_solve.get("key") == key and _last_solve["cost"]() is cost:
+    if _last_solve.get("key") == key and _last_solve["cost"]() is cost and _last_solve["graph"]() is graph:
         parts, problem, hint = _last_solve["model"]
         kept = _last_solve.get("solution")
         if kept is not None and kept.wall_s <= time_limit:
@@ -590,7 +594,7 @@ def _solved(graph: OpGraph, devices: list[str], cost: CostModel, caps: dict, gro
             delays = sum(float(s.max(initial=0.0)) for s in problem.pair_seconds.values())
             problem.unit = (longest + delays) / (5 * TICKS) if longest + delays > 0 else 1.0
         _last_solve.clear()
-        _last_solve.update(key=key, cost=weakref.ref(cost), model=(parts, problem, hint))
+        _last_solve.update(key=key, cost=weakref.ref(cost), graph=weakref.ref(graph), model=(parts, problem, hint))
     solution = solve(problem, [caps.get(d) for d in devices], hint, time_limit=time_limit, work_limit=work_limit,
                      seed=seed)
     if solution.stopped_by != "wall clock":

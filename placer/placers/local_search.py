@@ -57,15 +57,15 @@ CHUNK = 4
 # 0.90 s (113 -> 28 ms a placement), so there local search takes its moves 32 at a time
 LARGE_GRAPH = 2000   # nodes
 LARGE_CHUNK = 32
+GROUPS = 64         # the most groups moved whole
+EXACT_WALL_LIMIT = 600.0   # seconds: only a safety net for the solver's start (its work limit stops it first)
+# A move must lower the step time by more than this share of it: float noise is no improvement.
+MIN_GAIN = 1e-9
 
 
 def chunk_for(graph: OpGraph) -> int:
     """Moves simulated per batch on `graph`: `CHUNK`, or `LARGE_CHUNK` from `LARGE_GRAPH` nodes."""
     return LARGE_CHUNK if len(graph.nodes) >= LARGE_GRAPH else CHUNK
-GROUPS = 64         # the most groups moved whole
-EXACT_WALL_LIMIT = 600.0   # seconds: only a safety net for the solver's start (its work limit stops it first)
-# A move must lower the step time by more than this share of it: float noise is no improvement.
-MIN_GAIN = 1e-9
 
 
 def _with_exact(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps | None, sim: Simulator, seed: int,

@@ -52,8 +52,11 @@ def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps |
     (a placement two of them agree on counts once, under the first one's name). With `given`, that
     placement alone (a learner's, to be polished)."""
     pipelined = pipeline is not None and pipeline.pipelined
-    key = (graph.sha256, tuple(devices), tuple(sorted((caps or {}).items())), seed)
-    kept = _last_start.get("start") if _last_start.get("key") == key and _last_start["cost"]() is cost else None
+    # the simulator scores the candidates: its caps and step (training, pipelined) are the caller's
+    key = (graph.sha256, tuple(devices), tuple(sorted((caps or {}).items())), seed, tuple(sim.mem_caps),
+           sim.training is None, sim.pipeline is None)
+    kept = _last_start.get("start") if _last_start.get("key") == key and _last_start["cost"]() is cost \
+        and _last_start["graph"]() is graph else None
     if kept is not None and given is None and not pipelined and (limit is None or limit >= kept.simulated):
         return copy.deepcopy(kept)
     placers = {**START_PLACERS, **(PIPELINE_START_PLACERS if pipelined else {})}
@@ -78,13 +81,14 @@ def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps |
     start = fastest(graph, devices, caps, sim, cost, labels, rows, candidates, limit)
     _last_start.clear()
     if given is None and not pipelined and start.simulated == len(set(map(tuple, rows))):   # every one scored
-        _last_start.update(key=key, cost=weakref.ref(cost), start=copy.deepcopy(start))
+        _last_start.update(key=key, cost=weakref.ref(cost), graph=weakref.ref(graph), start=copy.deepcopy(start))
     return start
 
 
 # A comparison asks for the same start twice in a row (local search's, then the exact row's): the
-# last one that scored every candidate is kept, with a weak reference to its cost model (which may
-# be unhashable), and handed to a caller with the same graph, devices, caps and seed.
+# last one that scored every candidate is kept, with weak references to its graph and cost model
+# (which may be unhashable), and a copy handed to a caller with the same devices, caps, seed and
+# simulator settings.
 _last_start: dict = {}
 
 

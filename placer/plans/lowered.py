@@ -67,7 +67,8 @@ class LoweredBuilder:
     source: OpGraph
     devices: list[str]
     # False: for pricing alone (a search's thousands of plans): no ONNX protos, no DiGraph, neither of
-    # which the simulator reads; the graph's `model` is empty and its `dag` None, so a reader fails loudly
+    # which the simulator reads; the new nodes' protos and the graph's `dag` are None (a reader fails
+    # loudly), its `model` an empty ModelProto
     runnable: bool = True
     nodes: dict[str, OpNode] = field(default_factory=dict)
     placed: dict[str, str] = field(default_factory=dict)

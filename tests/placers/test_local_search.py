@@ -99,6 +99,9 @@ def test_local_search_is_never_worse_than_its_start_and_reproducible(seed):
     step = sim.simulate([devices.index(p.nodes[n]) for n in dag.nodes]).step_time
     assert step == pytest.approx(info["simulated_step_time"])
     assert step <= info["start_step_time"] == min(t for t in info["candidates"].values() if t is not None)
+    for kept in ("placer.placers.starts", "placer.placers.exact"):   # the second run starts and solves afresh
+        module = importlib.import_module(kept)
+        (module._last_start if hasattr(module, "_last_start") else module._last_solve).clear()
     assert p.nodes == local_search(dag, devices, cost, seed=seed, samples=300).nodes
 
 
@@ -159,10 +162,16 @@ def test_the_same_start_asked_twice_in_a_row_is_placed_and_scored_once(monkeypat
     assert len(placed) == len(starts.START_PLACERS)
     assert (again.name, again.step_time, again.simulated) == (first.name, first.step_time, first.simulated)
     assert again.assign.tolist() == first.assign.tolist() and "exact" not in again.candidates
+    again.candidates["exact"], again.assign[:] = 1.0, 1 - again.assign   # a caller changing the one it got
+    third = best_start(dag, DEVICES, cost, None, sim)
+    assert third.assign.tolist() == first.assign.tolist() and "exact" not in third.candidates
+    assert len(placed) == len(starts.START_PLACERS)
     best_start(dag, DEVICES, cost, None, sim, limit=first.simulated - 1)
     assert len(placed) == 2 * len(starts.START_PLACERS)
     best_start(dag, DEVICES, AnalyticCostModel(DEVICES, speeds={"cpu:0": 2e9, "cpu:1": 1e9}), None, sim)
     assert len(placed) == 3 * len(starts.START_PLACERS)
+    given = best_start(dag, DEVICES, cost, None, sim, given=single_device(dag, DEVICES))
+    assert given.name == "given" and given.simulated == 1
 
 
 def test_local_search_respects_the_caps():
