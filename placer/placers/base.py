@@ -8,8 +8,9 @@ one accept None), `caps` device name -> bytes (a missing device has no cap).
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from placer.devices import Device, as_devices, device_kind
 from placer.errors import PlacerError
@@ -29,6 +30,30 @@ T = TypeVar("T")
 class Placer(Protocol):
     def __call__(self, graph: OpGraph, devices: list[str], cost: CostModel | None = None,
                  caps: Caps | None = None, *, seed: int = 0) -> Placement: ...
+
+
+class LastCall:
+    """What the last call of a search kept, for a next call asking the same (a comparison asks local
+    search's start and solve, then the exact row's): `key` the plain arguments, `objects` those
+    compared by identity (a graph, whose sha256 names its file and not the shapes bound when it was
+    loaded; a cost model, which may be unhashable), held by weak reference so nothing stays alive."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self._key: Any = None
+        self._objects: tuple[weakref.ref, ...] = ()
+        self.value: Any = None
+
+    def get(self, key: Any, *objects: Any) -> Any:
+        """The value kept for `key` and `objects`, or None."""
+        same = self._key == key and len(self._objects) == len(objects) and \
+            all(ref() is o for ref, o in zip(self._objects, objects))
+        return self.value if same else None
+
+    def keep(self, value: Any, key: Any, *objects: Any) -> None:
+        self._key, self._objects, self.value = key, tuple(weakref.ref(o) for o in objects), value
 
 
 def caps_from_devices(devices: Sequence[Device]) -> Caps:

@@ -48,7 +48,6 @@ from __future__ import annotations
 import heapq
 import math
 import time
-import weakref
 from dataclasses import dataclass, replace
 
 import networkx as nx
@@ -63,7 +62,7 @@ from placer.costmodel.training_costs import TrainingStepCosts
 from placer.placement import Placement
 from placer.placers.base import (Caps, does_not_fit, make_placement, over_caps, require_cost,
                                  require_devices, training_of)
-from placer.placers.base import make_simulator
+from placer.placers.base import LastCall, make_simulator
 from placer.placers.starts import Start, best_start
 
 GROUPS = 40          # groups coarsened to (up to HINT_SLACK x as many to keep the hint's devices apart)
@@ -561,13 +560,10 @@ def _project(graph: OpGraph, parts: list[list[str]], nodes: dict[str, str], devi
     return out
 
 
-# A comparison asks for the same solve twice in a row: local search's exact start, then the exact row
-# (same graph, devices, cost model, caps and hint). The last model built is kept (with a weak
-# reference to its cost model, which may be unhashable), and its solve where that was stopped by
-# its work, not the wall clock (so deterministic), for a caller whose wall clock it fits in (its
-# record then gives that solve's seconds). The graph is kept by reference too: its sha256 names the
-# file, not the shapes bound when it was loaded.
-_last_solve: dict = {}
+# The last model built (local search's exact start, then the exact row: the same graph, cost model,
+# devices, caps and hint), and its solve where that was stopped by its work, not the wall clock (so
+# deterministic), for a caller whose wall clock it fits in (its record then gives that solve's seconds)
+_last_solve = LastCall()
 
 
 def _solved(graph: OpGraph, devices: list[str], cost: CostModel, caps: dict, groups: int,
@@ -575,13 +571,14 @@ def _solved(graph: OpGraph, devices: list[str], cost: CostModel, caps: dict, gro
     """The model's parts, the problem, the hint projected on the parts and the solver's solution
     (a copy: `exact` amends it), the last call's where they are the same (the solution where it
     fits in `time_limit`)."""
-    key = (graph.sha256, tuple(devices), tuple(sorted(caps.items())), groups, seed, work_limit,
+    key = (tuple(devices), tuple(sorted(caps.items())), groups, seed, work_limit,
            None if hint_nodes is None else tuple(hint_nodes[n] for n in graph.nodes))
-    if _last_solve.get("key") == key and _last_solve["cost"]() is cost and _last_solve["graph"]() is graph:
-        parts, problem, hint = _last_solve["model"]
-        kept = _last_solve.get("solution")
-        if kept is not None and kept.wall_s <= time_limit:
-            return parts, problem, hint, replace(kept)
+    kept = _last_solve.get(key, graph, cost)
+    if kept is not None:
+        parts, problem, hint = kept["model"]
+        solution = kept.get("solution")
+        if solution is not None and solution.wall_s <= time_limit:
+            return parts, problem, hint, replace(solution)
     else:
         parts = model_parts(graph, groups, hint_nodes)
         problem = build_problem(graph, devices, cost, parts)
@@ -593,12 +590,12 @@ def _solved(graph: OpGraph, devices: list[str], cost: CostModel, caps: dict, gro
             longest = np.where(np.isfinite(problem.seconds), problem.seconds, 0.0).max(axis=1).sum()
             delays = sum(float(s.max(initial=0.0)) for s in problem.pair_seconds.values())
             problem.unit = (longest + delays) / (5 * TICKS) if longest + delays > 0 else 1.0
-        _last_solve.clear()
-        _last_solve.update(key=key, cost=weakref.ref(cost), graph=weakref.ref(graph), model=(parts, problem, hint))
+        kept = {"model": (parts, problem, hint)}
+        _last_solve.keep(kept, key, graph, cost)
     solution = solve(problem, [caps.get(d) for d in devices], hint, time_limit=time_limit, work_limit=work_limit,
                      seed=seed)
     if solution.stopped_by != "wall clock":
-        _last_solve["solution"] = replace(solution)
+        kept["solution"] = replace(solution)
     return parts, problem, hint, solution
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import math
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,7 +19,7 @@ from placer.costmodel.protocol import CostModel
 from placer.costmodel.batch_simulator import simulate_batch
 from placer.costmodel.simulator import Simulator
 from placer.placement import Placement
-from placer.placers.base import Caps, over_caps, training_of
+from placer.placers.base import Caps, LastCall, over_caps, training_of
 from placer.placers.expert import expert
 from placer.placers.heft import heft
 from placer.placers.m_etf import m_etf
@@ -53,10 +52,9 @@ def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps |
     placement alone (a learner's, to be polished)."""
     pipelined = pipeline is not None and pipeline.pipelined
     # the simulator scores the candidates: its caps and step (training, pipelined) are the caller's
-    key = (graph.sha256, tuple(devices), tuple(sorted((caps or {}).items())), seed, tuple(sim.mem_caps),
-           sim.training is None, sim.pipeline is None)
-    kept = _last_start.get("start") if _last_start.get("key") == key and _last_start["cost"]() is cost \
-        and _last_start["graph"]() is graph else None
+    key = (tuple(devices), tuple(sorted((caps or {}).items())), seed, tuple(sim.mem_caps), sim.training is None,
+           sim.pipeline is None)
+    kept = _last_start.get(key, graph, cost)
     if kept is not None and given is None and not pipelined and (limit is None or limit >= kept.simulated):
         return copy.deepcopy(kept)
     placers = {**START_PLACERS, **(PIPELINE_START_PLACERS if pipelined else {})}
@@ -81,15 +79,13 @@ def best_start(graph: OpGraph, devices: list[str], cost: CostModel, caps: Caps |
     start = fastest(graph, devices, caps, sim, cost, labels, rows, candidates, limit)
     _last_start.clear()
     if given is None and not pipelined and start.simulated == len(set(map(tuple, rows))):   # every one scored
-        _last_start.update(key=key, cost=weakref.ref(cost), graph=weakref.ref(graph), start=copy.deepcopy(start))
+        _last_start.keep(copy.deepcopy(start), key, graph, cost)
     return start
 
 
-# A comparison asks for the same start twice in a row (local search's, then the exact row's): the
-# last one that scored every candidate is kept, with weak references to its graph and cost model
-# (which may be unhashable), and a copy handed to a caller with the same devices, caps, seed and
-# simulator settings.
-_last_start: dict = {}
+# The last start that scored every candidate: a copy goes to a caller with the same graph, cost
+# model, devices, caps, seed and simulator settings (local search's start, then the exact row's)
+_last_start = LastCall()
 
 
 def fastest(graph: OpGraph, devices: list[str], caps: Caps | None, sim: Simulator, cost: CostModel,

@@ -176,7 +176,7 @@ def test_the_same_solve_asked_twice_in_a_row_is_solved_once(monkeypatch):
     assert (len(built), len(solved)) == (2, 2)
     exact(dag, devices, cost, {"cpu:0": 10 ** 12}, time_limit=60.0, work_limit=0.3)
     assert (len(built), len(solved)) == (3, 3)
-    kept = exact_module._last_solve["solution"]
+    kept = exact_module._last_solve.value["solution"]
     exact(dag, devices, cost, {"cpu:0": 10 ** 12}, time_limit=kept.wall_s / 2, work_limit=0.3)
     assert (len(built), len(solved)) == (3, 4)
 
