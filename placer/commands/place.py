@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     # None: no placement of that kind fits the devices' memory
     _simulated = lambda s: "  overflows a device's memory" if s is None else f"{s * 1e3:10.3f} ms simulated"  # noqa: E731
     where = f"round {info['round']}" if "round" in info else "kept instead"
-    print(f"  placement written        {t * 1e3:10.3f} ms simulated ({info['chain']}, {where}); "
+    print(f"  placement written        {_simulated(t)} ({info['chain']}, {where}); "
           f"lower bound {bound * 1e3:.3f} ms ({format_ratio(t / bound)})")
     print(f"    the policy's best      {_simulated(policy_t)}")
     if settings.chains:
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"    from nothing alone     {_simulated(info['from_nothing_step_time'])}")
     if info["best_heuristic"] is not None:
         best = info["best_heuristic_step_time"]
-        print(f"  best list heuristic      {best * 1e3:10.3f} ms simulated ({info['best_heuristic']})")
+        print(f"  best list heuristic      {_simulated(best)} ({info['best_heuristic']})")
         if policy_t is not None:
             print(f"  policy / heuristic       {policy_t / best:10.3f}x" + ("  (faster)" if policy_t < best else ""))
     else:
