@@ -233,9 +233,11 @@ def acyclic_groups(graph: OpGraph, target: int, hint_nodes: dict[str, str] | Non
         pred[a].discard(b)
         del where[b]
 
-    def unrelated_pair(same_device: bool) -> tuple[int, int] | None:
-        """The lightest two groups (of one hint device) with no path between them."""
-        bit, below = reachability()
+    def unrelated_pair(same_device: bool,
+                       reach: tuple[dict[int, int], dict[int, int]] | None) -> tuple[int, int] | None:
+        """The lightest two groups (of one hint device) with no path between them (`reach`: the
+        groups' `reachability()` where this merge's scan worked it out already)."""
+        bit, below = reach or reachability()
         ids = sorted(parts, key=lambda i: (weight[i], i))
         return next(((a, b) for k, a in enumerate(ids) for b in ids[k + 1:]
                      if (not same_device or where[a] == where[b])
@@ -268,7 +270,7 @@ def acyclic_groups(graph: OpGraph, target: int, hint_nodes: dict[str, str] | Non
                     pick = (a, b)
                     break
                 passed.append(entry)   # joined through a third group for now: asked again after this merge
-            pick = pick or unrelated_pair(same_device)
+            pick = pick or unrelated_pair(same_device, reach)
             if pick is None:
                 return
             merge(*pick)
