@@ -1,6 +1,7 @@
 """Settings every test shares."""
 
 import importlib
+import os
 import signal
 
 import pytest
@@ -35,3 +36,15 @@ def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker is one process of several on the machine's cores: torch's
+    default of one thread per core in each of them oversubscribes the cores, and OpenMP threads
+    spin while they wait. One thread per worker's share of the cores keeps the suite's wall time
+    to what its work takes. Code that sets its own thread count (a device's threads) still does."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        import torch
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        torch.set_num_threads(max(1, cores // workers))
