@@ -68,6 +68,7 @@ import numpy as np
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
+from placer.costmodel.path_energy import path_energy_bound
 from placer.costmodel.protocol import CostModel
 from placer.program.pipeline import Pipeline
 from placer.costmodel.sim_program import SimProgram
@@ -80,7 +81,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class LowerBound:
     """Seconds: `value` is the largest of the critical path, the transfer path, the load bound
-    and the fill and drain."""
+    and the fill and drain (of plans: of the split critical path, the load and the path-energy bound)."""
 
     value: float
     critical_path: float
@@ -89,6 +90,7 @@ class LowerBound:
     fill_drain: float = 0.0   # a pipelined step's: the longest of head + a node's M runs + tail
     transfer_path: float = 0.0   # the critical path with each step's device chosen, copies paid
     caps_used: bool = False   # whether memory caps tightened the load bound and the devices a node may take
+    path_energy: float = 0.0   # of plans: the chain and the devices' time at once, launches per shard (path_energy.py)
 
     def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
@@ -134,6 +136,13 @@ def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None,
     """min T s.t. sum_d x[n,d] = 1, sum_n x[n,d] t[n,d] <= T, x >= 0 (x on finite times only);
     with `slowdown` (a factor >= 1 per device), the contended form; with `memory`, the caps'
     constraints (both in the module's docstring). inf when no split fits the caps."""
+    return load_lp(times, slowdown, memory)[0]
+
+
+def load_lp(times: np.ndarray, slowdown: list[float] | None = None,
+            memory: Residency | None = None) -> tuple[float, list[float] | None]:
+    """`load_bound_lp`'s value, and the duals of its device rows (how much each device's load
+    holds T up: the path-energy bound's device weights; None where the solver gives none)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
@@ -174,6 +183,7 @@ def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None,
                 row(held, float(cap))
     t_var = n_var
     n_var += 1
+    device_rows = list(range(len(bounds), len(bounds) + n_dev))
     for dev in range(n_dev):
         if contended:   # device dev's load fits in its solo seconds and the shared ones, slowed
             row(loads[dev] + [(solo[dev], -1.0), (shared, -1.0 / slowdown[dev])])
@@ -192,10 +202,12 @@ def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None,
     result = linprog(c, A_ub=a_ub.tocsr(), b_ub=np.asarray(bounds), A_eq=a_eq.tocsr(), b_eq=np.ones(n_nodes),
                      bounds=(0, None), method=method)
     if result.status == 2 and memory is not None:
-        return math.inf
+        return math.inf, None
     if result.status != 0:
         raise RuntimeError(f"load-bound LP failed: {result.message}")
-    return float(result.fun)
+    marginals = getattr(getattr(result, "ineqlin", None), "marginals", None)
+    duals = None if marginals is None else [max(0.0, -float(marginals[r])) for r in device_rows]
+    return float(result.fun), duals
 
 
 def program_critical_path(program: SimProgram, fastest: list[float]) -> float:
@@ -351,8 +363,9 @@ def plan_lower_bound(graph: OpGraph, devices: list[str], cost: CostModel, traini
     a shard costs at least its share of the whole op, as the roofline prices it, and a device
     holds at least its share of what a split op reads) and the critical path with every step at
     its fastest split (`split_time`: one device, or several at once, slowed by contention, each
-    shard paying its launch), transfers and collectives free. No transfer path: a split op ends
-    sooner than any device alone could run it."""
+    shard paying its launch), transfers and collectives free; and the path-energy bound, which
+    holds both at once (`placer.costmodel.path_energy`). No transfer path: a split op ends sooner
+    than any device alone could run it."""
     priced = _priced(graph, devices, cost, training, None, caps)
     return _plan_bound(graph, priced, cost, devices, training, _load(priced, cost, devices))
 
@@ -370,7 +383,7 @@ def bounds(graph: OpGraph, devices: list[str], cost: CostModel, training: Traini
 
 
 def _placement_bound(graph: OpGraph, priced: _Priced, training: TrainingSpec | None, pipeline: Pipeline | None,
-                     load: tuple[float, str, Residency | None]) -> LowerBound:
+                     load: _Load) -> LowerBound:
     pipelined = pipeline is not None and pipeline.pipelined
     sim, program, step_times, times = priced.sim, priced.sim.program, priced.step_times, priced.times
     if training is None and not pipelined:
@@ -379,7 +392,7 @@ def _placement_bound(graph: OpGraph, priced: _Priced, training: TrainingSpec | N
         cp = program_critical_path(program, step_times.min(axis=1).tolist())
     drain = fill_drain(program, step_times, len(graph.nodes)) if pipelined else 0.0
     path = transfer_path(sim, step_times)
-    value, method, memory = load
+    value, method, memory = load.value, load.method, load.memory
     log.info("lower bound: critical path %.6f s, with transfers %.6f s, load %.6f s (%s), fill and drain %.6f s",
              cp, path, value, method, drain)
     return LowerBound(value=max(cp, path, value, drain), critical_path=cp, load=value, load_method=method,
@@ -387,16 +400,21 @@ def _placement_bound(graph: OpGraph, priced: _Priced, training: TrainingSpec | N
 
 
 def _plan_bound(graph: OpGraph, priced: _Priced, cost: CostModel, devices: list[str], training: TrainingSpec | None,
-                load: tuple[float, str, Residency | None]) -> LowerBound:
+                load: _Load) -> LowerBound:
     slowdown, launch = _slowdown(cost, devices), _launch(cost, devices)
     if training is None:
         cp = critical_path(graph, dict(zip(graph.nodes, split_time(priced.times, slowdown, launch).tolist())))
     else:
         cp = program_critical_path(priced.sim.program, split_time(priced.step_times, slowdown, launch).tolist())
-    value, method, memory = load
-    log.info("lower bound of plans: critical path split %.6f s, load %.6f s (%s)", cp, value, method)
-    return LowerBound(value=max(cp, value), critical_path=cp, load=value, load_method=method,
-                      caps_used=memory is not None)
+    # device weights: the load LP's duals, and each device's speed on the whole step
+    with np.errstate(divide="ignore"):
+        speeds = 1.0 / np.where(np.isfinite(priced.step_times), priced.step_times, 0.0).sum(axis=0)
+    weights = [w for w in (load.duals, np.where(np.isfinite(speeds), speeds, 0.0)) if w is not None]
+    energy = path_energy_bound(priced.sim.program, priced.step_times, launch, slowdown, weights)
+    log.info("lower bound of plans: critical path split %.6f s, load %.6f s (%s), path-energy %.6f s",
+             cp, load.value, load.method, energy)
+    return LowerBound(value=max(cp, load.value, energy), critical_path=cp, load=load.value, load_method=load.method,
+                      caps_used=load.memory is not None, path_energy=energy)
 
 
 def split_time(times: np.ndarray, slowdown: list[float], launch: list[float] | None = None) -> np.ndarray:
@@ -461,18 +479,28 @@ def _slowdown(cost: CostModel, devices: list[str]) -> list[float]:
     return [float((getattr(cost, "slowdown", None) or {}).get(d, 1.0)) for d in devices]
 
 
-def _load(priced: _Priced, cost: CostModel, devices: list[str]) -> tuple[float, str, Residency | None]:
-    """The load bound, how it was found ("lp" or "average") and the memory it held to."""
+@dataclass
+class _Load:
+    """The load bound, how it was found ("lp" or "average"), the memory it held to, and its LP's
+    device duals (None without them)."""
+
+    value: float
+    method: str
+    memory: Residency | None
+    duals: list[float] | None = None
+
+
+def _load(priced: _Priced, cost: CostModel, devices: list[str]) -> _Load:
     memory = priced.memory
     average = float(priced.times.min(axis=1).sum()) / len(devices)
     try:
-        lp = load_bound_lp(priced.times, _slowdown(cost, devices), memory)
+        lp, duals = load_lp(priced.times, _slowdown(cost, devices), memory)
         if not math.isfinite(lp):
             log.info("lower bound: no split of the work fits the memory caps; the load bound ignores them")
-            memory, lp = None, load_bound_lp(priced.times, _slowdown(cost, devices))
-        return max(lp, average), "lp", memory
+            memory, (lp, duals) = None, load_lp(priced.times, _slowdown(cost, devices))
+        return _Load(max(lp, average), "lp", memory, duals)
     except ImportError:
-        return average, "average", memory
+        return _Load(average, "average", memory)
 
 
 def check_bound(bound: LowerBound | float, measured: dict[str, float | None], tolerance: float = 0.0) -> str | None:

@@ -57,7 +57,8 @@ def format_table(comparison: Comparison) -> str:
     if pb is not None:
         footer.append(f"lower bound of plans {pb.value * 1e3:.2f} ms (every op split over the devices at best: "
                       f"critical path {pb.critical_path * 1e3:.2f} ms, load {pb.load * 1e3:.2f} ms by "
-                      f"{pb.load_method}{' within the memory caps' if pb.caps_used else ''}); "
+                      f"{pb.load_method}{' within the memory caps' if pb.caps_used else ''}, both at once "
+                      f"{pb.path_energy * 1e3:.2f} ms); "
                       "plan rows' / bound is of it")
     if comparison.rounds:
         r = comparison.rounds
