@@ -21,12 +21,15 @@ c_i = min_S [lam D_i(S) + (1 - lam) E_i(S)], steps on pi add at least c_i and th
 a longest path with weights c_i - e_i >= 0. The bound is the largest over a grid of lam and the
 weights given (the load LP's duals, and each device's speed). Device sets are enumerated up to
 symmetry: devices whose step times, launch and contention all match are interchangeable, so a set
-is a count of each kind. Transfers and collectives are free, as in the other bounds of plans.
+is a count of each kind (8 GPUs and 2 CPUs: 26 sets). Past `MAX_SETS` sets (many devices each of its
+own kind) the bound is left out (0): its tables would grow as 2^devices. Transfers and collectives
+are free, as in the other bounds of plans.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,12 +37,15 @@ import numpy as np
 from placer.costmodel.sim_program import SimProgram
 
 LAMBDAS = np.linspace(0.0, 1.0, 21)
+MAX_SETS = 256
 
 
 def path_energy_bound(program: SimProgram, step_times: np.ndarray, launch: Sequence[float],
                       slowdown: Sequence[float], weights: Sequence[Sequence[float]]) -> float:
     """The bound above (seconds) for the steps of `program` priced at `step_times` (steps x
     devices, inf where a step cannot run), the largest over `weights` (each per device, >= 0)."""
+    if _set_count(step_times, launch, slowdown) > MAX_SETS:
+        return 0.0
     predecessors = _predecessors(program)
     best = 0.0
     for mu in weights:
@@ -56,13 +62,22 @@ def path_energy_bound(program: SimProgram, step_times: np.ndarray, launch: Seque
     return best
 
 
-def _menus(step_times: np.ndarray, launch: Sequence[float], slowdown: Sequence[float],
-           mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per step and per device set (a count of each kind of device): D and E above."""
+def _kinds(step_times: np.ndarray, launch: Sequence[float], slowdown: Sequence[float]) -> list[list[int]]:
+    """The devices grouped by kind: alike in every step's time, launch and contention."""
     kinds: dict[tuple, list[int]] = {}
     for d in range(step_times.shape[1]):
         kinds.setdefault((step_times[:, d].tobytes(), launch[d], slowdown[d]), []).append(d)
-    groups = list(kinds.values())
+    return list(kinds.values())
+
+
+def _set_count(step_times: np.ndarray, launch: Sequence[float], slowdown: Sequence[float]) -> int:
+    return math.prod(len(g) + 1 for g in _kinds(step_times, launch, slowdown)) - 1
+
+
+def _menus(step_times: np.ndarray, launch: Sequence[float], slowdown: Sequence[float],
+           mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step and per device set (a count of each kind of device): D and E above."""
+    groups = _kinds(step_times, launch, slowdown)
     counts = [c for c in itertools.product(*(range(len(g) + 1) for g in groups)) if sum(c)]
     L = np.minimum(np.asarray(launch, dtype=float)[None, :], step_times)
     W = step_times - L

@@ -106,3 +106,16 @@ def test_the_path_energy_bound_holds_a_chain_and_its_side_steps_at_once():
     at_quarter, best = (n + 1) * 1.875 + (n - 1) * 0.9375, (n + 1) * 21 / 11 + (n - 1) * 1.25 * 8 / 11
     assert at_quarter - 1e-9 <= bound <= best + 1e-9
     assert bound > 1.15 * max(2 * n + 2, 2.5 * n)
+
+
+def test_the_path_energy_bound_is_left_out_where_every_device_is_its_own_kind_of_many():
+    """Nine devices each unlike the others are 511 sets, past MAX_SETS: 0 (no bound), not 2^9-column tables."""
+    from types import SimpleNamespace
+
+    from placer.costmodel.path_energy import MAX_SETS, path_energy_bound
+
+    steps = [SimpleNamespace(inputs=[], outputs=["a"]), SimpleNamespace(inputs=["a"], outputs=["b"])]
+    times = np.tile(np.arange(1.0, 10.0), (2, 1))
+    assert 2 ** 9 - 1 > MAX_SETS
+    assert path_energy_bound(SimpleNamespace(steps=steps), times, [0.1] * 9, [1.0] * 9, [[1.0] * 9]) == 0.0
+    assert path_energy_bound(SimpleNamespace(steps=steps), times[:, :8], [0.1] * 8, [1.0] * 8, [[1.0] * 8]) > 0.0
