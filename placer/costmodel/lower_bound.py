@@ -68,7 +68,7 @@ import numpy as np
 
 from placer.errors import PlacerError
 from placer.graph.opgraph import OpGraph
-from placer.costmodel.path_energy import path_energy_bound
+from placer.costmodel.path_energy import path_energy_bound, split_bound
 from placer.costmodel.protocol import CostModel
 from placer.program.pipeline import Pipeline
 from placer.costmodel.sim_program import SimProgram
@@ -212,28 +212,19 @@ def load_lp(times: np.ndarray, slowdown: list[float] | None = None,
 
 def program_critical_path(program: SimProgram, fastest: list[float]) -> float:
     """Longest dependency chain through a simulated program's steps, each at `fastest[step]`."""
-    producer: dict[str, int] = {}
-    done: list[float] = []
-    for i, step in enumerate(program.steps):  # a valid order
-        before = max((done[producer[t]] for t in step.inputs if t in producer), default=0.0)
-        done.append(before + fastest[i])
-        producer.update((t, i) for t in step.outputs if t)
-    return max(done, default=0.0)
+    return program.longest_path(fastest)
 
 
 def fill_drain(program: SimProgram, step_times: np.ndarray, n_nodes: int) -> float:
     """max over nodes of: the longest path to any of its steps + its steps' time on its best
     device (they share it) + the shortest of the longest paths after them; steps at their fastest."""
     fastest = step_times.min(axis=1)
-    producer: dict[str, int] = {}
     head = np.zeros(len(program.steps))
     consumers: list[list[int]] = [[] for _ in program.steps]
-    for i, step in enumerate(program.steps):   # a valid order
-        before = {producer[t] for t in step.inputs if t in producer}
+    for i, before in enumerate(program.predecessors):   # a valid order
         head[i] = max((head[j] + fastest[j] for j in before), default=0.0)
         for j in before:
             consumers[j].append(i)
-        producer.update((t, i) for t in step.outputs if t)
     tail = np.zeros(len(program.steps))
     for i in reversed(range(len(program.steps))):
         tail[i] = max((fastest[j] + tail[j] for j in consumers[i]), default=0.0)
@@ -419,20 +410,9 @@ def _plan_bound(graph: OpGraph, priced: _Priced, cost: CostModel, devices: list[
 
 def split_time(times: np.ndarray, slowdown: list[float], launch: list[float] | None = None) -> np.ndarray:
     """Per row of `times` (seconds on each device): the least time the work can take, whole on one
-    device or split over several at once, each slowed by its contention factor while the others
-    run. Every shard pays its device's `launch` overhead whole (none given: 0). A device's share
-    s_d takes L_d + s_d w_d <= T, so both 1 <= T sum 1/t_d (as L_d >= s_d L_d) and
-    1 <= (T - min L) sum 1/w_d, over any devices used: the larger of the two holds."""
-    L = np.minimum(np.asarray(launch if launch is not None else [0.0] * times.shape[1])[None, :], times)
-    slow = np.asarray(slowdown)[None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):   # a step of no work: its rate is infinite
-        whole_rate = (1.0 / (times * slow)).sum(axis=1)    # the launch as if it split too: s_d t_d <= T
-        work_rate = (1.0 / ((times - L) * slow)).sum(axis=1)
-    first = np.min(np.where(np.isfinite(times), L, np.inf), axis=1)
-    shared = np.divide(1.0, whole_rate, out=np.full(len(times), np.inf), where=whole_rate > 0)
-    launched = np.where(np.isinf(work_rate), first,
-                        first + np.divide(1.0, work_rate, out=np.full(len(times), np.inf), where=work_rate > 0))
-    return np.minimum(times.min(axis=1), np.maximum(shared, launched))   # both hold: the larger
+    device or split over several at once (`path_energy.split_bound`: each slowed by its contention
+    factor while the others run, every shard paying its device's `launch`; none given: 0)."""
+    return np.minimum(times.min(axis=1), split_bound(times, slowdown, launch))
 
 
 def _launch(cost: CostModel, devices: list[str]) -> list[float]:

@@ -10,7 +10,7 @@ sum to 1 and any lam in [0, 1]:
     T >= lam * (time along pi) + (1 - lam) * sum_d mu_d busy_d
 
 since the chain runs one step after another (T >= its time) and every device is busy at most T.
-Say the plan runs step i on device set S_i. Its time is at least D_i(S_i) (`split_time`'s bound over
+Say the plan runs step i on device set S_i. Its time is at least D_i(S_i) (`split_bound` over
 S_i: a device alone, or several at once, each shard paying its launch) and the weighted device time it
 costs is at least E_i(S_i) = sum over d in S_i of mu_d L_d (each shard's launch) + min over d in S_i of
 mu_d w_d (its work, all on the cheapest device of the set). With e_i = (1 - lam) min_S E_i(S) and
@@ -46,7 +46,6 @@ def path_energy_bound(program: SimProgram, step_times: np.ndarray, launch: Seque
     devices, inf where a step cannot run), the largest over `weights` (each per device, >= 0)."""
     if _set_count(step_times, launch, slowdown) > MAX_SETS:
         return 0.0
-    predecessors = _predecessors(program)
     best = 0.0
     for mu in weights:
         mu = np.asarray(mu, dtype=float)
@@ -58,7 +57,7 @@ def path_energy_bound(program: SimProgram, step_times: np.ndarray, launch: Seque
         for lam in LAMBDAS:
             c = np.where(feasible, lam * durations + (1 - lam) * energies, np.inf).min(axis=1)
             e = (1 - lam) * np.where(feasible, energies, np.inf).min(axis=1)
-            best = max(best, float(e.sum()) + _longest_path(predecessors, c - e))
+            best = max(best, float(e.sum()) + program.longest_path((c - e).tolist()))
     return best
 
 
@@ -81,42 +80,34 @@ def _menus(step_times: np.ndarray, launch: Sequence[float], slowdown: Sequence[f
     counts = [c for c in itertools.product(*(range(len(g) + 1) for g in groups)) if sum(c)]
     L = np.minimum(np.asarray(launch, dtype=float)[None, :], step_times)
     W = step_times - L
-    slow = np.asarray(slowdown, dtype=float)
     durations = np.empty((len(step_times), len(counts)))
     energies = np.empty_like(durations)
     for j, count in enumerate(counts):
         devices = [d for g, n in zip(groups, count) for d in g[:n]]
-        t, l, w, s = step_times[:, devices], L[:, devices], W[:, devices], slow[None, devices]
+        t, l, w = step_times[:, devices], L[:, devices], W[:, devices]
         runs = np.isfinite(t).all(axis=1)
+        split = t[:, 0] if len(devices) == 1 else \
+            split_bound(t, [slowdown[d] for d in devices], [launch[d] for d in devices])
         with np.errstate(invalid="ignore"):   # mu 0 times an infinite time: masked below
-            durations[:, j] = np.where(runs, t[:, 0] if len(devices) == 1 else _split(t, l, w, s), np.inf)
+            durations[:, j] = np.where(runs, split, np.inf)
             energies[:, j] = np.where(runs, (mu[None, devices] * l).sum(axis=1) + (mu[None, devices] * w).min(axis=1),
                                       np.inf)
     return durations, energies
 
 
-def _split(t: np.ndarray, l: np.ndarray, w: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """The least time of a step split over all these devices at once (`lower_bound.split_time`'s
-    two bounds, over one set): both hold, so the larger."""
+def split_bound(times: np.ndarray, slowdown: Sequence[float], launch: Sequence[float] | None = None) -> np.ndarray:
+    """Per row of `times` (seconds on each device, inf where it cannot run): the least time the work
+    can take split over all the devices at once, each slowed by its contention factor while the
+    others run and every shard paying its device's `launch` whole (none given: 0). A device's share
+    s_d takes L_d + s_d w_d <= T, so both 1 <= T sum 1/t_d (as L_d >= s_d L_d) and
+    1 <= (T - min L) sum 1/w_d: the larger of the two holds."""
+    L = np.minimum(np.asarray(launch if launch is not None else [0.0] * times.shape[1])[None, :], times)
+    slow = np.asarray(slowdown)[None, :]
     with np.errstate(divide="ignore", invalid="ignore"):   # a step of no work: its rate is infinite
-        shared = 1.0 / (1.0 / (t * s)).sum(axis=1)
-        work_rate = (1.0 / (w * s)).sum(axis=1)
-        launched = l.min(axis=1) + np.where(np.isinf(work_rate), 0.0, 1.0 / work_rate)
+        whole_rate = (1.0 / (times * slow)).sum(axis=1)    # the launch as if it split too: s_d t_d <= T
+        work_rate = (1.0 / ((times - L) * slow)).sum(axis=1)
+    first = np.min(np.where(np.isfinite(times), L, np.inf), axis=1)
+    shared = np.divide(1.0, whole_rate, out=np.full(len(times), np.inf), where=whole_rate > 0)
+    launched = np.where(np.isinf(work_rate), first,
+                        first + np.divide(1.0, work_rate, out=np.full(len(times), np.inf), where=work_rate > 0))
     return np.maximum(shared, launched)
-
-
-def _predecessors(program: SimProgram) -> list[list[int]]:
-    producer: dict[str, int] = {}
-    before = []
-    for i, step in enumerate(program.steps):   # a valid order
-        before.append(sorted({producer[t] for t in step.inputs if t in producer}))
-        producer.update((t, i) for t in step.outputs if t)
-    return before
-
-
-def _longest_path(predecessors: list[list[int]], weights: np.ndarray) -> float:
-    done = np.zeros(len(predecessors))
-    w = weights.tolist()
-    for i, before in enumerate(predecessors):
-        done[i] = max((done[j] for j in before), default=0.0) + w[i]
-    return float(done.max(initial=0.0))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from placer.graph.opgraph import OpGraph
 from placer.costmodel.protocol import CostModel, op_times
@@ -51,6 +52,23 @@ class SimProgram:
         """Bytes a copy of `tensor` on another device takes: an updated parameter, no bytes where
         it is made (its owner's parameter, updated in place), is the parameter's bytes there."""
         return (self.copied or self.size)(tensor)
+
+    @cached_property
+    def predecessors(self) -> list[list[int]]:
+        """Per step, the earlier steps whose outputs it reads (the steps are in a valid order)."""
+        producer: dict[str, int] = {}
+        before = []
+        for i, step in enumerate(self.steps):
+            before.append(sorted({producer[t] for t in step.inputs if t in producer}))
+            producer.update((t, i) for t in step.outputs if t)
+        return before
+
+    def longest_path(self, weights: Sequence[float]) -> float:
+        """The longest dependency chain through the steps, step i weighing `weights[i]`."""
+        done: list[float] = []
+        for before, w in zip(self.predecessors, weights):
+            done.append(max((done[j] for j in before), default=0.0) + w)
+        return max(done, default=0.0)
 
     def order(self, device: Sequence[int]) -> list[int] | None:
         """The order of the steps when step i runs on device ``device[i]``, where it depends on

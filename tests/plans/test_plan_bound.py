@@ -27,6 +27,15 @@ def gpt():
     return load_graph(export_model("transformer", batch=8, seq_len=16, layers=2, vocab=256))
 
 
+def program_of(links):
+    """A simulated program of steps reading and writing the named tensors (inputs, outputs), in order."""
+    from placer.costmodel.sim_program import SimProgram
+    from placer.program.walk import Step
+
+    steps = [Step(f"s{i}", "Relu", tuple(inputs), tuple(outputs)) for i, (inputs, outputs) in enumerate(links)]
+    return SimProgram(steps, list(range(len(steps))), [], set(), lambda tensor: 0, [])
+
+
 def rows_and_bounds(graph, cluster_name: str, training=None):
     cluster = load_cluster(cluster_name)
     comparison = simulated_comparison(graph, as_devices(cluster.device_specs()), cluster, ["m_etf", "heft"], None, 20,
@@ -92,17 +101,14 @@ def test_the_path_energy_bound_holds_a_chain_and_its_side_steps_at_once():
     a step on the path (the chain and the last side step) costs at least min over k devices of
     lam (1 + 4/k) + (1 - lam)(k/4 + 1) = 1.875 (k = 2), every other side step (1 - lam) 1.25 = 0.9375:
     (n + 1) 1.875 + (n - 1) 0.9375; the best lam, 3/11, gives a little more."""
-    from types import SimpleNamespace
-
     from placer.costmodel.path_energy import path_energy_bound
 
     n = 10
-    steps = []
+    links = []
     for i in range(n):
-        steps.append(SimpleNamespace(inputs=[f"c{i - 1}"] if i else [], outputs=[f"c{i}"]))
-        steps.append(SimpleNamespace(inputs=[f"c{i}"], outputs=[f"s{i}"]))
+        links += [([f"c{i - 1}"] if i else [], [f"c{i}"]), ([f"c{i}"], [f"s{i}"])]
     times = np.full((2 * n, 4), 5.0)
-    bound = path_energy_bound(SimpleNamespace(steps=steps), times, [1.0] * 4, [1.0] * 4, [[1, 1, 1, 1]])
+    bound = path_energy_bound(program_of(links), times, [1.0] * 4, [1.0] * 4, [[1, 1, 1, 1]])
     at_quarter, best = (n + 1) * 1.875 + (n - 1) * 0.9375, (n + 1) * 21 / 11 + (n - 1) * 1.25 * 8 / 11
     assert at_quarter - 1e-9 <= bound <= best + 1e-9
     assert bound > 1.15 * max(2 * n + 2, 2.5 * n)
@@ -110,12 +116,10 @@ def test_the_path_energy_bound_holds_a_chain_and_its_side_steps_at_once():
 
 def test_the_path_energy_bound_is_left_out_where_every_device_is_its_own_kind_of_many():
     """Nine devices each unlike the others are 511 sets, past MAX_SETS: 0 (no bound), not 2^9-column tables."""
-    from types import SimpleNamespace
-
     from placer.costmodel.path_energy import MAX_SETS, path_energy_bound
 
-    steps = [SimpleNamespace(inputs=[], outputs=["a"]), SimpleNamespace(inputs=["a"], outputs=["b"])]
+    program = program_of([([], ["a"]), (["a"], ["b"])])
     times = np.tile(np.arange(1.0, 10.0), (2, 1))
     assert 2 ** 9 - 1 > MAX_SETS
-    assert path_energy_bound(SimpleNamespace(steps=steps), times, [0.1] * 9, [1.0] * 9, [[1.0] * 9]) == 0.0
-    assert path_energy_bound(SimpleNamespace(steps=steps), times[:, :8], [0.1] * 8, [1.0] * 8, [[1.0] * 8]) > 0.0
+    assert path_energy_bound(program, times, [0.1] * 9, [1.0] * 9, [[1.0] * 9]) == 0.0
+    assert path_energy_bound(program, times[:, :8], [0.1] * 8, [1.0] * 8, [[1.0] * 8]) > 0.0
