@@ -7,7 +7,8 @@ where it has fewer than two), weights replicated, in a training step their gradi
 `tensor_parallel` (Megatron's split of each MLP and attention block), `pipeline_data` (pipeline
 stages, each data parallel, one batch through them, no micro-batches; more stages of fewer
 replicas where two do not fit the devices' memory) and `data_parallel_by_speed` (the batch cut
-in proportion to each device's speed), on either step. Then placer's search over plans, `plan_search`, FlexFlow's
+in proportion to each device's speed on its own slice: balanced on the devices' busy seconds in the
+step priced, `placer.plans.busy`), on either step. Then placer's search over plans, `plan_search`, FlexFlow's
 `mcmc`, the exact solver's `plan_exact` and REINFORCE's `plan_reinforce` (`plan_search_rows`), from the fastest placement or plan
 above. A plan is no placement: its row has no placement file, and the placements' lower bound does not bound it (it splits ops). A plan that
 does not apply (no batch to split; a pipelined step, which plans do not price yet) is a
@@ -31,6 +32,7 @@ from placer.costmodel.roofline import RooflineCostModel
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.placers.partitioners import pipeline_dp
+from placer.plans.busy import device_busy
 from placer.plans.data_parallel import NAME as DATA_PARALLEL, data_parallel
 from placer.plans.data_parallel_by_speed import NAME as BY_SPEED, data_parallel_by_speed, describe as describe_by_speed
 from placer.plans.fsdp import NAME as FSDP, fsdp
@@ -42,9 +44,10 @@ from placer.plans.training import simulate_training
 
 PLANS = (DATA_PARALLEL, FSDP, TENSOR_PARALLEL, PIPELINE_DATA, BY_SPEED, *SEARCHES)   # the searches start from the rows before them
 _BUILDERS = {DATA_PARALLEL: data_parallel, FSDP: fsdp, TENSOR_PARALLEL: tensor_parallel}
-_COSTED = {PIPELINE_DATA: lambda graph, devices, cost, caps: pipeline_data_within(graph, devices,
+# read the costs; the batch cut by speed balanced on each device's busy seconds in the step priced
+_COSTED = {PIPELINE_DATA: lambda graph, devices, cost, caps, busy: pipeline_data_within(graph, devices,
                                                                                    partial(pipeline_dp, cost=cost), caps),
-           BY_SPEED: lambda graph, devices, cost, caps: data_parallel_by_speed(graph, devices, cost)}   # read the costs
+           BY_SPEED: lambda graph, devices, cost, caps, busy: data_parallel_by_speed(graph, devices, cost, busy)}
 _TRAINING_ONLY = {FSDP}   # sharding weights saves only a training step's gradients and state
 
 
@@ -87,7 +90,7 @@ def _fixed_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, tra
             continue
         start = time.perf_counter()
         try:
-            plan = _build(name, graph, devices, cluster)
+            plan = _build(name, graph, devices, cluster, training)
         except PlacerError as exc:
             notes.append(f"{name}: not simulated; {exc}")
             continue
@@ -105,11 +108,13 @@ def _fixed_rows(graph: OpGraph, cluster: Cluster, devices: list[str], names, tra
     return rows, notes, built
 
 
-def _build(name: str, graph: OpGraph, devices: list[str], cluster: Cluster):
-    """Plan `name` of `graph` over `devices`, the costed ones with the cluster's roofline costs."""
+def _build(name: str, graph: OpGraph, devices: list[str], cluster: Cluster, training=None):
+    """Plan `name` of `graph` over `devices`, the costed ones with the cluster's roofline costs (and
+    the devices' busy seconds in the step, training or forward, to balance a cut by)."""
     if name in _COSTED:
         caps = {d.name: d.model.memory_bytes for d in cluster.devices}   # pipeline stages cut to fit them
-        return _COSTED[name](graph, devices, RooflineCostModel(cluster, graph), caps)
+        busy = partial(device_busy, graph, cluster=cluster, training=training)
+        return _COSTED[name](graph, devices, RooflineCostModel(cluster, graph), caps, busy)
     return _BUILDERS[name](graph, devices)
 
 

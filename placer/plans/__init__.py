@@ -9,7 +9,7 @@ each split op one op per shard, each layout change a collective (`convert.py`, r
 `collectives.py`), which `pricing.py` hands to the simulator with the cluster's costs.
 `data_parallel.py` is the plan users run most: DDP's; `fsdp.py` is FSDP's (ZeRO-3); on inference
 steps so far `tensor_parallel.py` is Megatron's, `pipeline_data.py` pipeline stages each data
-parallel (more stages of fewer replicas where two do not fit), `data_parallel_by_speed.py` DDP with the batch cut by each device's speed. A training
+parallel (more stages of fewer replicas where two do not fit), `data_parallel_by_speed.py` DDP with the batch cut by each device's speed (balanced on each device's busy seconds, `busy.py`). A training
 step of a plan (`training.py`) is the training program placer builds for any placed graph, run on
 the lowered graph with each replicated weight one copy per device (`replicas.py`), plus the
 gradients' collectives: DDP's bucketed all-reduce beside the backward pass (`grad_sync.py`),

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from placer.costmodel.roofline import RooflineCostModel
+from placer.costmodel.sim_program import training_program
 from placer.errors import PlacerError
+from placer.hardware.cluster import Cluster, ClusterDevice, Link
+from placer.plans.busy import device_busy
 from placer.plans.data_parallel import data_parallel
-from placer.plans.data_parallel_by_speed import batch_shares, data_parallel_by_speed
+from placer.plans.data_parallel_by_speed import batch_shares, data_parallel_by_speed, describe
 from placer.plans.layout import REPLICATE, Shard, parse_layout, piece_shape, shard_sizes
 from placer.plans.lower import lower
 from placer.plans.plan import OpPlan, Plan
+from placer.placement import Placement
 from placer.plans.pricing import simulate_plan
-from plancases import conv_net, fast_and_slow
+from placer.program.training import TrainingSpec
+from plancases import BANDWIDTH, LATENCY, conv_net, fast_and_slow
 
 TWO = ["cuda:0", "cuda:1"]
 
@@ -75,3 +82,43 @@ def test_devices_equally_fast_have_nothing_to_gain_and_the_builder_says_so():
     graph, cluster = conv_net(batch=8), fast_and_slow(ratio=1.0)
     with pytest.raises(PlacerError, match="splits evenly"):
         data_parallel_by_speed(graph, TWO, RooflineCostModel(cluster, graph))
+
+
+def test_balanced_on_its_own_slice_the_slow_device_takes_fewer_samples_and_the_step_ends_sooner():
+    """Cut by the whole batch's speeds (12:4) the slow GPU is 1.36x as busy as the fast one: its
+    small slice reaches less of its peak. Cut again by each device's speed on its own slice, 13:3."""
+    graph, cluster = conv_net(batch=16, size=128, channels=128), fast_and_slow()
+    cost = RooflineCostModel(cluster, graph)
+    busy = partial(device_busy, graph, cluster=cluster)
+    proportional, balanced = data_parallel_by_speed(graph, TWO, cost), data_parallel_by_speed(graph, TWO, cost, busy)
+    assert proportional.extra["placer"]["shares"] == {"cuda:0": 12, "cuda:1": 4}
+    assert balanced.extra["placer"]["shares"] == {"cuda:0": 13, "cuda:1": 3}
+    before, after = busy(proportional), busy(balanced)
+    assert before["cuda:1"] > 1.3 * before["cuda:0"] and after["cuda:1"] < 1.1 * after["cuda:0"]
+    assert simulate_plan(graph, balanced, cluster).step_time < 0.9 * simulate_plan(graph, proportional, cluster).step_time
+    assert "own slice" in describe(balanced) and "own slice" not in describe(proportional)
+
+
+def test_a_devices_busy_seconds_are_its_steps_times_forward_or_training():
+    graph, cluster = conv_net(batch=8), fast_and_slow()
+    cost = RooflineCostModel(cluster, graph)
+    whole = Plan.from_placement(Placement(TWO, dict.fromkeys(graph.nodes, "cuda:1"), graph.sha256))
+    assert device_busy(graph, whole, cluster) == pytest.approx(
+        {"cuda:1": sum(cost.op_time(node, "cuda:1") for node in graph.nodes.values())}, rel=1e-12)
+    spec = TrainingSpec()
+    program = training_program(graph, TWO, cost, spec)
+    assert device_busy(graph, whole, cluster, spec) == pytest.approx({"cuda:1": sum(t[1] for t in program.times)}, rel=1e-12)
+
+
+def test_a_device_too_slow_for_a_sample_is_left_out_and_the_row_says_so():
+    """Two fast GPUs and one 40 times slower share 4 samples: the slow one gets none. The plan is
+    DDP over the fast two, a plan of its own (not DDP over all three), and its line names the one left out."""
+    graph, pair = conv_net(batch=4, size=128, channels=128), fast_and_slow(ratio=40.0)
+    fast, slow = (d.model for d in pair.devices)
+    cluster = Cluster("two-fast-one-slow", "test", (ClusterDevice("cuda:0", fast), ClusterDevice("cuda:1", fast),
+                                                    ClusterDevice("cuda:2", slow)),
+                      (Link("bus", ("cuda:0", "cuda:1", "cuda:2"), BANDWIDTH, LATENCY, "test"),))
+    plan = data_parallel_by_speed(graph, ["cuda:0", "cuda:1", "cuda:2"], RooflineCostModel(cluster, graph),
+                                  partial(device_busy, graph, cluster=cluster))
+    assert plan.devices == ["cuda:0", "cuda:1"] and plan.extra["placer"]["shares"] == {"cuda:0": 2, "cuda:1": 2}
+    assert describe(plan).endswith("cuda:2 left out (too slow for one sample to pay its way)")
