@@ -123,11 +123,18 @@ def held_out_lines(result: PretrainResult) -> list[str]:
             lines.append(f"  {row['name']:<58} no heuristic fits")
         else:
             lines.append(f"  {row['name']:<58} {row['ratio_to_best_heuristic']:6.3f}x "
-                         f"{row['ratio_to_best_baseline']:6.3f}x {row['from_nothing_ratio_to_best_heuristic']:6.3f}x  "
+                         f"{row['ratio_to_best_baseline']:6.3f}x {_times(row['from_nothing_ratio_to_best_heuristic'])}  "
                          f"({row['seconds_to_place']:.2f} s)")
     s = result.summary
     if s["held_out_mean_ratio"] is not None:
+        unfit = s.get("held_out_from_nothing_unfit")
         lines.append(f"mean {s['held_out_mean_ratio']:.3f}x / {s['held_out_mean_ratio_to_best_baseline']:.3f}x / "
-                     f"{s['held_out_from_nothing_mean_ratio']:.3f}x, worst {s['held_out_worst_ratio']:.3f}x / "
-                     f"{s['held_out_worst_ratio_to_best_baseline']:.3f}x / {s['held_out_from_nothing_worst_ratio']:.3f}x")
+                     f"{_times(s['held_out_from_nothing_mean_ratio'])}, worst {s['held_out_worst_ratio']:.3f}x / "
+                     f"{s['held_out_worst_ratio_to_best_baseline']:.3f}x / {_times(s['held_out_from_nothing_worst_ratio'])}"
+                     + (f" (from nothing: {unfit} placed item(s) fitted no round, left out)" if unfit else ""))
     return lines
+
+
+def _times(ratio: float | None) -> str:
+    """A ratio as the held-out lines print it; 'no fit' where its chain fitted no round."""
+    return "no fit" if ratio is None else f"{ratio:6.3f}x"

@@ -211,3 +211,27 @@ def test_a_run_can_start_from_a_policys_weights_and_refuses_another_shape(tmp_pa
     other = dataclasses.replace(CONFIG, policy=PolicyConfig(hidden=16, layers=1, heads=1, rounds=2))
     with pytest.raises(PlacerError, match="holds a policy of another shape"):
         pretrain(tmp_path / "other", items[:2], [], other, updates=1, start_from=start, log=lambda _: None)
+
+
+def test_a_held_out_item_whose_chain_from_nothing_fits_no_round_is_counted_apart_in_strict_json():
+    """JSON has no infinity: such an item's ratio is null, left out of the mean and worst and
+    counted, and the printed line says 'no fit' (the shipped policy.json had Infinity there)."""
+    from placer.jobs.pretrain import held_out_lines
+    from placer.policy.gnn.checkpoint import PRETRAINED
+    from placer.policy.gnn.pretrain import PretrainResult, _ratio
+
+    assert _ratio(None, 2.0) is None and _ratio(3.0, 2.0) == 1.5 and _ratio(3.0, None) is None
+    row = {"name": "x@c", "ratio_to_best_heuristic": 1.0, "ratio_to_best_baseline": 1.0,
+           "from_nothing_ratio_to_best_heuristic": None, "seconds_to_place": 0.5}
+    summary = {"held_out_mean_ratio": 1.0, "held_out_mean_ratio_to_best_baseline": 1.0,
+               "held_out_from_nothing_mean_ratio": None, "held_out_worst_ratio": 1.0,
+               "held_out_worst_ratio_to_best_baseline": 1.0, "held_out_from_nothing_worst_ratio": None,
+               "held_out_from_nothing_unfit": 1}
+    lines = held_out_lines(PretrainResult(1, 1, 1.0, [row], summary))
+    assert "no fit" in lines[1] and lines[-1].endswith("(from nothing: 1 placed item(s) fitted no round, left out)")
+
+    def refuse(constant):
+        raise ValueError(f"{constant} is no JSON")
+
+    shipped = json.loads(PRETRAINED.with_suffix(".json").read_text(), parse_constant=refuse)
+    assert shipped["held_out_from_nothing_unfit"] == 1

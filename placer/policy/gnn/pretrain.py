@@ -13,7 +13,6 @@ seconds it took.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -102,10 +101,8 @@ def _failure_row(item: Any, failure: str) -> dict[str, Any]:
 
 
 def _ratio(t: float | None, best: float | None) -> float | None:
-    """`t` over `best`; inf where `t` is None (no round fits), None without a `best`."""
-    if not best:
-        return None
-    return math.inf if t is None else t / best
+    """`t` over `best`; None where `t` is None (no round fits: JSON has no infinity) or without a `best`."""
+    return t / best if best and t is not None else None
 
 
 def _local_search_time(episode: Episode) -> float | None:
@@ -198,13 +195,16 @@ def pretrain(run_dir: Path, items: list[Any], held_out: list[Any], config: Pretr
     writer.close()
     ratios = [r["ratio_to_best_heuristic"] for r in rows if r["ratio_to_best_heuristic"] is not None]
     to_baseline = [r["ratio_to_best_baseline"] for r in rows if r["ratio_to_best_baseline"] is not None]
-    alone = [r["from_nothing_ratio_to_best_heuristic"] for r in rows if r["ratio_to_best_heuristic"] is not None]
+    placed = [r for r in rows if r["ratio_to_best_heuristic"] is not None]
+    alone = [r["from_nothing_ratio_to_best_heuristic"] for r in placed if r["from_nothing_ratio_to_best_heuristic"] is not None]
     summary = {**info, "updates": done, "samples": samples, "seconds": round(spent, 1), "training_items": len(items),
                "episodes_seen": len(episodes), "held_out": rows,
                "held_out_mean_ratio": float(np.mean(ratios)) if ratios else None,
                "held_out_worst_ratio": float(np.max(ratios)) if ratios else None,
                "held_out_from_nothing_mean_ratio": float(np.mean(alone)) if alone else None,
                "held_out_from_nothing_worst_ratio": float(np.max(alone)) if alone else None,
+               # placed items whose chain from nothing fitted no round: left out of its mean and worst
+               "held_out_from_nothing_unfit": len(placed) - len(alone),
                "held_out_mean_ratio_to_best_baseline": float(np.mean(to_baseline)) if to_baseline else None,
                "held_out_worst_ratio_to_best_baseline": float(np.max(to_baseline)) if to_baseline else None}
     save_json(Path(run_dir) / "summary.json", summary)
