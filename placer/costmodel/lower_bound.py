@@ -131,18 +131,13 @@ class Residency:
 IPM_CELLS = 20_000   # (node, device) pairs above which the load LP is solved by interior point
 
 
-def load_bound_lp(times: np.ndarray, slowdown: list[float] | None = None,
-                  memory: Residency | None = None) -> float:
-    """min T s.t. sum_d x[n,d] = 1, sum_n x[n,d] t[n,d] <= T, x >= 0 (x on finite times only);
-    with `slowdown` (a factor >= 1 per device), the contended form; with `memory`, the caps'
-    constraints (both in the module's docstring). inf when no split fits the caps."""
-    return load_lp(times, slowdown, memory)[0]
-
-
 def load_lp(times: np.ndarray, slowdown: list[float] | None = None,
             memory: Residency | None = None) -> tuple[float, list[float] | None]:
-    """`load_bound_lp`'s value, and the duals of its device rows (how much each device's load
-    holds T up: the path-energy bound's device weights; None where the solver gives none)."""
+    """min T s.t. sum_d x[n,d] = 1, sum_n x[n,d] t[n,d] <= T, x >= 0 (x on finite times only);
+    with `slowdown` (a factor >= 1 per device), the contended form; with `memory`, the caps'
+    constraints (both in the module's docstring). Its value (inf when no split fits the caps) and
+    the duals of its device rows (how much each device's load holds T up: the path-energy bound's
+    device weights; None where the solver gives none)."""
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
