@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from placer.costmodel.roofline import RooflineCostModel
+from placer.costmodel.sim_program import inference_program
 from placer.graph.opgraph import OpGraph
 from placer.hardware import Cluster
 from placer.plans.lower import lower
@@ -21,17 +22,15 @@ def device_busy(graph: OpGraph, plan: Plan, cluster: Cluster, training: Training
     """Device -> seconds its steps take in `plan`'s step on `cluster` (roofline costs): every
     forward op, and with `training` the loss, backward, gradient sums and updates too."""
     names = [d.name for d in cluster.devices]
-    busy: dict[str, float] = defaultdict(float)
     with gc_paused():
         if training is None:
             lowered = lower(graph, plan, runnable=False)
-            cost = plan_cost(lowered, lambda g: RooflineCostModel(cluster, g))
-            for name, node in lowered.graph.nodes.items():
-                device = lowered.placement.nodes[name]
-                busy[device] += cost.op_time(node, device)
-            return dict(busy)
-        step = plan_training_step(graph, plan, cluster, training)
-    nodes, where, program = list(step.lowered.graph.nodes), step.lowered.placement.nodes, step.program
+            program = inference_program(lowered.graph, names, plan_cost(lowered, lambda g: RooflineCostModel(cluster, g)))
+        else:
+            step = plan_training_step(graph, plan, cluster, training)
+            lowered, program = step.lowered, step.program
+    nodes, where = list(lowered.graph.nodes), lowered.placement.nodes
+    busy: dict[str, float] = defaultdict(float)
     for i, (k, times) in enumerate(zip(program.node_of, program.times)):
         if i not in program.side:   # a collective's step, on the communication stream
             device = where[nodes[k]]
