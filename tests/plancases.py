@@ -119,3 +119,21 @@ def fast_and_slow(ratio: float = 3.0) -> Cluster:
     slow = replace(fast, key="slow", peak_flops={"float32": 3e9 / ratio})
     return Cluster("fast-slow", "a fast and a slow GPU", (ClusterDevice("cuda:0", fast), ClusterDevice("cuda:1", slow)),
                    (Link("link", ("cuda:0", "cuda:1"), BANDWIDTH, LATENCY, "test"),))
+
+
+def shared_weight_chains(steps: int, chains: int = 2, m: int = 64, k: int = 256) -> OpGraph:
+    """An unrolled recurrent net's shape: per chain c, h = tanh(h @ w_c) `steps` times from x_c,
+    every step reading the one weight w_c (k, k); nodes mm<c>_<t> and tanh<c>_<t>."""
+    rng = np.random.default_rng(0)
+    nodes, inits, inputs, outputs = [], [], [], []
+    for c in range(chains):
+        inits.append(numpy_helper.from_array(rng.standard_normal((k, k)).astype(np.float32) * 0.05, f"w{c}"))
+        inputs.append(helper.make_tensor_value_info(f"x{c}", TensorProto.FLOAT, [m, k]))
+        h = f"x{c}"
+        for t in range(steps):
+            nodes += [helper.make_node("MatMul", [h, f"w{c}"], [f"m{c}_{t}"], name=f"mm{c}_{t}"),
+                      helper.make_node("Tanh", [f"m{c}_{t}"], [f"h{c}_{t}"], name=f"tanh{c}_{t}")]
+            h = f"h{c}_{t}"
+        outputs.append(helper.make_tensor_value_info(h, TensorProto.FLOAT, [m, k]))
+    graph = helper.make_graph(nodes, "shared_weight_chains", inputs, outputs, inits)
+    return load_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))

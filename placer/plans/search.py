@@ -5,7 +5,8 @@ than any of them.
 Moves are coarse so the search scales: a unit of ops takes a `space.Config` (whole on a device, or
 split over a run of neighbouring accelerators by batch or by weights). The units are, first, the
 whole graph (one move makes a DDP-like or a one-device plan), then the ops the start runs on each
-device (a placement's stage made data parallel over its neighbours), then the groups of
+device (a placement's stage made data parallel over its neighbours), on a training step the
+readers of each shared trained weight (`shared_weight_units`), then the groups of
 `placer.graph.grouping` (at most `GROUPS`; a Constant follows its group's leader). Each pass scans
 every (unit, config) move in a seeded shuffled order, the whole-graph moves first, and takes a move
 as soon as it lowers the simulated step time (`scoring.PlanScorer`: the inference step, or the
@@ -31,7 +32,7 @@ from placer.measure.measurement import Measurement
 from placer.plans.plan import Plan
 from placer.plans.scoring import PlanScorer
 from placer.plans.space import configs, plan_key, replan
-from placer.program.training import TrainingSpec
+from placer.program.training import TrainingSpec, trained_parameters
 
 NAME = "plan_search"
 SAMPLES = 200       # simulated plans: a zoo model's search in a minute or two
@@ -69,12 +70,30 @@ def best_start(scorer: PlanScorer, starts: Mapping[str, Plan], devices: list[str
     return name, starts[name], t
 
 
-def units(graph: OpGraph, start: Plan, groups: int = GROUPS) -> list[list[list[str]]]:
+def units(graph: OpGraph, start: Plan, groups: int = GROUPS,
+          training: TrainingSpec | None = None) -> list[list[list[str]]]:
     """The units moved, level by level: the whole graph; the ops the start runs whole on each device
-    (so a placement's stages can each become data parallel over their neighbours); each group with
-    the Constants that follow it."""
+    (so a placement's stages can each become data parallel over their neighbours); on a training
+    step the readers of each shared weight; each group with the Constants that follow it."""
     on = {d: [n for n in graph.nodes if start.ops[n].devices == (d,)] for d in start.devices}
-    return [[list(graph.nodes)], [ops for ops in on.values() if ops], group_units(unit_grouping(graph, start, groups))]
+    levels = [[list(graph.nodes)], [ops for ops in on.values() if ops],
+              shared_weight_units(graph) if training is not None else [],
+              group_units(unit_grouping(graph, start, groups))]
+    return [level for level in levels if level]
+
+
+def shared_weight_units(graph: OpGraph) -> list[list[str]]:
+    """The ops that read each trained weight read by more than one (an unrolled recurrent cell's
+    weights, read at every step; a tied embedding and LM head), the largest weight first. Where
+    they run on several devices, each device's part of the weight's gradient crosses to be summed
+    in every step, so a move takes them together."""
+    readers: dict[str, list[str]] = {}
+    for name, node in graph.nodes.items():
+        for tensor in dict.fromkeys(node.inputs):
+            if tensor in graph.initializers:
+                readers.setdefault(tensor, []).append(name)
+    shared = [w for w in trained_parameters(graph) if len(readers.get(w, ())) > 1]
+    return [readers[w] for w in sorted(shared, key=lambda w: -graph.tensors[w].nbytes)]
 
 
 def unit_grouping(graph: OpGraph, start: Plan, groups: int = GROUPS) -> Grouping:
@@ -102,7 +121,8 @@ def plan_search(graph: OpGraph, cluster: Cluster, starts: Mapping[str, Plan], de
     start_time, improvements = best, []
     rng = np.random.default_rng(seed)
     options = configs(devices, scorer.device_speeds(devices))
-    moves_by_level = [[(unit, c) for unit in level for c in options] for level in units(graph, current, groups)]
+    moves_by_level = [[(unit, c) for unit in level for c in options]
+                      for level in units(graph, current, groups, training)]
     improved = True
     while improved and not scorer.spent:
         improved = False
