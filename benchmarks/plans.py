@@ -46,7 +46,7 @@ PLACERS = ("single", "round_robin", "metis", "m_topo", "m_etf", "m_sct", "memory
 
 
 def one(model: str, batch: int, cluster_name: str, samples: int, plan_samples: int, seed: int,
-        objective: str = "inference") -> dict:
+        objective: str = "inference", searches: dict = SEARCHES) -> dict:
     """Every row of one (model, cluster) pair, simulated, on an inference or a training step."""
     graph = zoo_graph(model, batch=batch)
     cluster = load_cluster(cluster_name)
@@ -57,9 +57,9 @@ def one(model: str, batch: int, cluster_name: str, samples: int, plan_samples: i
                                       training=training)
     placed = {r.name: r for r in comparison.rows if r.step_time is not None and r.placement is not None}
     start = time.perf_counter()
-    names_of_plans = [*(p for p in PLANS if p not in SEARCHES), *SEARCHES]
+    names_of_plans = [*(p for p in PLANS if p not in SEARCHES), *searches]
     rows, notes = plan_rows(graph, cluster, names, names_of_plans, placements={n: r.placement for n, r in placed.items()},
-                            samples=plan_samples, seed=seed, searches=SEARCHES, training=training)
+                            samples=plan_samples, seed=seed, searches=searches, training=training)
     plans_s = time.perf_counter() - start
     caps = {d.name: d.model.memory_bytes for d in cluster.devices}
     bound_ms = plan_lower_bound(graph, names, RooflineCostModel(cluster, graph), training, caps=caps).value * 1e3
@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--objective", choices=["inference", "training"], default="inference",
                         help="the step simulated: inference (default) or training (SGD, mean-squared loss)")
     parser.add_argument("--quick", action="store_true", help="transformer at batch 16 on paper-2xk40, 30 plans")
+    parser.add_argument("--searches", nargs="+", default=list(SEARCHES), choices=list(SEARCHES),
+                        help="the searches over plans run (default: all; plan_search alone for long budgets)")
     parser.add_argument("--json", default=None, help="write every row here")
     args = parser.parse_args()
     if args.quick:
@@ -124,7 +126,7 @@ def main() -> None:
     for model in args.models:
         for cluster in args.clusters:
             results.append(one(model, args.batch or BATCH[model], cluster, args.samples, args.plan_samples, args.seed,
-                               args.objective))
+                               args.objective, {k: v for k, v in SEARCHES.items() if k in args.searches}))
             show(results[-1])
     ratios = [r["plan_vs_best_placement"] for r in results if r["plan_vs_best_placement"]]
     fastest = [r["plan_vs_fastest"] for r in results if r["plan_vs_fastest"]]

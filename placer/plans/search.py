@@ -84,16 +84,17 @@ def units(graph: OpGraph, start: Plan, groups: int = GROUPS,
 
 def shared_weight_units(graph: OpGraph) -> list[list[str]]:
     """The ops that read each trained weight read by more than one (an unrolled recurrent cell's
-    weights, read at every step; a tied embedding and LM head), the largest weight first. Where
-    they run on several devices, each device's part of the weight's gradient crosses to be summed
-    in every step, so a move takes them together."""
-    readers: dict[str, list[str]] = {}
-    for name, node in graph.nodes.items():
-        for tensor in dict.fromkeys(node.inputs):
-            if tensor in graph.initializers:
-                readers.setdefault(tensor, []).append(name)
-    shared = [w for w in trained_parameters(graph) if len(readers.get(w, ())) > 1]
-    return [readers[w] for w in sorted(shared, key=lambda w: -graph.tensors[w].nbytes)]
+    weights, read at every step; a tied embedding and LM head), the largest weight first, and then
+    the same with the ops that read their outputs (each step's gates). Where they run on several
+    devices, each device's part of the weight's gradient crosses to be summed in every step, so a
+    move takes them together."""
+    consumers = graph.consumers
+    shared = sorted((w for w in trained_parameters(graph) if len(consumers.get(w, ())) > 1),
+                    key=lambda w: -graph.tensors[w].nbytes)
+    readers = [consumers[w] for w in shared]
+    with_next = [list(dict.fromkeys(ops + [c for op in ops for t in graph.nodes[op].outputs for c in consumers.get(t, ())]))
+                 for ops in readers]
+    return readers + with_next
 
 
 def unit_grouping(graph: OpGraph, start: Plan, groups: int = GROUPS) -> Grouping:
