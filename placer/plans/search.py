@@ -5,9 +5,9 @@ than any of them.
 Moves are coarse so the search scales: a unit of ops takes a `space.Config` (whole on a device, or
 split over a run of neighbouring accelerators by batch or by weights). The units are, first, the
 whole graph (one move makes a DDP-like or a one-device plan), then the ops the start runs on each
-device (a placement's stage made data parallel over its neighbours), on a training step the
-readers of each shared trained weight (`shared_weight_units`), then the groups of
-`placer.graph.grouping` (at most `GROUPS`; a Constant follows its group's leader). Each pass scans
+device (a placement's stage made data parallel over its neighbours), then the groups of
+`placer.graph.grouping` (at most `GROUPS`; a Constant follows its group's leader), and on a
+training step the readers of each shared trained weight (`shared_weight_units`). Each pass scans
 every (unit, config) move in a seeded shuffled order, the whole-graph moves first, and takes a move
 as soon as it lowers the simulated step time (`scoring.PlanScorer`: the inference step, or the
 training step given a `TrainingSpec`) by more than `MIN_GAIN` of it and fits every device's
@@ -73,12 +73,13 @@ def best_start(scorer: PlanScorer, starts: Mapping[str, Plan], devices: list[str
 def units(graph: OpGraph, start: Plan, groups: int = GROUPS,
           training: TrainingSpec | None = None) -> list[list[list[str]]]:
     """The units moved, level by level: the whole graph; the ops the start runs whole on each device
-    (so a placement's stages can each become data parallel over their neighbours); on a training
-    step the readers of each shared weight; each group with the Constants that follow it."""
+    (so a placement's stages can each become data parallel over their neighbours); each group with
+    the Constants that follow it; on a training step the readers of each shared weight (last, so
+    a first pass scans the levels before it as it did without it)."""
     on = {d: [n for n in graph.nodes if start.ops[n].devices == (d,)] for d in start.devices}
     levels = [[list(graph.nodes)], [ops for ops in on.values() if ops],
-              shared_weight_units(graph) if training is not None else [],
-              group_units(unit_grouping(graph, start, groups))]
+              group_units(unit_grouping(graph, start, groups)),
+              shared_weight_units(graph) if training is not None else []]
     return [level for level in levels if level]
 
 
