@@ -93,9 +93,12 @@ def shared_weight_units(graph: OpGraph) -> list[list[str]]:
     shared = sorted((w for w in trained_parameters(graph) if len(consumers.get(w, ())) > 1),
                     key=lambda w: -graph.tensors[w].nbytes)
     readers = [consumers[w] for w in shared]
-    with_next = [list(dict.fromkeys(ops + [c for op in ops for t in graph.nodes[op].outputs for c in consumers.get(t, ())]))
-                 for ops in readers]
-    return readers + with_next
+
+    def with_next(ops: list[str]) -> list[str]:
+        following = [c for op in ops for t in graph.nodes[op].outputs if t for c in consumers.get(t, ())]
+        return list(dict.fromkeys(ops + following))
+
+    return readers + [with_next(ops) for ops in readers]
 
 
 def unit_grouping(graph: OpGraph, start: Plan, groups: int = GROUPS) -> Grouping:
